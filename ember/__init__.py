@@ -1,0 +1,18 @@
+"""ember: a deep-learning compiler written in Python.
+
+ONNX model -> graph IR -> loop IR (one PrimFunc per operator) -> C -> shared library -> executor.
+
+    import ember
+    model = ember.compile("model.onnx", target="llvm")
+    outputs = model.run({"input": x})
+    model.save("model.ember"); model = ember.load("model.ember")
+"""
+
+from . import errors  # noqa: F401
+from .driver import build, compile  # noqa: F401,A004
+from .ops import register_op  # noqa: F401
+from .runtime.artifact import load_artifact as load  # noqa: F401
+from .target import Target  # noqa: F401
+from . import frontend  # noqa: F401,E402
+
+__version__ = "0.1.0"

@@ -1,0 +1,163 @@
+"""Build C source into a shared library with the system C compiler, cached by content hash.
+
+The compiler is ``$CC`` when set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``. The
+cache lives in ``$EMBER_CACHE_DIR`` (default ``$XDG_CACHE_HOME/ember`` or ``~/.cache/ember``);
+an entry is ``<sha256>.so`` plus ``<sha256>.so.sha256`` holding the library's own digest, so a
+truncated or corrupted entry is detected and rebuilt instead of loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import CodegenError, ToolchainError
+
+BUILD_VERSION = "1"  # bump to invalidate every cached library
+
+
+def cache_dir() -> Path:
+    """The kernel cache folder (created on demand)."""
+    env = os.environ.get("EMBER_CACHE_DIR")
+    if env:
+        d = Path(env)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = Path(base) / "ember"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def find_compiler() -> str:
+    """Path of the C compiler to use.
+
+    Raises:
+        ToolchainError: ``$CC`` names a missing program, or none of cc/gcc/clang is installed.
+    """
+    cc = os.environ.get("CC")
+    if cc:
+        prog = cc.split()[0]
+        if shutil.which(prog) is None:
+            raise ToolchainError(f"CC={cc!r} but {prog!r} is not an executable on PATH; set CC to "
+                                 f"a C compiler (e.g. CC=gcc) or unset it")
+        return cc
+    for cand in ("cc", "gcc", "clang"):
+        if shutil.which(cand):
+            return cand
+    raise ToolchainError("no C compiler found (looked for $CC, cc, gcc, clang): install one "
+                         "(e.g. `apt-get install gcc`) or set CC=/path/to/compiler")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_info(cc: str) -> tuple[str, bool]:
+    """(version string, whether -fopenmp links) for a compiler."""
+    try:
+        ver = subprocess.run(cc.split() + ["--version"], capture_output=True, text=True,
+                             timeout=60).stdout.splitlines()[:1]
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ToolchainError(f"C compiler {cc!r} cannot be run: {e}; set CC to a working "
+                             f"compiler") from None
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "t.c"
+        src.write_text("#include <omp.h>\nint f(void){return omp_get_max_threads();}\n")
+        r = subprocess.run(cc.split() + ["-fopenmp", "-shared", "-fPIC", str(src), "-o",
+                                         str(Path(d) / "t.so")], capture_output=True, timeout=120)
+        openmp = r.returncode == 0
+    return (ver[0] if ver else cc), openmp
+
+
+def compile_flags(cc: str, mcpu: str = "native") -> list[str]:
+    """Flags for an optimized shared library for ``-march=mcpu`` (OpenMP when available)."""
+    _, openmp = _compiler_info(cc)
+    flags = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast",
+             "-w"]
+    if mcpu:
+        flags.append(f"-march={mcpu}")
+    if openmp:
+        flags.append("-fopenmp")
+    return flags
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def build_library(source: str, mcpu: str = "native") -> Path:
+    """Compile ``source`` to a shared library and return its cached path.
+
+    Raises:
+        ToolchainError: no usable C compiler.
+        CodegenError: the compiler rejected the source (the error holds source and message).
+    """
+    cc = find_compiler()
+    version, _ = _compiler_info(cc)
+    flags = compile_flags(cc, mcpu)
+    key = _digest("\n".join([BUILD_VERSION, cc, version, " ".join(flags), source]).encode())
+    d = cache_dir()
+    lib = d / f"{key}.so"
+    if cached_library_ok(lib):
+        return lib
+    with tempfile.TemporaryDirectory(dir=d) as tmp:
+        src = Path(tmp) / "module.c"
+        src.write_text(source)
+        out = Path(tmp) / "module.so"
+        try:
+            r = subprocess.run(cc.split() + flags + [str(src), "-o", str(out), "-lm"],
+                               capture_output=True, text=True, timeout=1800)
+        except OSError as e:
+            raise ToolchainError(f"C compiler {cc!r} failed to start: {e}; set CC") from None
+        if r.returncode != 0:
+            raise CodegenError(f"C compiler {cc!r} failed on generated code:\n"
+                               f"{r.stderr[-4000:]}", source=source, compiler_output=r.stderr)
+        data = out.read_bytes()
+        sidecar = Path(tmp) / "module.so.sha256"
+        sidecar.write_text(_digest(data))
+        os.replace(out, lib)
+        os.replace(sidecar, Path(str(lib) + ".sha256"))
+    return lib
+
+
+def cached_library_ok(lib: Path) -> bool:
+    """True when ``lib`` exists and matches its recorded digest (else it is removed)."""
+    side = Path(str(lib) + ".sha256")
+    if not lib.exists():
+        return False
+    try:
+        ok = side.exists() and side.read_text().strip() == _digest(lib.read_bytes())
+    except OSError:
+        ok = False
+    if not ok:
+        for p in (lib, side):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+    return ok
+
+
+def install_library(data: bytes) -> Path:
+    """Put library bytes (e.g. from a saved artifact) in the cache and return the path."""
+    key = _digest(data)
+    lib = cache_dir() / f"lib-{key}.so"
+    if not cached_library_ok(lib):
+        fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".so")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        Path(tmp + ".sha256").write_text(key)
+        os.replace(tmp, lib)
+        os.replace(tmp + ".sha256", str(lib) + ".sha256")
+    return lib
+
+
+def load_library(path: Path) -> ctypes.CDLL:
+    """Load a shared library; raises ``CodegenError`` if it cannot be loaded."""
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as e:
+        raise CodegenError(f"cannot load compiled library {path}: {e}") from None

@@ -1,0 +1,299 @@
+"""C source generation from loop IR.
+
+``emit_c_function(func)`` prints one ``PrimFunc`` as a C99 function ``void name(T* restrict ...)``
+over flat row-major buffers; ``C_PRELUDE`` holds the headers and the small inline helpers
+(floor division, NaN-propagating min/max, ...) that the functions use. Loops marked ``parallel``
+become ``#pragma omp parallel for``, ``vectorized`` ones ``#pragma omp simd``. Names of variables
+and buffers are assigned in order of appearance, so equal PrimFuncs print equal text (which is
+what the build cache and kernel de-duplication key on).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import LoweringError
+from ..tir.expr import (BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var, is_float,
+                        is_int)
+from ..tir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store
+
+C_TYPES = {
+    "float32": "float", "float64": "double", "float16": "_Float16",
+    "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+    "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+    "bool": "bool",
+}
+
+_INT_HELPERS = "".join(
+    f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ {t} q = a / b; "
+    f"return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }}\n"
+    f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ {t} r = a % b; "
+    f"return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}\n"
+    f"static inline {t} ember_max_{n}({t} a, {t} b) {{ return a > b ? a : b; }}\n"
+    f"static inline {t} ember_min_{n}({t} a, {t} b) {{ return a < b ? a : b; }}\n"
+    f"static inline {t} ember_abs_{n}({t} a) {{ return a < 0 ? -a : a; }}\n"
+    f"static inline {t} ember_sign_{n}({t} a) {{ return (a > 0) - (a < 0); }}\n"
+    f"static inline {t} ember_pow_{n}({t} a, {t} b) {{ {t} r = 1; if (b < 0) return a == 1 ? 1 "
+    f": (a == -1 ? ((b & 1) ? -1 : 1) : 0); while (b) {{ if (b & 1) r *= a; a *= a; b >>= 1; }} "
+    f"return r; }}\n"
+    for n, t in [("int8", "int8_t"), ("int16", "int16_t"), ("int32", "int32_t"),
+                 ("int64", "int64_t")])
+_UINT_HELPERS = "".join(
+    f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ return a / b; }}\n"
+    f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ return a % b; }}\n"
+    f"static inline {t} ember_max_{n}({t} a, {t} b) {{ return a > b ? a : b; }}\n"
+    f"static inline {t} ember_min_{n}({t} a, {t} b) {{ return a < b ? a : b; }}\n"
+    f"static inline {t} ember_abs_{n}({t} a) {{ return a; }}\n"
+    f"static inline {t} ember_sign_{n}({t} a) {{ return a > 0; }}\n"
+    f"static inline {t} ember_pow_{n}({t} a, {t} b) {{ {t} r = 1; while (b) {{ if (b & 1) r *= a; "
+    f"a *= a; b >>= 1; }} return r; }}\n"
+    for n, t in [("uint8", "uint8_t"), ("uint16", "uint16_t"), ("uint32", "uint32_t"),
+                 ("uint64", "uint64_t"), ("bool", "bool")])
+_FLOAT_HELPERS = "".join(
+    f"static inline {t} ember_max_{n}({t} a, {t} b) {{ return (a > b || a != a) ? a : b; }}\n"
+    f"static inline {t} ember_min_{n}({t} a, {t} b) {{ return (a < b || a != a) ? a : b; }}\n"
+    f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ return floor{s}(a / b); }}\n"
+    f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ {t} r = fmod{s}(a, b); "
+    f"return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}\n"
+    f"static inline {t} ember_sign_{n}({t} a) {{ return a != a ? a : (a > 0) - (a < 0); }}\n"
+    f"static inline {t} ember_sigmoid_{n}({t} a) {{ return a >= 0 ? 1 / (1 + exp{s}(-a)) "
+    f": exp{s}(a) / (1 + exp{s}(a)); }}\n"
+    for n, t, s in [("float32", "float", "f"), ("float64", "double", "")])
+
+C_PRELUDE = (
+    "#include <math.h>\n#include <stdint.h>\n#include <stdbool.h>\n#include <stdlib.h>\n"
+    "#include <string.h>\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
+    + _INT_HELPERS + _UINT_HELPERS + _FLOAT_HELPERS +
+    "static inline void* ember_alloc(size_t n) { void* p = NULL; "
+    "if (posix_memalign(&p, 64, n ? n : 64)) return NULL; return p; }\n"
+    "void ember_set_num_threads(int n) {\n#ifdef _OPENMP\n  if (n > 0) omp_set_num_threads(n);\n"
+    "#endif\n}\n"
+)
+
+_FLOAT_FUNCS = {"exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan",
+                "sinh", "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "fmod",
+                "pow", "atan2", "exp2", "log2", "fabs"}
+
+
+def c_type(dtype: str) -> str:
+    """The C type that stores ``dtype``."""
+    try:
+        return C_TYPES[dtype]
+    except KeyError:
+        raise LoweringError(f"dtype {dtype} has no C code generation yet") from None
+
+
+def _compute_dtype(dtype: str) -> str:
+    """float16 arithmetic is done in float32."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def c_literal(value, dtype: str) -> str:
+    """A C literal of ``dtype`` with the exact value (hex floats for floating point)."""
+    if dtype == "bool":
+        return "1" if value else "0"
+    if is_int(dtype):
+        v = int(value)
+        if dtype == "int64":
+            return "(-9223372036854775807LL - 1)" if v == -2**63 else f"{v}LL"
+        if dtype == "uint64":
+            return f"{v}ULL"
+        if dtype == "uint32":
+            return f"{v}U"
+        return f"(({c_type(dtype)}){v})" if v < 0 or dtype != "int32" else str(v)
+    v = float(value)
+    ct = "float" if dtype in ("float32", "float16") else "double"
+    if math.isnan(v):
+        return f"(({ct})NAN)"
+    if math.isinf(v):
+        return f"(({ct})INFINITY)" if v > 0 else f"(-({ct})INFINITY)"
+    if ct == "float":
+        v = float(np.float32(v))
+        return f"{v.hex()}f"
+    return v.hex()
+
+
+class _Namer:
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.counts: dict[str, int] = {}
+
+    def get(self, obj, prefix: str) -> str:
+        key = id(obj)
+        if key not in self.names:
+            n = self.counts.get(prefix, 0)
+            self.counts[prefix] = n + 1
+            self.names[key] = f"{prefix}{n}"
+        return self.names[key]
+
+
+class CFunctionPrinter:
+    """Prints one PrimFunc as C. Use ``emit_c_function``."""
+
+    def __init__(self, func: PrimFunc):
+        self.func = func
+        self.namer = _Namer()
+        self.lines: list[str] = []
+        self.keep: list = []  # keep objects alive so ids stay unique
+
+    # expressions ----------------------------------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return c_literal(e.value, e.dtype)
+        if isinstance(e, Var):
+            self.keep.append(e)
+            return self.namer.get(e, "i")
+        if isinstance(e, Load):
+            return self.access(e.src, e.indices)
+        if isinstance(e, BinOp):
+            return self.binop(e)
+        if isinstance(e, Unary):
+            a = self.expr(e.a)
+            return {"neg": f"(-{a})", "not": f"(!{a})", "bitnot": f"(~{a})"}[e.op]
+        if isinstance(e, Cast):
+            v = self.expr(e.value)
+            if e.dtype == "bool":
+                return f"({v} != 0)"
+            return f"(({c_type(e.dtype)})({v}))"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
+        if isinstance(e, Call):
+            return self.call(e)
+        raise LoweringError(f"cannot print expression {type(e).__name__} as C")
+
+    def binop(self, e: BinOp) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        op = e.op
+        dt = _compute_dtype(e.a.dtype)
+        simple = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">",
+                  "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "bitand": "&",
+                  "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+        if op in simple:
+            if dt == "bool" and op in ("add", "sub", "mul"):
+                op2 = {"add": "||", "sub": "!=", "mul": "&&"}[op]
+                return f"({a} {op2} {b})"
+            return f"({a} {simple[op]} {b})"
+        if op == "div":
+            return f"({a} / {b})"
+        if op == "mod":
+            if is_float(dt):
+                return f"fmod{'f' if dt == 'float32' else ''}({a}, {b})"
+            return f"({a} % {b})"
+        if op in ("floordiv", "floormod", "min", "max"):
+            return f"ember_{op}_{dt}({a}, {b})"
+        if op == "pow":
+            if is_float(dt):
+                return f"pow{'f' if dt == 'float32' else ''}({a}, {b})"
+            return f"ember_pow_{dt}({a}, {b})"
+        raise LoweringError(f"binary op {op} has no C form")
+
+    def call(self, e: Call) -> str:
+        args = [self.expr(a) for a in e.args]
+        dt = _compute_dtype(e.args[0].dtype)
+        name = e.name
+        if name in ("isnan", "isinf"):
+            return f"({name}({args[0]}) != 0)"
+        if name in ("abs", "sign") and not is_float(dt):
+            return f"ember_{name}_{dt}({args[0]})"
+        if name == "abs":
+            name = "fabs"
+        if name in ("sign", "sigmoid"):
+            return f"ember_{name}_{dt}({', '.join(args)})"
+        if name == "round":
+            name = "nearbyint"
+        elif name not in _FLOAT_FUNCS:
+            raise LoweringError(f"math intrinsic {name} has no C form")
+        suffix = "f" if dt == "float32" else ""
+        return f"{name}{suffix}({', '.join(args)})"
+
+    def access(self, buf: Buffer, indices) -> str:
+        if not isinstance(buf, Buffer):
+            raise LoweringError(f"load from {buf!r} that was not lowered to a buffer")
+        name = self.buf_name(buf)
+        if buf.scope == "local" and not buf.shape:
+            return name
+        if len(indices) != len(buf.shape):
+            raise LoweringError(f"buffer {buf.name} of rank {len(buf.shape)} accessed with "
+                                f"{len(indices)} indices")
+        flat = None
+        for idx, dim in zip(indices, buf.shape):
+            s = self.expr(idx)
+            flat = s if flat is None else f"({flat} * {dim} + {s})"
+        return f"{name}[{flat if flat is not None else 0}]"
+
+    def buf_name(self, buf: Buffer) -> str:
+        self.keep.append(buf)
+        prefix = "acc" if buf.scope == "local" else "ws"
+        return self.namer.get(buf, prefix)
+
+    # statements -----------------------------------------------------------------------------
+    def stmt(self, s: Stmt, ind: int):
+        pad = "  " * ind
+        if isinstance(s, For):
+            v = self.expr(s.var)
+            if s.kind == "parallel":
+                collapse = s.annotations.get("collapse", 1)
+                extra = f" collapse({collapse})" if collapse > 1 else ""
+                self.lines.append(f"{pad}#pragma omp parallel for schedule(static){extra}")
+            elif s.kind == "vectorized":
+                self.lines.append(f"{pad}#pragma omp simd")
+            elif s.kind == "unrolled":
+                self.lines.append(f"{pad}#pragma GCC unroll {min(s.extent, 64)}")
+            self.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {s.extent}; ++{v}) {{")
+            self.stmt(s.body, ind + 1)
+            self.lines.append(f"{pad}}}")
+        elif isinstance(s, Store):
+            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {self.expr(s.value)};")
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x, ind)
+        elif isinstance(s, Allocate):
+            b = s.buffer
+            name = self.buf_name(b)
+            ct = c_type(b.dtype)
+            if b.scope == "local" and not b.shape:
+                self.lines.append(f"{pad}{ct} {name};")
+                self.stmt(s.body, ind)
+            elif b.scope == "local":
+                self.lines.append(f"{pad}{ct} {name}[{b.size}];")
+                self.stmt(s.body, ind)
+            else:
+                self.lines.append(f"{pad}{ct}* restrict {name} = ({ct}*)ember_alloc("
+                                  f"{b.size * np.dtype(_np_dtype(b.dtype)).itemsize});")
+                self.lines.append(f"{pad}if (!{name}) return -1;")
+                self.stmt(s.body, ind)
+                self.lines.append(f"{pad}free({name});")
+        elif isinstance(s, IfThenElse):
+            self.lines.append(f"{pad}if ({self.expr(s.cond)}) {{")
+            self.stmt(s.then, ind + 1)
+            if s.else_ is not None:
+                self.lines.append(f"{pad}}} else {{")
+                self.stmt(s.else_, ind + 1)
+            self.lines.append(f"{pad}}}")
+        else:
+            raise LoweringError(f"cannot print statement {type(s).__name__} as C")
+
+    def function(self, name: str) -> str:
+        f = self.func
+        n_in = f.attrs.get("num_inputs", len(f.params) - 1)
+        params = []
+        for k, b in enumerate(f.params):
+            self.keep.append(b)
+            self.namer.names[id(b)] = f"p{k}"
+            const = "const " if k < n_in else ""
+            params.append(f"{const}{c_type(b.dtype)}* restrict p{k}")
+        self.stmt(f.body, 1)
+        sig = f"int32_t {name}({', '.join(params)})"
+        return sig + " {\n" + "\n".join(self.lines) + "\n  return 0;\n}\n"
+
+
+def _np_dtype(dtype: str) -> str:
+    return "uint16" if dtype == "bfloat16" else dtype
+
+
+def emit_c_function(func: PrimFunc, name: str | None = None) -> str:
+    """C source of ``func`` as ``int32_t name(const T* restrict p0, ..., T* restrict pN)``;
+    returns 0, or -1 when a workspace allocation fails."""
+    return CFunctionPrinter(func).function(name or func.name)

@@ -1,0 +1,26 @@
+"""Generate one C translation unit for a list of kernels, sharing code between equal kernels."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+from ..tir.stmt import PrimFunc
+from .c import C_PRELUDE, emit_c_function
+
+
+def generate_c_module(kernels: Sequence[PrimFunc]) -> tuple[str, list[str]]:
+    """C source for ``kernels`` and the exported symbol of each (equal kernels share a symbol).
+
+    Symbols are ``ember_<digest>`` of the kernel's printed body, so they are stable across
+    compilations and models (what the build cache keys on).
+    """
+    symbols: list[str] = []
+    bodies: dict[str, str] = {}
+    for k in kernels:
+        text = emit_c_function(k, "KERNEL")
+        sym = "ember_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+        if sym not in bodies:
+            bodies[sym] = f"/* {k.attrs.get('op', '?')} */\n" + text.replace("KERNEL", sym, 1)
+        symbols.append(sym)
+    return C_PRELUDE + "\n" + "\n".join(bodies.values()), symbols

@@ -1,0 +1,135 @@
+"""The compiler driver: ``build`` (graph IR -> compiled model) and ``compile`` (ONNX -> compiled
+model), tying the layers together: graph lowering -> C codegen -> shared library -> execution
+plan with a static memory plan."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .codegen.build import build_library
+from .codegen.module import generate_c_module
+from .graph.ir import Constant, IRModule, Var
+from .graph.lower import kernel_args, lower_binding
+from .runtime.memory_plan import plan_memory
+from .runtime.module import CompiledModel
+from .target import Target
+
+
+def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str]):
+    """Execution plan for ``func`` whose i-th binding runs kernel ``symbols[i]``."""
+    slots: list[dict] = []
+    slot_of: dict[int, int] = {}
+    bound = dict(params)
+    inputs = []
+
+    def new_slot(v, kind, **kw):
+        slots.append({"shape": list(v.type.shape), "dtype": v.type.dtype, "kind": kind,
+                      "offset": None, "param": None, **kw})
+        slot_of[id(v)] = len(slots) - 1
+        return len(slots) - 1
+
+    for p in func.params:
+        if p.name in params:
+            new_slot(p, "param", param=p.name)
+        else:
+            s = new_slot(p, "input")
+            inputs.append({"name": p.name, "shape": list(p.type.shape), "dtype": p.type.dtype,
+                           "slot": s})
+
+    def slot(v) -> int:
+        if id(v) not in slot_of:
+            if isinstance(v, Constant):
+                name = f"__const{len(bound)}"
+                bound[name] = v.data
+                new_slot(v, "param", param=name)
+            else:
+                raise KeyError(v)
+        return slot_of[id(v)]
+
+    steps, first, last = [], {}, {}
+    for k, b in enumerate(func.bindings):
+        for o in b.outputs:
+            s = new_slot(o, "arena")
+            first[s] = k
+            last[s] = k
+        args = [slot(a) for a in kernel_args(b)]
+        for s in args:
+            if s in last:
+                last[s] = max(last[s], k)
+        steps.append({"symbol": symbols[k], "args": args, "op": b.call.op,
+                      "name": b.outputs[0].name})
+    outputs = []
+    for k, o in enumerate(func.outputs):
+        s = slot(o)
+        if s in last:
+            last[s] = len(steps)
+        outputs.append({"name": o.name if isinstance(o, Var) else f"output{k}", "slot": s})
+    arena_slots = sorted(first)
+    offsets, total = plan_memory([(_nbytes(slots[s]), first[s], last[s]) for s in arena_slots])
+    for s, off in zip(arena_slots, offsets):
+        slots[s]["offset"] = off
+    plan = {"inputs": inputs, "outputs": outputs, "slots": slots, "steps": steps,
+            "arena_bytes": total}
+    return plan, bound
+
+
+def _nbytes(slot: dict) -> int:
+    item = 2 if slot["dtype"] == "bfloat16" else np.dtype(slot["dtype"]).itemsize
+    return int(np.prod(slot["shape"], dtype=np.int64)) * item
+
+
+def build(mod: IRModule, target: "str | Target" = "llvm",
+          params: Mapping[str, np.ndarray] | None = None) -> CompiledModel:
+    """Compile ``mod["main"]`` for ``target``; function parameters named in ``params`` are bound
+    as weights, the others are the model's run-time inputs.
+
+    Raises:
+        UnsupportedOpError / LoweringError: an operator cannot be lowered (names the binding).
+        ToolchainError: no C compiler. CodegenError: the C compiler failed.
+    """
+    target = Target(target)
+    t0 = time.perf_counter()
+    func = mod.main
+    params = dict(params or {})
+    kernels = [lower_binding(b, f"k{k}") for k, b in enumerate(func.bindings)]
+    t_lower = time.perf_counter()
+    source, symbols = generate_c_module(kernels)
+    t_codegen = time.perf_counter()
+    lib = build_library(source, target.mcpu)
+    t_cc = time.perf_counter()
+    plan, bound = _plan(func, params, symbols)
+    info = {"num_bindings": len(func.bindings), "num_kernels": len(kernels),
+            "num_unique_kernels": len(set(symbols)), "arena_bytes": plan["arena_bytes"],
+            "lower_s": t_lower - t0, "codegen_s": t_codegen - t_lower, "cc_s": t_cc - t_codegen}
+    model = CompiledModel(lib, plan, bound, mod.text(), str(target), info, source,
+                          target.num_threads)
+    model.info["compile_s"] = time.perf_counter() - t0
+    return model
+
+
+def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public verb
+            shapes: Mapping[str, Sequence[int]] | None = None) -> CompiledModel:
+    """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) to a runnable model.
+
+    Example::
+
+        m = ember.compile("resnet50.onnx", target="llvm -mcpu=native")
+        y, = m.run({"data": x})
+
+    Raises:
+        ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError.
+    """
+    from .frontend.onnx import from_onnx
+    t0 = time.perf_counter()
+    mod, params = from_onnx(model, shapes=shapes)
+    t1 = time.perf_counter()
+    compiled = build(mod, target, params)
+    compiled.info["import_s"] = t1 - t0
+    compiled.info["compile_s"] = time.perf_counter() - t0
+    if isinstance(model, (str, os.PathLike)):
+        compiled.info["model"] = os.fspath(model)
+    return compiled

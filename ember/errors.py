@@ -1,0 +1,79 @@
+"""Typed errors raised by ember.
+
+Every failure that a user can cause (a bad model file, an unsupported operator, a wrong input, a
+missing toolchain) is reported as a subclass of :class:`EmberError` whose message names the thing
+at fault and, where there is one, the fix. Callers can catch ``EmberError`` to handle them all.
+"""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base class of every error ember raises on purpose."""
+
+
+class ModelLoadError(EmberError):
+    """A model file is missing, is not an ONNX model, or is truncated/corrupted."""
+
+
+class UnsupportedOpError(EmberError):
+    """An operator (or an attribute/input form of it) that ember cannot compile.
+
+    Attributes:
+        op: operator type, e.g. ``"NonZero"``.
+        node: the ONNX node name (or graph-IR binding) that uses it, or ``None``.
+        opset: the opset version in force for the node's domain, or ``None``.
+    """
+
+    def __init__(self, message: str, op: str | None = None, node: str | None = None,
+                 opset: int | None = None):
+        super().__init__(message)
+        self.op = op
+        self.node = node
+        self.opset = opset
+
+
+class ShapeMismatchError(EmberError):
+    """Tensor shapes or dtypes that an operator cannot accept (found during type inference)."""
+
+
+class InputError(EmberError):
+    """A run-time input that does not match the compiled model (name, shape or dtype)."""
+
+
+class IRParseError(EmberError):
+    """The graph-IR text form could not be parsed; the message names line and column."""
+
+
+class ToolchainError(EmberError):
+    """No usable C compiler was found, or it cannot build shared libraries."""
+
+
+class CodegenError(EmberError):
+    """The generated native source failed to compile.
+
+    Attributes:
+        source: the generated source text.
+        compiler_output: what the compiler printed.
+    """
+
+    def __init__(self, message: str, source: str = "", compiler_output: str = ""):
+        super().__init__(message)
+        self.source = source
+        self.compiler_output = compiler_output
+
+
+class LoweringError(EmberError):
+    """An operator or expression could not be lowered to loop IR."""
+
+
+class ScheduleError(EmberError):
+    """A schedule primitive whose preconditions do not hold on the given block or loop."""
+
+
+class ArtifactError(EmberError):
+    """A saved ember artifact is missing, truncated or from an incompatible version."""
+
+
+class TuningError(EmberError):
+    """Auto-tuning failed (no valid candidate, broken records file...)."""

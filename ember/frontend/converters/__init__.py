@@ -1,0 +1,40 @@
+"""ONNX operator converters: one function per operator and opset range.
+
+A converter is registered with ``@converter("Conv", since=1)``; the importer picks, for a node
+of opset ``v``, the registration of that op with the largest ``since <= v`` (and ``until``, when
+given, ``>= v``). A converter gets the ``ImportContext`` and the ``NodeView`` and returns the
+node's outputs as graph values (``Var`` or ``Constant``), in ONNX output order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+_CONVERTERS: dict[tuple[str, str], list[tuple[int, int | None, Callable]]] = {}
+
+
+def converter(op_type: str, since: int = 1, until: int | None = None, domain: str = ""):
+    """Register a converter for ``domain.op_type`` at opsets ``[since, until]``."""
+    def deco(fn):
+        lst = _CONVERTERS.setdefault((domain, op_type), [])
+        lst.append((since, until, fn))
+        lst.sort(key=lambda t: t[0])
+        return fn
+    return deco
+
+
+def lookup_converter(domain: str, op_type: str, opset: int) -> Callable | None:
+    """The converter for a node, or ``None`` when the op/opset is not supported."""
+    best = None
+    for since, until, fn in _CONVERTERS.get((domain, op_type), []):
+        if since <= opset and (until is None or opset <= until):
+            best = fn
+    return best
+
+
+def supported_onnx_ops() -> dict[tuple[str, str], list[tuple[int, int | None]]]:
+    """``{(domain, op_type): [(since, until), ...]}`` of every registered converter."""
+    return {k: [(s, u) for s, u, _ in v] for k, v in sorted(_CONVERTERS.items())}
+
+
+from . import math, nn, tensor  # noqa: E402,F401  (register the converters)

@@ -1,0 +1,201 @@
+"""Converters for ONNX shape and data-movement operators (Reshape, Shape, Gather, Slice...)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeMismatchError, UnsupportedOpError
+from ...ops.registry import normalize_axis
+from . import converter
+
+
+def _const_input(ctx, node, k, what):
+    v = node.input(k)
+    if v is None:
+        return None
+    c = ctx.constant_value(v)
+    if c is None:
+        raise UnsupportedOpError(f"input {k} ({what}) is computed at run time; ember needs it "
+                                 f"known at compile time (static shapes)")
+    return c
+
+
+def reshape_target(in_shape, shape, allowzero: bool) -> list[int]:
+    """ONNX Reshape target: 0 copies the input dim (unless ``allowzero``), -1 is inferred."""
+    out = []
+    for i, d in enumerate(int(v) for v in shape):
+        if d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ShapeMismatchError(f"Reshape: 0 at position {i} but input rank is "
+                                         f"{len(in_shape)}")
+            out.append(in_shape[i])
+        else:
+            out.append(d)
+    if out.count(-1) > 1:
+        raise ShapeMismatchError(f"Reshape: more than one -1 in {list(shape)}")
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1]))
+        total = int(np.prod(in_shape))
+        if known == 0 or total % known:
+            raise ShapeMismatchError(f"Reshape: cannot infer -1 reshaping {tuple(in_shape)} to "
+                                     f"{list(shape)}")
+        out[out.index(-1)] = total // known
+    return out
+
+
+@converter("Reshape", since=1)
+def reshape(ctx, node):
+    x = node.input(0)
+    if node.opset < 5:
+        shape = node.attr("shape")
+    else:
+        shape = _const_input(ctx, node, 1, "shape")
+    target = reshape_target(x.type.shape, shape, bool(node.attr("allowzero", 0)))
+    return [ctx.call("reshape", [x], {"newshape": target})]
+
+
+@converter("Flatten", since=1)
+def flatten(ctx, node):
+    x = node.input(0)
+    nd = x.type.ndim
+    axis = node.attr("axis", 1)
+    axis = axis + nd if axis < 0 else axis
+    shape = x.type.shape
+    return [ctx.call("reshape", [x], {"newshape": [int(np.prod(shape[:axis])),
+                                                   int(np.prod(shape[axis:]))]})]
+
+
+@converter("Squeeze", since=1)
+def squeeze(ctx, node):
+    x = node.input(0)
+    axes = node.attr("axes") if node.opset < 13 else _const_input(ctx, node, 1, "axes")
+    shape = x.type.shape
+    if axes is None:
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    axes = {normalize_axis(int(a), len(shape)) for a in np.asarray(axes).reshape(-1)}
+    for a in axes:
+        if shape[a] != 1:
+            raise ShapeMismatchError(f"Squeeze: axis {a} of {shape} is not 1")
+    return [ctx.call("reshape", [x], {"newshape": [d for i, d in enumerate(shape)
+                                                   if i not in axes]})]
+
+
+@converter("Unsqueeze", since=1)
+def unsqueeze(ctx, node):
+    x = node.input(0)
+    axes = node.attr("axes") if node.opset < 13 else _const_input(ctx, node, 1, "axes")
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    nd = x.type.ndim + len(axes)
+    axes = sorted(normalize_axis(a, nd) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ShapeMismatchError(f"Unsqueeze: repeated axes {axes}")
+    out, it = [], iter(x.type.shape)
+    for i in range(nd):
+        out.append(1 if i in axes else next(it))
+    return [ctx.call("reshape", [x], {"newshape": out})]
+
+
+@converter("Transpose", since=1)
+def transpose(ctx, node):
+    perm = node.attr("perm")
+    return [ctx.call("transpose", [node.input(0)], {"perm": list(perm) if perm is not None
+                                                    else None})]
+
+
+@converter("Concat", since=1)
+def concat(ctx, node):
+    ins = [x for x in node.inputs if x is not None]
+    return [ctx.call("concatenate", ins, {"axis": node.attr("axis", 1 if node.opset < 4 else 0)})]
+
+
+@converter("Shape", since=1)
+def shape(ctx, node):
+    shp = list(node.input(0).type.shape)
+    if any(not isinstance(d, int) for d in shp):
+        raise UnsupportedOpError("Shape of a tensor with symbolic dims is not supported yet")
+    n = len(shp)
+    start, end = node.attr("start", 0), node.attr("end", n)
+    start = min(max(start + n if start < 0 else start, 0), n)
+    end = min(max(end + n if end < 0 else end, 0), n)
+    return [ctx.const(np.array(shp[start:end], dtype=np.int64))]
+
+
+@converter("Size", since=1)
+def size(ctx, node):
+    return [ctx.const(np.array(node.input(0).type.size, dtype=np.int64))]
+
+
+@converter("Gather", since=1)
+def gather(ctx, node):
+    return [ctx.call("take", [node.input(0), node.input(1)], {"axis": node.attr("axis", 0)})]
+
+
+@converter("Slice", since=1)
+def slice_(ctx, node):
+    x = node.input(0)
+    shape = x.type.shape
+    nd = len(shape)
+    if node.opset < 10:
+        starts, ends = node.attr("starts"), node.attr("ends")
+        axes, steps = node.attr("axes"), None
+    else:
+        starts = _const_input(ctx, node, 1, "starts")
+        ends = _const_input(ctx, node, 2, "ends")
+        axes = _const_input(ctx, node, 3, "axes")
+        steps = _const_input(ctx, node, 4, "steps")
+    starts = [int(v) for v in np.asarray(starts).reshape(-1)]
+    ends = [int(v) for v in np.asarray(ends).reshape(-1)]
+    axes = list(range(len(starts))) if axes is None else \
+        [normalize_axis(int(a), nd) for a in np.asarray(axes).reshape(-1)]
+    steps = [1] * len(starts) if steps is None else [int(v) for v in np.asarray(steps).reshape(-1)]
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        raise ShapeMismatchError("Slice: starts, ends, axes and steps differ in length")
+    begin, end, stride = [0] * nd, list(shape), [1] * nd
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        d = shape[a]
+        if st == 0:
+            raise ShapeMismatchError("Slice: step 0")
+        s = s + d if s < 0 else s
+        e = e + d if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), d), min(max(e, 0), d)
+        else:
+            s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
+        begin[a], end[a], stride[a] = s, e, st
+    if all(b == 0 and e == d and st == 1 for b, e, st, d in zip(begin, end, stride, shape)):
+        return [x]
+    return [ctx.call("strided_slice", [x], {"begin": begin, "end": end, "strides": stride})]
+
+
+@converter("Expand", since=8)
+def expand(ctx, node):
+    shp = _const_input(ctx, node, 1, "shape")
+    return [ctx.call("broadcast_to", [node.input(0)], {"shape": [int(v) for v in shp]})]
+
+
+@converter("ConstantOfShape", since=9)
+def constant_of_shape(ctx, node):
+    shp = _const_input(ctx, node, 0, "shape")
+    value = node.attr("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value)
+    return [ctx.const(np.full([int(v) for v in shp.reshape(-1)], value.reshape(-1)[0],
+                              dtype=value.dtype))]
+
+
+@converter("Constant", since=1)
+def constant(ctx, node):
+    a = node.attrs
+    if "value" in a:
+        return [ctx.const(a["value"])]
+    if "value_float" in a:
+        return [ctx.const(np.array(a["value_float"], np.float32))]
+    if "value_floats" in a:
+        return [ctx.const(np.array(a["value_floats"], np.float32))]
+    if "value_int" in a:
+        return [ctx.const(np.array(a["value_int"], np.int64))]
+    if "value_ints" in a:
+        return [ctx.const(np.array(a["value_ints"], np.int64))]
+    if "sparse_value" in a:
+        raise UnsupportedOpError("Constant with sparse_value is not supported")
+    raise UnsupportedOpError(f"Constant with attributes {sorted(a)} is not supported")
+

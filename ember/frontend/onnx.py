@@ -1,0 +1,294 @@
+"""ONNX frontend: ``from_onnx(model, shapes=None) -> (IRModule, params)``.
+
+Each ONNX operator maps to graph-IR operators through one converter per op and opset range
+(``ember.frontend.converters``). Initializers become ``params``; ``Constant`` nodes and every node
+whose inputs are all known at compile time are folded with the operators' NumPy references, so
+shape subgraphs (``Shape -> Gather -> Concat -> Reshape``) resolve when input shapes are static.
+Unknown operators and attributes fail with an ``UnsupportedOpError`` naming the op, the node, the
+opset and the model input that leads to it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import EmberError, ModelLoadError, ShapeMismatchError, UnsupportedOpError
+from ..graph.builder import FunctionBuilder, infer_call
+from ..graph.ir import Constant, IRModule, TensorType, Value, Var
+from ..ops import get_op
+from .converters import lookup_converter
+from .dtypes import onnx_dtype
+
+INLINE_CONST_LIMIT = 16  # constants with more elements become named params
+
+def load_model(model) -> onnx.ModelProto:
+    """An ``onnx.ModelProto`` from a path, bytes or a ModelProto.
+
+    Raises:
+        ModelLoadError: missing file, not an ONNX model, truncated model.
+    """
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        data = bytes(model)
+        where = "the given bytes"
+    else:
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise ModelLoadError(f"model file {path!r} does not exist")
+        if os.path.isdir(path):
+            raise ModelLoadError(f"model path {path!r} is a directory, not an .onnx file")
+        with open(path, "rb") as f:
+            data = f.read()
+        where = repr(path)
+    try:
+        m = onnx.ModelProto()
+        m.ParseFromString(data)
+    except Exception as e:  # protobuf raises DecodeError (and others on garbage)
+        raise ModelLoadError(f"{where} is not a valid ONNX model (truncated or not ONNX): "
+                             f"{type(e).__name__}: {e}") from None
+    if not m.graph.node and not m.graph.output:
+        raise ModelLoadError(f"{where} parsed as an empty ONNX model (no graph): it is probably "
+                             f"not an ONNX file")
+    return m
+
+
+class NodeView:
+    """What a converter sees of one ONNX node: its inputs as graph values (``None`` for omitted
+    optional inputs), its attributes as Python values, its name, op type and opset."""
+
+    def __init__(self, node: onnx.NodeProto, inputs: list, opset: int):
+        self.proto = node
+        self.op_type = node.op_type
+        self.domain = node.domain or ""
+        self.name = node.name or (node.output[0] if node.output else node.op_type)
+        self.inputs = inputs
+        self.outputs = list(node.output)
+        self.opset = opset
+        self.attrs = {a.name: _attr_value(a) for a in node.attribute}
+
+    @property
+    def where(self) -> str:
+        return f"node {self.name!r} ({self.op_type}, opset {self.opset}): "
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    def input(self, k: int):
+        """Input ``k`` or ``None`` when omitted."""
+        return self.inputs[k] if k < len(self.inputs) else None
+
+
+def _attr_value(a: onnx.AttributeProto):
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [x.decode("utf-8", "replace") for x in v]
+    return v
+
+
+class ImportContext:
+    """State of one graph import; converters call ``call``/``const``/``constant_value``."""
+
+    def __init__(self, opsets: dict):
+        self.fb = FunctionBuilder("main")
+        self.opsets = opsets
+        self.params: dict[str, np.ndarray] = {}
+        self._param_of_const: dict[int, Var] = {}
+        self.const_names: dict[int, str] = {}  # id(Constant) -> the ONNX value name it came from
+        self.node: NodeView | None = None
+
+    # values -----------------------------------------------------------------------------------
+    @staticmethod
+    def constant_value(v) -> np.ndarray | None:
+        """The numpy value of ``v`` when known at compile time, else ``None``."""
+        return v.data if isinstance(v, Constant) else None
+
+    @staticmethod
+    def const(value, dtype: str | None = None) -> Constant:
+        """A compile-time constant value."""
+        return Constant(np.asarray(value, dtype=dtype))
+
+    def _materialize(self, v: Value, hint: str) -> Value:
+        """Large constants become named params (weights); small ones stay inline."""
+        if isinstance(v, Constant) and v.data.size > INLINE_CONST_LIMIT:
+            key = id(v)
+            if key not in self._param_of_const:
+                p = self.fb.param(hint, v.type)
+                self.params[p.name] = np.ascontiguousarray(v.data)
+                self._param_of_const[key] = p
+            return self._param_of_const[key]
+        return v
+
+    def call(self, op: str, args: Sequence[Value], attrs: dict | None = None, fold: bool = True):
+        """Emit graph op ``op``; folded to a ``Constant`` when every argument is constant."""
+        where = self.node.where if self.node else ""
+        args = list(args)
+        if fold and args and all(isinstance(a, Constant) for a in args):
+            attrs_n, types = infer_call(op, args, dict(attrs or {}), where)
+            outs = get_op(op).reference([a.data for a in args], attrs_n)
+            res = [Constant(np.asarray(o).astype(t.dtype if t.dtype != "bfloat16" else o.dtype)
+                            .reshape(t.shape)) for o, t in zip(outs, types)]
+            return res[0] if len(res) == 1 else tuple(res)
+        hint = (self.node.outputs[0] if self.node and self.node.outputs else op)
+        args = [self._materialize(a, self.const_names.get(id(a), f"{hint}_c{k}"))
+                for k, a in enumerate(args)]
+        names = [n for n in self.node.outputs if n] if self.node else None
+        return self.fb.call(op, args, attrs, names=names, where=where)
+
+
+def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str) -> TensorType:
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise UnsupportedOpError(f"graph input {vi.name!r} is not a tensor (sequence/map/optional "
+                                 f"inputs are not supported)")
+    dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}: ")
+    if shapes and vi.name in shapes:
+        shape = tuple(int(d) for d in shapes[vi.name])
+        if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
+            raise ShapeMismatchError(f"shapes[{vi.name!r}] = {shape} has rank {len(shape)}, the "
+                                     f"model declares rank {len(tt.shape.dim)}")
+        return TensorType(shape, dtype)
+    if not tt.HasField("shape"):
+        raise ShapeMismatchError(f"graph input {vi.name!r} has no shape: pass "
+                                 f"shapes={{{vi.name!r}: (...)}}")
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            raise ShapeMismatchError(
+                f"graph input {vi.name!r} has a symbolic dimension "
+                f"{d.dim_param or '?'!r}: pass shapes={{{vi.name!r}: (...)}} to compile it for a "
+                f"concrete shape")
+    return TensorType(tuple(dims), dtype)
+
+
+def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
+              ) -> tuple[IRModule, dict[str, np.ndarray]]:
+    """Import an ONNX model (path, bytes or ``ModelProto``) into the graph IR.
+
+    Args:
+        model: the model.
+        shapes: optional ``{input name: shape}`` overriding or fixing input shapes.
+    Returns:
+        ``(mod, params)``: ``mod["main"]`` takes the graph inputs (non-initializers) then the
+        weights; ``params`` maps weight parameter names to numpy arrays.
+    Raises:
+        ModelLoadError, UnsupportedOpError, ShapeMismatchError.
+    """
+    m = load_model(model)
+    opsets = {(o.domain or ""): o.version for o in m.opset_import}
+    if "ai.onnx" in opsets:
+        opsets.setdefault("", opsets["ai.onnx"])
+    if "" not in opsets:
+        opsets[""] = 1
+    ctx = ImportContext(opsets)
+    g = m.graph
+    env: dict[str, Value] = {}
+    inits = {}
+    for t in g.initializer:
+        try:
+            inits[t.name] = numpy_helper.to_array(t)
+        except Exception as e:
+            raise ModelLoadError(f"initializer {t.name!r} cannot be read: {e}") from None
+    for t in g.sparse_initializer:
+        raise UnsupportedOpError(f"sparse initializer {t.values.name!r} is not supported")
+    for vi in g.input:
+        if vi.name in inits:
+            continue
+        env[vi.name] = ctx.fb.param(vi.name, _value_info_type(vi, shapes, ""))
+    for name, arr in inits.items():
+        env[name] = Constant(arr)
+        ctx.const_names[id(env[name])] = name
+
+    producers: dict[str, onnx.NodeProto] = {}
+    for node in g.node:
+        for o in node.output:
+            producers[o] = node
+    for node in g.node:
+        domain = node.domain or ""
+        if domain == "ai.onnx":
+            domain = ""
+        opset = opsets.get(domain, 1)
+        ins = []
+        for name in node.input:
+            if name == "":
+                ins.append(None)
+            elif name in env:
+                ins.append(env[name])
+            else:
+                raise ModelLoadError(f"node {node.name or node.op_type!r} reads {name!r}, which no "
+                                     f"node, input or initializer defines (model not topologically "
+                                     f"sorted or malformed)")
+        view = NodeView(node, ins, opset)
+        conv = lookup_converter(domain, node.op_type, opset)
+        if conv is None:
+            raise UnsupportedOpError(
+                f"{view.where}operator {(domain + '.') if domain else ''}{node.op_type} is not "
+                f"supported at opset {opset}; reached from model input(s) "
+                f"{_leading_inputs(node, producers, g)}", op=node.op_type, node=view.name,
+                opset=opset)
+        ctx.node = view
+        try:
+            outs = conv(ctx, view)
+        except EmberError as e:
+            msg = str(e)
+            if view.where not in msg:
+                msg = view.where + msg
+            err = type(e)(msg) if not isinstance(e, UnsupportedOpError) else UnsupportedOpError(
+                msg, op=e.op or node.op_type, node=view.name, opset=opset)
+            raise err from None
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        for k, name in enumerate(node.output):
+            if name == "":
+                continue
+            if k >= len(outs) or outs[k] is None:
+                raise UnsupportedOpError(f"{view.where}output {k} ({name!r}) is not supported",
+                                         op=node.op_type, node=view.name, opset=opset)
+            v = outs[k]
+            if isinstance(v, Constant):
+                ctx.const_names.setdefault(id(v), name)
+            env[name] = v
+    outputs = []
+    for vi in g.output:
+        if vi.name not in env:
+            raise ModelLoadError(f"graph output {vi.name!r} is not produced by any node")
+        outputs.append(env[vi.name])
+    func = ctx.fb.finish(outputs)
+    _rename_outputs(func, [vi.name for vi in g.output])
+    return IRModule.from_function(func), ctx.params
+
+
+def _rename_outputs(func, names):
+    """Give output bindings their ONNX names where free (readable IR and error messages)."""
+    used = {p.name for p in func.params} | {o.name for b in func.bindings for o in b.outputs}
+    for v, n in zip(func.outputs, names):
+        if isinstance(v, Var) and v.name.isdigit() and n not in used:
+            used.discard(v.name)
+            v.name = n
+            used.add(n)
+
+
+def _leading_inputs(node, producers, g) -> list[str]:
+    graph_inputs = {vi.name for vi in g.input}
+    found, seen, stack = [], set(), list(node.input)
+    while stack:
+        n = stack.pop()
+        if n in seen or not n:
+            continue
+        seen.add(n)
+        if n in graph_inputs:
+            found.append(n)
+        elif n in producers:
+            stack.extend(producers[n].input)
+    return sorted(found) or ["(none: constants only)"]

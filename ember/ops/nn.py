@@ -1,0 +1,583 @@
+"""Neural-network operators: convolution, pooling, normalization, softmax, dense products.
+
+Layouts are ONNX's: activations ``(N, C, *spatial)`` (NCHW for 2-D), convolution weights
+``(M, C/group, *kernel)``. Padding is explicit (``pads = begins + ends``, one per spatial dim):
+the ONNX frontend resolves ``auto_pad`` before building these operators.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .. import te
+from ..errors import ShapeMismatchError
+from ..graph.ir import TensorType
+from ..tir.expr import Expr, is_float
+from .elemwise import broadcast_load
+from .registry import REQUIRED, OpPattern, broadcast_shapes, normalize_axis, register_op
+
+
+def _sp(attr, n, default):
+    return tuple(attr) if attr is not None else (default,) * n
+
+
+def _in_bounds(conds: list, e: Expr, extent: int, lo_pad: int, hi_pad: int):
+    if lo_pad > 0:
+        conds.append(te.ge(e, 0))
+    if hi_pad > 0:
+        conds.append(te.lt(e, extent))
+
+
+# convolution -----------------------------------------------------------------------------------
+
+def conv_out_dim(size: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
+    """Output length of a convolution along one spatial dim (floor rounding)."""
+    return (size + pb + pe - d * (k - 1) - 1) // s + 1
+
+
+def _conv_type(types, attrs):
+    x, w = types[0], types[1]
+    nsp = x.ndim - 2
+    if nsp < 1 or w.ndim != x.ndim:
+        raise ShapeMismatchError(f"nn.conv: input rank {x.ndim} and weight rank {w.ndim} must match "
+                                 f"and be at least 3")
+    g = attrs["group"]
+    if x.shape[1] != w.shape[1] * g:
+        raise ShapeMismatchError(f"nn.conv: input channels {x.shape[1]} != weight in-channels "
+                                 f"{w.shape[1]} x group {g}")
+    if w.shape[0] % g:
+        raise ShapeMismatchError(f"nn.conv: {w.shape[0]} output channels not divisible by group {g}")
+    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
+    p = _sp(attrs["pads"], 2 * nsp, 0)
+    out = [x.shape[0], w.shape[0]]
+    for i in range(nsp):
+        o = conv_out_dim(x.shape[2 + i], w.shape[2 + i], s[i], d[i], p[i], p[nsp + i])
+        if o <= 0:
+            raise ShapeMismatchError(f"nn.conv: output spatial dim {i} would be {o} (input "
+                                     f"{x.shape}, kernel {w.shape[2:]})")
+        out.append(o)
+    if len(types) == 3 and types[2].shape not in ((w.shape[0],),):
+        raise ShapeMismatchError(f"nn.conv: bias shape {types[2].shape} != ({w.shape[0]},)")
+    return [TensorType(tuple(out), x.dtype)]
+
+
+def _conv_ref(xs, attrs):
+    x, w = xs[0], xs[1]
+    nsp = x.ndim - 2
+    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
+    p = _sp(attrs["pads"], 2 * nsp, 0)
+    g = attrs["group"]
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p[i], p[nsp + i]) for i in range(nsp)])
+    M, Cg = w.shape[0], w.shape[1]
+    k = w.shape[2:]
+    outsp = [conv_out_dim(x.shape[2 + i], k[i], s[i], d[i], p[i], p[nsp + i]) for i in range(nsp)]
+    y = np.zeros((x.shape[0], M, *outsp), np.float64)
+    Mg = M // g
+    for gi in range(g):
+        xg = xp[:, gi * Cg:(gi + 1) * Cg]
+        wg = w[gi * Mg:(gi + 1) * Mg].astype(np.float64)
+        for kidx in np.ndindex(*k):
+            sl = tuple(slice(kidx[i] * d[i], kidx[i] * d[i] + s[i] * (outsp[i] - 1) + 1, s[i])
+                       for i in range(nsp))
+            patch = xg[(slice(None), slice(None)) + sl]  # N, Cg, *out
+            y[:, gi * Mg:(gi + 1) * Mg] += np.einsum("nc...,mc->nm...", patch,
+                                                     wg[(slice(None), slice(None)) + kidx])
+    if len(xs) == 3:
+        y += xs[2].astype(np.float64).reshape((1, M) + (1,) * nsp)
+    return [y.astype(x.dtype)]
+
+
+def _conv_compute(inputs, attrs, out_types):
+    x, w = inputs[0], inputs[1]
+    nsp = x.ndim - 2
+    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
+    p = _sp(attrs["pads"], 2 * nsp, 0)
+    g = attrs["group"]
+    M, Cg = w.shape[0], w.shape[1]
+    Mg = M // g
+    out_shape = out_types[0].shape
+    rc = te.reduce_axis(Cg, "rc")
+    rk = [te.reduce_axis(w.shape[2 + i], f"rk{i}") for i in range(nsp)]
+
+    def f(n, m, *o):
+        conds: list = []
+        pos = []
+        for i in range(nsp):
+            e = o[i] * s[i] + rk[i].var * d[i] - p[i]
+            _in_bounds(conds, e, x.shape[2 + i], p[i], p[nsp + i])
+            pos.append(e)
+        c = rc.var if g == 1 else (m // Mg) * Cg + rc.var
+        val = x[(n, c, *pos)] * w[(m, rc.var, *[r.var for r in rk])]
+        if conds:
+            val = te.select(te.all_of(*conds), val, te.const(0, x.dtype))
+        return te.sum(val, axis=[rc] + rk)
+
+    y = te.compute(out_shape, f, name="conv")
+    if len(inputs) == 3:
+        b = inputs[2]
+        y = te.compute(out_shape, lambda n, m, *o: y[(n, m, *o)] + b[m], name="conv_bias")
+    return [y]
+
+
+register_op("nn.conv", infer_type=_conv_type, reference=_conv_ref, compute=_conv_compute,
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 3),
+            attrs={"strides": None, "pads": None, "dilations": None, "group": 1},
+            doc="N-d convolution (cross-correlation) of x (N, C, *sp) with w (M, C/group, *k) "
+                "plus optional bias (M,), explicit pads (ONNX Conv)")
+
+
+# pooling ---------------------------------------------------------------------------------------
+
+def pool_out_dim(size, k, s, d, pb, pe, ceil_mode) -> int:
+    """Pooling output length along one dim, ONNX rules (ceil_mode drops a last window that would
+    start in the end padding)."""
+    num = size + pb + pe - d * (k - 1) - 1
+    if ceil_mode:
+        o = -(-num // s) + 1
+        if (o - 1) * s >= size + pb:
+            o -= 1
+        return o
+    return num // s + 1
+
+
+def _pool_geom(xshape, attrs):
+    nsp = len(xshape) - 2
+    k = tuple(attrs["kernel_shape"])
+    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
+    p = _sp(attrs["pads"], 2 * nsp, 0)
+    out = [pool_out_dim(xshape[2 + i], k[i], s[i], d[i], p[i], p[nsp + i], attrs["ceil_mode"])
+           for i in range(nsp)]
+    return nsp, k, s, d, p, out
+
+
+def _pool_type(types, attrs):
+    x = types[0]
+    if x.ndim < 3 or len(attrs["kernel_shape"]) != x.ndim - 2:
+        raise ShapeMismatchError(f"pooling: input rank {x.ndim} does not match kernel "
+                                 f"{attrs['kernel_shape']}")
+    _, _, _, _, _, out = _pool_geom(x.shape, attrs)
+    if any(o <= 0 for o in out):
+        raise ShapeMismatchError(f"pooling: empty output {out} for input {x.shape}")
+    return [TensorType((x.shape[0], x.shape[1], *out), x.dtype)]
+
+
+def _pool_windows(x, attrs):
+    """Yield (out index, list of (input index or None for padding, inside_pads)) per window."""
+    nsp, k, s, d, p, out = _pool_geom(x.shape, attrs)
+    for o in np.ndindex(*out):
+        pts = []
+        for kk in np.ndindex(*k):
+            pos = [o[i] * s[i] + kk[i] * d[i] - p[i] for i in range(nsp)]
+            inside = all(0 <= pos[i] < x.shape[2 + i] for i in range(nsp))
+            in_pads = all(-p[i] <= pos[i] < x.shape[2 + i] + p[nsp + i] for i in range(nsp))
+            pts.append((tuple(pos) if inside else None, in_pads))
+        yield o, pts
+
+
+def _max_pool_ref(xs, attrs):
+    x = xs[0]
+    _, _, _, _, _, out = _pool_geom(x.shape, attrs)
+    y = np.full(x.shape[:2] + tuple(out), -np.inf, np.float64)
+    for o, pts in _pool_windows(x, attrs):
+        vals = [x[(slice(None), slice(None)) + q] for q, _ in pts if q is not None]
+        y[(slice(None), slice(None)) + o] = np.max(vals, axis=0)
+    return [y.astype(x.dtype)]
+
+
+def _avg_pool_ref(xs, attrs):
+    x = xs[0]
+    _, _, _, _, _, out = _pool_geom(x.shape, attrs)
+    y = np.zeros(x.shape[:2] + tuple(out), np.float64)
+    for o, pts in _pool_windows(x, attrs):
+        vals = [x[(slice(None), slice(None)) + q].astype(np.float64) for q, _ in pts if q is not None]
+        n = sum(1 for _, ip in pts if ip) if attrs["count_include_pad"] else len(vals)
+        y[(slice(None), slice(None)) + o] = np.sum(vals, axis=0) / n
+    return [y.astype(x.dtype)]
+
+
+def _pool_compute(kind):
+    def compute(inputs, attrs, out_types):
+        x = inputs[0]
+        nsp, k, s, d, p, out = _pool_geom(x.shape, attrs)
+        oshape = out_types[0].shape
+
+        def window(o, rk, lo_pads, hi_pads):
+            conds, pos = [], []
+            for i in range(nsp):
+                e = o[i] * s[i] + rk[i].var * d[i] - p[i]
+                # positions past the input (padding or ceil-mode overhang) are skipped
+                lo = 0 if lo_pads is None else -p[i]
+                hi = x.shape[2 + i] if hi_pads is None else x.shape[2 + i] + p[nsp + i]
+                conds.append(te.ge(e, lo))
+                conds.append(te.lt(e, hi))
+                pos.append(e)
+            return te.all_of(*conds), pos
+
+        rk = [te.reduce_axis(k[i], f"pk{i}") for i in range(nsp)]
+        if kind == "max":
+            def fmax(n, c, *o):
+                cond, pos = window(o, rk, None, None)
+                return te.max(x[(n, c, *pos)], axis=rk, where=cond)
+            return [te.compute(oshape, fmax, name="maxpool")]
+        acc_dt = x.dtype
+
+        def fsum(n, c, *o):
+            cond, pos = window(o, rk, None, None)
+            return te.sum(x[(n, c, *pos)], axis=rk, where=cond)
+        total = te.compute(oshape, fsum, name="poolsum")
+        rk2 = [te.reduce_axis(k[i], f"ck{i}") for i in range(nsp)]
+        include = bool(attrs["count_include_pad"])
+
+        def fcount(n, c, *o):
+            cond, _ = window(o, rk2, True if include else None, True if include else None)
+            return te.sum(te.const(1, acc_dt), axis=rk2, where=cond)
+        count = te.compute(oshape[2:], lambda *o: fcount(0, 0, *o), name="poolcount")
+        return [te.compute(oshape, lambda n, c, *o: total[(n, c, *o)] / count[o], name="avgpool")]
+    return compute
+
+
+_POOL_ATTRS = {"kernel_shape": REQUIRED, "strides": None, "pads": None, "dilations": None,
+               "ceil_mode": 0}
+register_op("nn.max_pool", infer_type=_pool_type, reference=_max_pool_ref,
+            compute=_pool_compute("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+            attrs=dict(_POOL_ATTRS), doc="N-d max pooling, explicit pads (ONNX MaxPool)")
+register_op("nn.avg_pool", infer_type=_pool_type, reference=_avg_pool_ref,
+            compute=_pool_compute("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+            attrs=dict(_POOL_ATTRS, count_include_pad=0),
+            doc="N-d average pooling; the divisor counts input positions, plus pad positions "
+                "when count_include_pad (never ceil-mode overhang) (ONNX AveragePool)")
+
+
+def _global_pool_type(types, attrs):
+    x = types[0]
+    if x.ndim < 2:
+        raise ShapeMismatchError(f"global pooling needs rank >= 2, got {x.shape}")
+    return [TensorType(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)]
+
+
+def _global_pool_compute(kind):
+    def compute(inputs, attrs, out_types):
+        x = inputs[0]
+        rk = [te.reduce_axis(n, f"gk{i}") for i, n in enumerate(x.shape[2:])]
+        red = te.max if kind == "max" else te.sum
+        y = te.compute(out_types[0].shape,
+                       lambda n, c, *o: red(x[(n, c, *[r.var for r in rk])], axis=rk), name="gpool")
+        if kind == "avg":
+            cnt = float(np.prod(x.shape[2:]))
+            y = te.compute(out_types[0].shape, lambda *i: y[i] / te.const(cnt, x.dtype), name="gavg")
+        return [y]
+    return compute
+
+
+register_op("nn.global_avg_pool", infer_type=_global_pool_type,
+            reference=lambda xs, a: [xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True,
+                                                dtype=np.float64).astype(xs[0].dtype)],
+            compute=_global_pool_compute("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+            doc="mean over all spatial dims, keeping them as 1 (ONNX GlobalAveragePool)")
+register_op("nn.global_max_pool", infer_type=_global_pool_type,
+            reference=lambda xs, a: [xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True)],
+            compute=_global_pool_compute("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+            doc="max over all spatial dims, keeping them as 1 (ONNX GlobalMaxPool)")
+
+
+# normalization --------------------------------------------------------------------------------
+
+def _bn_type(types, attrs):
+    x = types[0]
+    c = x.shape[1] if x.ndim > 1 else 1
+    for t in types[1:]:
+        if t.shape != (c,):
+            raise ShapeMismatchError(f"nn.batch_norm: parameter shape {t.shape} != ({c},)")
+    return [x]
+
+
+def _bn_ref(xs, attrs):
+    x, sc, b, m, v = xs
+    shp = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - m.reshape(shp)) / np.sqrt(v.reshape(shp) + attrs["epsilon"]) * sc.reshape(shp) \
+        + b.reshape(shp)
+    return [y.astype(x.dtype)]
+
+
+def _bn_compute(inputs, attrs, out_types):
+    x, sc, b, m, v = inputs
+    eps = attrs["epsilon"]
+
+    def f(n, c, *r):
+        return (x[(n, c, *r)] - m[c]) * (sc[c] / te.sqrt(v[c] + te.const(eps, x.dtype))) + b[c]
+    return [te.compute(x.shape, f, name="bn")]
+
+
+register_op("nn.batch_norm", infer_type=_bn_type, reference=_bn_ref, compute=_bn_compute,
+            pattern=OpPattern.BROADCAST, num_inputs=(5, 5), attrs={"epsilon": 1e-5},
+            doc="inference batch normalization over axis 1: (x - mean) / sqrt(var + eps) * scale "
+                "+ bias (ONNX BatchNormalization, training_mode=0)")
+
+
+def _lrn_ref(xs, attrs):
+    x = xs[0].astype(np.float64)
+    size, alpha, beta, bias = attrs["size"], attrs["alpha"], attrs["beta"], attrs["bias"]
+    C = x.shape[1]
+    sq = np.zeros_like(x)
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    for c in range(C):
+        sq[:, c] = (x[:, max(0, c - lo):min(C, c + hi + 1)] ** 2).sum(axis=1)
+    return [(x / (bias + alpha / size * sq) ** beta).astype(xs[0].dtype)]
+
+
+def _lrn_compute(inputs, attrs, out_types):
+    x = inputs[0]
+    size, alpha, beta, bias = attrs["size"], attrs["alpha"], attrs["beta"], attrs["bias"]
+    C = x.shape[1]
+    lo = (size - 1) // 2
+    r = te.reduce_axis(size, "lrn")
+
+    def fsq(n, c, *sp):
+        cc = c - lo + r.var
+        v = x[(n, cc, *sp)]
+        return te.sum(v * v, axis=r, where=te.all_of(te.ge(cc, 0), te.lt(cc, C)))
+    sq = te.compute(x.shape, fsq, name="lrn_sq")
+    dt = x.dtype
+    return [te.compute(x.shape, lambda *i: x[i] / te.power(
+        te.const(bias, dt) + te.const(alpha / size, dt) * sq[i], te.const(beta, dt)), name="lrn")]
+
+
+register_op("nn.lrn", infer_type=lambda t, a: [t[0]], reference=_lrn_ref, compute=_lrn_compute,
+            pattern=OpPattern.OPAQUE,
+            attrs={"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
+            doc="local response normalization across channels (ONNX LRN)")
+
+
+def _axis_softmax_compute(log: bool):
+    def compute(inputs, attrs, out_types):
+        x = inputs[0]
+        ax = normalize_axis(attrs["axis"], x.ndim)
+        kd = tuple(1 if i == ax else n for i, n in enumerate(x.shape))
+
+        def at(idx, v):
+            return tuple(v if i == ax else e for i, e in enumerate(idx))
+        r1 = te.reduce_axis(x.shape[ax], "sm")
+        mx = te.compute(kd, lambda *i: te.max(x[at(i, r1.var)], axis=r1), name="sm_max")
+        r2 = te.reduce_axis(x.shape[ax], "ss")
+        sm = te.compute(kd, lambda *i: te.sum(te.exp(x[at(i, r2.var)] - mx[i]), axis=r2),
+                        name="sm_sum")
+        if log:
+            return [te.compute(x.shape, lambda *i: x[i] - mx[at(i, 0)] - te.log(sm[at(i, 0)]),
+                               name="logsoftmax")]
+        return [te.compute(x.shape, lambda *i: te.exp(x[i] - mx[at(i, 0)]) / sm[at(i, 0)],
+                           name="softmax")]
+    return compute
+
+
+def _softmax_ref(log):
+    def ref(xs, attrs):
+        x = xs[0].astype(np.float64)
+        ax = attrs["axis"]
+        m = x.max(axis=ax, keepdims=True)
+        e = np.exp(x - m)
+        s = e.sum(axis=ax, keepdims=True)
+        y = (x - m - np.log(s)) if log else e / s
+        return [y.astype(xs[0].dtype)]
+    return ref
+
+
+def _float_same(name):
+    def infer(types, attrs):
+        if not is_float(types[0].dtype):
+            raise ShapeMismatchError(f"{name} needs a floating-point input, got {types[0].dtype}")
+        normalize_axis(attrs.get("axis", -1), types[0].ndim, f"{name}: ")
+        return [types[0]]
+    return infer
+
+
+register_op("nn.softmax", infer_type=_float_same("nn.softmax"), reference=_softmax_ref(False),
+            compute=_axis_softmax_compute(False), pattern=OpPattern.OPAQUE, attrs={"axis": -1},
+            doc="exp(x) / sum(exp(x)) along one axis, max-subtracted (ONNX Softmax-13)")
+register_op("nn.log_softmax", infer_type=_float_same("nn.log_softmax"),
+            reference=_softmax_ref(True), compute=_axis_softmax_compute(True),
+            pattern=OpPattern.OPAQUE, attrs={"axis": -1},
+            doc="x - log(sum(exp(x))) along one axis (ONNX LogSoftmax-13)")
+
+
+def _ln_type(types, attrs):
+    x = types[0]
+    ax = normalize_axis(attrs["axis"], x.ndim, "nn.layer_norm: ")
+    norm = x.shape[ax:]
+    for t in types[1:]:
+        broadcast_shapes(norm, t.shape, where="nn.layer_norm scale/bias: ")
+    return [x]
+
+
+def _ln_ref(xs, attrs):
+    x = xs[0].astype(np.float64)
+    ax = normalize_axis(attrs["axis"], x.ndim)
+    axes = tuple(range(ax, x.ndim))
+    m = x.mean(axis=axes, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - m) / np.sqrt(v + attrs["epsilon"]) * xs[1]
+    if len(xs) > 2:
+        y = y + xs[2]
+    return [y.astype(xs[0].dtype)]
+
+
+def _ln_compute(inputs, attrs, out_types):
+    x = inputs[0]
+    ax = normalize_axis(attrs["axis"], x.ndim)
+    red_shape = x.shape[ax:]
+    n = float(np.prod(red_shape))
+    kd = x.shape[:ax] + (1,) * (x.ndim - ax)
+    dt = x.dtype
+    r1 = [te.reduce_axis(s, "ln") for s in red_shape]
+    mean = te.compute(kd, lambda *i: te.sum(x[i[:ax] + tuple(r.var for r in r1)], axis=r1),
+                      name="ln_sum")
+    r2 = [te.reduce_axis(s, "lv") for s in red_shape]
+
+    def fvar(*i):
+        d = x[i[:ax] + tuple(r.var for r in r2)] - mean[i] / te.const(n, dt)
+        return te.sum(d * d, axis=r2)
+    var = te.compute(kd, fvar, name="ln_var")
+    scale = inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    eps = attrs["epsilon"]
+
+    def f(*i):
+        k = i[:ax] + (0,) * (x.ndim - ax)
+        y = (x[i] - mean[k] / te.const(n, dt)) / te.sqrt(var[k] / te.const(n, dt)
+                                                          + te.const(eps, dt))
+        y = y * broadcast_load(scale, i)
+        if bias is not None:
+            y = y + broadcast_load(bias, i)
+        return y
+    return [te.compute(x.shape, f, name="layer_norm")]
+
+
+register_op("nn.layer_norm", infer_type=_ln_type, reference=_ln_ref, compute=_ln_compute,
+            pattern=OpPattern.OPAQUE, num_inputs=(2, 3), attrs={"axis": -1, "epsilon": 1e-5},
+            doc="normalize over dims [axis, rank), then scale and bias (ONNX "
+                "LayerNormalization-17, output Y)")
+
+
+# dense products -------------------------------------------------------------------------------
+
+def _gemm_type(types, attrs):
+    a, b = types[0], types[1]
+    if a.ndim != 2 or b.ndim != 2:
+        raise ShapeMismatchError(f"nn.gemm: A {a.shape} and B {b.shape} must be 2-D")
+    M, K = (a.shape[1], a.shape[0]) if attrs["trans_a"] else a.shape
+    K2, N = (b.shape[1], b.shape[0]) if attrs["trans_b"] else b.shape
+    if K != K2:
+        raise ShapeMismatchError(f"nn.gemm: inner dims differ: A {a.shape} (trans_a="
+                                 f"{attrs['trans_a']}) vs B {b.shape} (trans_b={attrs['trans_b']})")
+    if len(types) == 3:
+        if broadcast_shapes((M, N), types[2].shape, where="nn.gemm C: ") != (M, N):
+            raise ShapeMismatchError(f"nn.gemm: C {types[2].shape} does not broadcast to {(M, N)}")
+    return [TensorType((M, N), a.dtype)]
+
+
+def _gemm_ref(xs, attrs):
+    a = xs[0].T if attrs["trans_a"] else xs[0]
+    b = xs[1].T if attrs["trans_b"] else xs[1]
+    y = attrs["alpha"] * (a.astype(np.float64) @ b.astype(np.float64))
+    if len(xs) == 3:
+        y = y + attrs["beta"] * xs[2].astype(np.float64)
+    return [y.astype(xs[0].dtype)]
+
+
+def _gemm_compute(inputs, attrs, out_types):
+    a, b = inputs[0], inputs[1]
+    M, N = out_types[0].shape
+    K = a.shape[0] if attrs["trans_a"] else a.shape[1]
+    k = te.reduce_axis(K, "gk")
+    dt = a.dtype
+
+    def f(i, j):
+        av = a[k.var, i] if attrs["trans_a"] else a[i, k.var]
+        bv = b[j, k.var] if attrs["trans_b"] else b[k.var, j]
+        return te.sum(av * bv, axis=k)
+    y = te.compute((M, N), f, name="gemm")
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    c = inputs[2] if len(inputs) == 3 else None
+    if alpha != 1.0 or c is not None:
+        def g(i, j):
+            v = y[i, j] if alpha == 1.0 else y[i, j] * te.const(alpha, dt)
+            if c is not None:
+                cv = broadcast_load(c, (i, j))
+                v = v + (cv if beta == 1.0 else cv * te.const(beta, dt))
+            return v
+        y = te.compute((M, N), g, name="gemm_epilogue")
+    return [y]
+
+
+register_op("nn.gemm", infer_type=_gemm_type, reference=_gemm_ref, compute=_gemm_compute,
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 3),
+            attrs={"alpha": 1.0, "beta": 1.0, "trans_a": 0, "trans_b": 0},
+            doc="alpha * A' @ B' + beta * C, C broadcast to (M, N) (ONNX Gemm)")
+
+
+def matmul_shape(a: Sequence, b: Sequence, where: str = "matmul: ") -> tuple:
+    """Result shape of NumPy ``matmul`` (1-D operands promoted then squeezed)."""
+    if len(a) == 0 or len(b) == 0:
+        raise ShapeMismatchError(f"{where}operands must have rank >= 1")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2]:
+        raise ShapeMismatchError(f"{where}inner dims differ: {tuple(a)} @ {tuple(b)}")
+    batch = broadcast_shapes(a2[:-2], b2[:-2], where=where)
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return tuple(out)
+
+
+def _matmul_type(types, attrs):
+    a, b = types
+    if a.dtype != b.dtype:
+        raise ShapeMismatchError(f"matmul: dtypes differ ({a.dtype} vs {b.dtype})")
+    return [TensorType(matmul_shape(a.shape, b.shape), a.dtype)]
+
+
+def _matmul_ref(xs, attrs):
+    a, b = xs
+    if a.dtype.kind == "f":
+        return [np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)]
+    return [np.matmul(a, b)]
+
+
+def _matmul_compute(inputs, attrs, out_types):
+    a, b = inputs
+    oshape = out_types[0].shape
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    K = a.shape[-1]
+    k = te.reduce_axis(K, "mk")
+    nb = len(oshape) - (0 if a_vec else 1) - (0 if b_vec else 1)  # batch rank of the output
+
+    def f(*idx):
+        batch = idx[:nb]
+        rest = idx[nb:]
+        i = None if a_vec else rest[0]
+        j = None if b_vec else rest[-1]
+        if a_vec:
+            av = a[k.var]
+        else:
+            ab = a.shape[:-2]
+            bi = [0 if d == 1 else batch[nb - len(ab) + t] for t, d in enumerate(ab)]
+            av = a[(*bi, i, k.var)]
+        if b_vec:
+            bv = b[k.var]
+        else:
+            bb = b.shape[:-2]
+            bi = [0 if d == 1 else batch[nb - len(bb) + t] for t, d in enumerate(bb)]
+            bv = b[(*bi, k.var, j)]
+        return te.sum(av * bv, axis=k)
+    return [te.compute(oshape, f, name="matmul")]
+
+
+register_op("matmul", infer_type=_matmul_type, reference=_matmul_ref, compute=_matmul_compute,
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 2),
+            doc="NumPy matmul with batch broadcasting and 1-D promotion (ONNX MatMul)")
+
+

@@ -1,0 +1,159 @@
+"""The operator registry: every graph operator is defined once, here or through ``register_op``.
+
+An ``OpDef`` gives an operator's attributes (with defaults), its type inference, its NumPy
+reference implementation, its tensor-expression compute (for lowering to loop IR) and its fusion
+pattern (TVM's ``OpPatternKind``). Converters, passes, the lowering and the reference executor all
+look operators up here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import ShapeMismatchError, UnsupportedOpError
+
+
+class OpPattern(enum.IntEnum):
+    """Fusion kind of an operator (lower is easier to fuse), as in TVM's ``OpPatternKind``."""
+
+    ELEMWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    COMM_REDUCE = 3
+    OUT_ELEMWISE_FUSABLE = 4
+    TUPLE = 7
+    OPAQUE = 8
+
+
+REQUIRED = object()  # marks an attribute without a default
+
+
+@dataclass
+class OpDef:
+    """Definition of one graph operator.
+
+    Attributes:
+        name: registry name, e.g. ``"nn.conv"``.
+        infer_type: ``(input TensorTypes, attrs) -> [output TensorTypes]``; raises
+            ``ShapeMismatchError`` on inputs the op cannot take.
+        reference: ``(input ndarrays, attrs) -> [output ndarrays]``: the NumPy reference.
+        compute: ``(input te.Tensors, attrs, output TensorTypes) -> [te.Tensors]``, or ``None``
+            for host-only operators.
+        pattern: the fusion kind.
+        attrs: attribute names with their default (``REQUIRED`` for none).
+        num_inputs: ``(min, max)`` number of inputs; ``max=None`` for variadic.
+        doc: one-paragraph description with the spec followed.
+    """
+
+    name: str
+    infer_type: Callable
+    reference: Callable
+    compute: Callable | None = None
+    pattern: OpPattern = OpPattern.OPAQUE
+    attrs: dict = field(default_factory=dict)
+    num_inputs: tuple = (1, 1)
+    doc: str = ""
+    schedule: Callable | None = None
+
+    def normalize_attrs(self, attrs: dict, where: str = "") -> dict:
+        """Fill defaults and reject unknown or missing attributes."""
+        out = {}
+        for k, v in attrs.items():
+            if k not in self.attrs:
+                raise UnsupportedOpError(f"{where}operator {self.name} has no attribute {k!r} "
+                                         f"(known: {sorted(self.attrs)})", op=self.name)
+            out[k] = v
+        for k, d in self.attrs.items():
+            if k not in out:
+                if d is REQUIRED:
+                    raise ShapeMismatchError(f"{where}operator {self.name} needs attribute {k!r}")
+                out[k] = d
+        return out
+
+    def check_arity(self, n: int, where: str = ""):
+        lo, hi = self.num_inputs
+        if n < lo or (hi is not None and n > hi):
+            raise ShapeMismatchError(f"{where}operator {self.name} takes {lo}"
+                                     f"{'' if hi == lo else f' to {hi}' if hi else ' or more'} "
+                                     f"inputs, got {n}")
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register_op(name: str, *, infer_type: Callable, reference: Callable,
+                compute: Callable | None = None, pattern: OpPattern = OpPattern.OPAQUE,
+                attrs: dict | None = None, num_inputs: tuple = (1, 1), doc: str = "",
+                schedule: Callable | None = None, override: bool = False) -> OpDef:
+    """Register a graph operator (ember's own or a user's, e.g. ``"custom.fused_conv_relu"``).
+
+    Raises:
+        ValueError: ``name`` is already registered and ``override`` is false.
+    """
+    if name in _REGISTRY and not override:
+        raise ValueError(f"operator {name!r} is already registered")
+    op = OpDef(name, infer_type, reference, compute, pattern, dict(attrs or {}), num_inputs,
+               doc, schedule)
+    _REGISTRY[name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    """The ``OpDef`` registered as ``name``.
+
+    Raises:
+        UnsupportedOpError: no such operator.
+    """
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnsupportedOpError(f"graph operator {name!r} is not registered", op=name) from None
+
+
+def list_ops() -> list[str]:
+    """Names of all registered operators, sorted."""
+    return sorted(_REGISTRY)
+
+
+# shared type-inference helpers -----------------------------------------------------------------
+
+def broadcast_shapes(*shapes: Sequence, where: str = "") -> tuple:
+    """NumPy (multidirectional) broadcast of shapes; symbolic dims broadcast with 1 and equal
+    names. Raises ``ShapeMismatchError`` on incompatible dims."""
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(nd):
+        dim = 1
+        for s in shapes:
+            j = k - (nd - len(s))
+            if j < 0:
+                continue
+            d = s[j]
+            if d == 1:
+                continue
+            if dim == 1:
+                dim = d
+            elif d != dim:
+                raise ShapeMismatchError(f"{where}shapes {', '.join(str(tuple(x)) for x in shapes)} "
+                                         f"cannot be broadcast together (axis {k}: {dim} vs {d})")
+        out.append(dim)
+    return tuple(out)
+
+
+def normalize_axis(axis: int, ndim: int, where: str = "") -> int:
+    """``axis`` in ``[-ndim, ndim)`` as a non-negative index; raises ``ShapeMismatchError``."""
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeMismatchError(f"{where}axis {axis} is out of range for rank {ndim}")
+    return axis + ndim if axis < 0 else axis
+
+
+def np_dtype(dtype: str):
+    """numpy dtype object for an ember dtype name (bfloat16 through ml_dtypes)."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)

@@ -1,0 +1,78 @@
+"""Artifacts: a compiled model in one file (zip of the library, plan, graph text and weights).
+
+Written atomically (a temporary file renamed into place), so a crash never leaves a
+half-written artifact under the requested name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ..codegen.build import install_library
+from ..errors import ArtifactError
+
+FORMAT_VERSION = 1
+
+
+def save_artifact(model, path) -> None:
+    """Save a ``CompiledModel`` to ``path``."""
+    path = Path(path)
+    manifest = {"format": "ember-artifact", "version": FORMAT_VERSION, "target": model.target,
+                "plan": model.plan, "info": model.info}
+    params = io.BytesIO()
+    np.savez(params, **{f"p{k}": v for k, v in enumerate(model.params.values())})
+    names = list(model.params.keys())
+    manifest["param_names"] = names
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("manifest.json", json.dumps(manifest))
+            z.writestr("graph.txt", model.graph_text)
+            z.writestr("kernels.c", model.source)
+            z.write(model.lib_path, "lib.so")
+            z.writestr("params.npz", params.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load_artifact(path, num_threads: int | None = None):
+    """Load a ``CompiledModel`` saved by ``save``.
+
+    Raises:
+        ArtifactError: missing, truncated or incompatible file.
+    """
+    from .module import CompiledModel
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"artifact {str(path)!r} does not exist")
+    try:
+        with zipfile.ZipFile(path) as z:
+            manifest = json.loads(z.read("manifest.json"))
+            if manifest.get("format") != "ember-artifact":
+                raise ArtifactError(f"{path} is not an ember artifact")
+            if manifest.get("version") != FORMAT_VERSION:
+                raise ArtifactError(f"{path} has artifact version {manifest.get('version')}, this "
+                                    f"ember reads version {FORMAT_VERSION}: recompile the model")
+            graph = z.read("graph.txt").decode()
+            source = z.read("kernels.c").decode() if "kernels.c" in z.namelist() else ""
+            lib = install_library(z.read("lib.so"))
+            with np.load(io.BytesIO(z.read("params.npz"))) as npz:
+                params = {n: npz[f"p{k}"] for k, n in enumerate(manifest["param_names"])}
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError) as e:
+        raise ArtifactError(f"{path} is not a readable ember artifact (truncated or corrupted): "
+                            f"{type(e).__name__}: {e}") from None
+    return CompiledModel(lib, manifest["plan"], params, graph, manifest.get("target", "llvm"),
+                         manifest.get("info"), source, num_threads)

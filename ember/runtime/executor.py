@@ -1,0 +1,187 @@
+"""The static-shape graph executor: runs compiled kernels over a planned arena through ctypes.
+
+An execution plan is plain data (JSON-able, stored in artifacts)::
+
+    {"inputs":  [{"name", "shape", "dtype", "slot"}],
+     "outputs": [{"name", "slot"}],
+     "slots":   [{"shape", "dtype", "kind": "arena" | "param" | "input", "offset", "param"}],
+     "steps":   [{"symbol", "args": [slot, ...], "op", "name"}],
+     "arena_bytes": int}
+
+Params are bound once (64-byte aligned copies); every intermediate lives in one arena at its
+planned offset; inputs are passed by pointer (no copy when already contiguous and of the right
+dtype); outputs are copied out of the arena.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import EmberError, InputError
+
+ALIGN = 64
+
+
+def _dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose data pointer is 64-byte aligned."""
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off:off + nbytes]
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous, 64-byte aligned copy of ``a``."""
+    buf = aligned_empty(max(a.nbytes, 1))
+    out = buf[:a.nbytes].view(a.dtype).reshape(a.shape) if a.nbytes else np.empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
+class GraphExecutor:
+    """Runs an execution plan with the kernels of a loaded shared library.
+
+    Args:
+        lib: ``ctypes.CDLL`` holding the plan's kernel symbols.
+        plan: the execution plan (see module doc).
+        params: ``{param name: ndarray}`` for every ``param`` slot.
+        num_threads: OpenMP threads for the kernels (``None``: the OpenMP default).
+    """
+
+    def __init__(self, lib: ctypes.CDLL, plan: dict, params: Mapping[str, np.ndarray],
+                 num_threads: int | None = None):
+        self.lib = lib
+        self.plan = plan
+        if num_threads and hasattr(lib, "ember_set_num_threads"):
+            lib.ember_set_num_threads(ctypes.c_int(int(num_threads)))
+        self.arena = aligned_empty(max(int(plan["arena_bytes"]), ALIGN))
+        self._params = {}
+        self._ptr: list[int | None] = []
+        base = self.arena.ctypes.data
+        for s in plan["slots"]:
+            if s["kind"] == "arena":
+                self._ptr.append(base + int(s["offset"]))
+            elif s["kind"] == "param":
+                arr = params.get(s["param"])
+                if arr is None:
+                    raise EmberError(f"no value for parameter {s['param']!r}")
+                arr = aligned_copy(np.asarray(arr, dtype=_dtype(s["dtype"])).reshape(s["shape"]))
+                self._params[s["param"]] = arr
+                self._ptr.append(arr.ctypes.data if arr.nbytes else base)
+            else:
+                self._ptr.append(None)
+        self._steps = []
+        for st in plan["steps"]:
+            fn = getattr(lib, st["symbol"])
+            fn.restype = ctypes.c_int32
+            fn.argtypes = [ctypes.c_void_p] * len(st["args"])
+            self._steps.append((fn, list(st["args"]), st))
+        self.input_specs = plan["inputs"]
+        self.output_specs = plan["outputs"]
+        self._input_index = {d["name"]: k for k, d in enumerate(self.input_specs)}
+
+    # inputs ----------------------------------------------------------------------------------
+    def _bind_inputs(self, inputs) -> list[np.ndarray]:
+        specs = self.input_specs
+        if isinstance(inputs, Mapping):
+            unknown = [k for k in inputs if k not in self._input_index]
+            if unknown:
+                raise InputError(f"unknown input name(s) {unknown}; the model's inputs are "
+                                 f"{[d['name'] for d in specs]}")
+            missing = [d["name"] for d in specs if d["name"] not in inputs]
+            if missing:
+                raise InputError(f"missing input(s) {missing}; the model's inputs are "
+                                 f"{[d['name'] for d in specs]}")
+            values = [inputs[d["name"]] for d in specs]
+        else:
+            values = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+            if len(values) != len(specs):
+                raise InputError(f"expected {len(specs)} input(s) {[d['name'] for d in specs]}, "
+                                 f"got {len(values)}")
+        out = []
+        for d, v in zip(specs, values):
+            a = np.asarray(v)
+            want = _dtype(d["dtype"])
+            if a.dtype != want:
+                raise InputError(f"input {d['name']!r}: expected dtype {want}, got {a.dtype} "
+                                 f"(convert with .astype(np.{want}))")
+            if tuple(a.shape) != tuple(d["shape"]):
+                raise InputError(f"input {d['name']!r}: expected shape {tuple(d['shape'])}, got "
+                                 f"{tuple(a.shape)}")
+            out.append(np.ascontiguousarray(a))
+        return out
+
+    def run(self, inputs) -> list[np.ndarray]:
+        """Run once. ``inputs``: ``{name: array}`` or a list in graph-input order.
+
+        Returns:
+            the outputs as new numpy arrays, in graph-output order.
+        Raises:
+            InputError: a missing/unknown input or a wrong shape or dtype.
+        """
+        arrays = self._bind_inputs(inputs)
+        ptr = list(self._ptr)
+        for d, a in zip(self.input_specs, arrays):
+            ptr[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
+        for fn, args, st in self._steps:
+            rc = fn(*[ptr[a] for a in args])
+            if rc != 0:
+                raise EmberError(f"kernel {st['symbol']} ({st['op']}, {st['name']}) failed "
+                                 f"with code {rc} (workspace allocation failure)")
+        return [self._read(o["slot"], arrays) for o in self.output_specs]
+
+    def _read(self, slot: int, arrays) -> np.ndarray:
+        s = self.plan["slots"][slot]
+        dt = _dtype(s["dtype"])
+        shape = tuple(s["shape"])
+        if s["kind"] == "arena":
+            n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            off = int(s["offset"])
+            return self.arena[off:off + n].view(dt).reshape(shape).copy()
+        if s["kind"] == "param":
+            return self._params[s["param"]].copy()
+        for d, a in zip(self.input_specs, arrays):
+            if d["slot"] == slot:
+                return a.copy()
+        raise EmberError(f"output slot {slot} has no value")
+
+    def time_steps(self, inputs, repeat: int = 10) -> list[dict]:
+        """Per-kernel median time in ms over ``repeat`` runs: ``[{"op", "name", "ms"}]``."""
+        arrays = self._bind_inputs(inputs)
+        ptr = list(self._ptr)
+        for d, a in zip(self.input_specs, arrays):
+            ptr[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
+        times = [[] for _ in self._steps]
+        for _ in range(repeat):
+            for k, (fn, args, st) in enumerate(self._steps):
+                t0 = time.perf_counter()
+                fn(*[ptr[a] for a in args])
+                times[k].append((time.perf_counter() - t0) * 1e3)
+        return [{"op": st["op"], "name": st["name"], "symbol": st["symbol"],
+                 "ms": float(np.median(t))} for (_, _, st), t in zip(self._steps, times)]
+
+
+def benchmark(fn, number: int = 20, warmup: int = 3) -> dict:
+    """Time ``fn()``: median/mean/min in ms over ``number`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(number):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return {"median_ms": float(np.median(ts)), "mean_ms": float(np.mean(ts)),
+            "min_ms": float(np.min(ts)), "runs": number}
+
+
+__all__ = ["GraphExecutor", "aligned_copy", "aligned_empty", "benchmark"]

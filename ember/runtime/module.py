@@ -1,0 +1,87 @@
+"""``CompiledModel``: a compiled model ready to run, save and profile."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from ..codegen.build import load_library
+from .executor import GraphExecutor, benchmark
+
+
+class CompiledModel:
+    """A model compiled to native kernels plus its execution plan and weights.
+
+    Attributes:
+        plan: the execution plan (see ``ember.runtime.executor``).
+        graph_text: the graph IR (text form) the kernels were generated from.
+        target: the target string it was built for.
+        info: compile statistics (``compile_s``, ``num_kernels``, ``num_unique_kernels``...).
+    """
+
+    def __init__(self, lib_path: Path, plan: dict, params: Mapping[str, np.ndarray],
+                 graph_text: str = "", target: str = "llvm", info: dict | None = None,
+                 source: str = "", num_threads: int | None = None):
+        self.lib_path = Path(lib_path)
+        self.plan = plan
+        self.params = dict(params)
+        self.graph_text = graph_text
+        self.target = target
+        self.info = dict(info or {})
+        self.source = source
+        self._executor = GraphExecutor(load_library(self.lib_path), plan, self.params, num_threads)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [d["name"] for d in self.plan["inputs"]]
+
+    @property
+    def input_shapes(self) -> dict[str, tuple]:
+        return {d["name"]: tuple(d["shape"]) for d in self.plan["inputs"]}
+
+    @property
+    def input_dtypes(self) -> dict[str, str]:
+        return {d["name"]: d["dtype"] for d in self.plan["inputs"]}
+
+    @property
+    def output_names(self) -> list[str]:
+        return [d["name"] for d in self.plan["outputs"]]
+
+    def run(self, inputs) -> list[np.ndarray]:
+        """Run the model. ``inputs``: ``{name: array}`` or a list in input order (or a single
+        array for a one-input model). Returns numpy arrays in graph-output order.
+
+        Raises:
+            InputError: wrong/missing input, shape or dtype (named in the message).
+        """
+        return self._executor.run(inputs)
+
+    def benchmark(self, inputs, number: int = 20, warmup: int = 3) -> dict:
+        """Latency statistics in ms (``median_ms``, ``mean_ms``, ``min_ms``)."""
+        return benchmark(lambda: self._executor.run(inputs), number, warmup)
+
+    def profile(self, inputs, repeat: int = 10) -> list[dict]:
+        """Per-kernel median times in ms, in execution order."""
+        return self._executor.time_steps(inputs, repeat)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random inputs of the right shapes and dtypes."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for d in self.plan["inputs"]:
+            dt = np.dtype(d["dtype"]) if d["dtype"] != "bfloat16" else np.dtype("float32")
+            if dt.kind == "f":
+                out[d["name"]] = rng.standard_normal(d["shape"]).astype(dt)
+            elif dt.kind == "b":
+                out[d["name"]] = rng.integers(0, 2, d["shape"]).astype(bool)
+            else:
+                out[d["name"]] = rng.integers(0, 10, d["shape"]).astype(dt)
+        return out
+
+    def save(self, path: "str | os.PathLike") -> None:
+        """Write the library, graph and weights to one file, atomically."""
+        from .artifact import save_artifact
+        save_artifact(self, path)

@@ -1,0 +1,149 @@
+"""Lower a graph of tensor expressions to one loop-IR ``PrimFunc``.
+
+Each output and each reduction stage becomes a loop nest writing a buffer; other intermediate
+stages (injective ones: padding, broadcasting, elementwise math) are inlined into their
+consumers, as TVM's default ``compute_inline`` does. A reduction becomes a private accumulator
+initialised to the combiner's identity, updated over the reduce axes, then stored.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import LoweringError
+from ..tir.arith import post_order, simplify_stmt, substitute
+from ..tir.expr import Expr, Load, Reduce, Select, binop
+from ..tir.stmt import Allocate, Buffer, For, PrimFunc, Store, seq
+from .tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+def _stages(outputs: Sequence[Tensor]) -> list[Tensor]:
+    """Compute tensors reachable from ``outputs``, producers before consumers."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+
+    def visit(t: Tensor):
+        if id(t) in seen:
+            return
+        seen.add(id(t))
+        if isinstance(t.op, ComputeOp):
+            for i in t.op.inputs:
+                visit(i)
+            order.append(t)
+        else:
+            order.append(t)
+
+    for o in outputs:
+        visit(o)
+    return order
+
+
+def _combine(combiner: str, acc: Expr, x: Expr) -> Expr:
+    op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[combiner]
+    return binop(op, acc, x)
+
+
+def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: int = 1,
+                     inline: bool = True) -> PrimFunc:
+    """Lower tensors to a ``PrimFunc`` whose parameters are ``args`` (inputs then the last
+    ``num_outputs`` outputs, all as dense row-major buffers).
+
+    Raises:
+        LoweringError: a tensor is read that is neither in ``args`` nor computable from them.
+    """
+    args = list(args)
+    outputs = args[len(args) - num_outputs:]
+    inputs = args[:len(args) - num_outputs]
+    arg_ids = {id(t) for t in args}
+    stages = _stages(outputs)
+    for t in stages:
+        if isinstance(t.op, PlaceholderOp) and id(t) not in arg_ids:
+            raise LoweringError(f"{name}: placeholder {t.name} is not a parameter of the function")
+
+    out_ids = {id(t) for t in outputs}
+    inlinable = {id(t) for t in stages
+                 if inline and isinstance(t.op, ComputeOp) and id(t) not in out_ids
+                 and not isinstance(t.op.body, Reduce)}
+
+    buffers: dict[int, Buffer] = {}
+    params = []
+    for k, t in enumerate(args):
+        buf = Buffer(f"{_cname(t.name)}_{k}", t.shape, t.dtype)
+        buffers[id(t)] = buf
+        params.append(buf)
+    workspaces: list[Buffer] = []
+    for t in stages:
+        if id(t) not in buffers and id(t) not in inlinable:
+            buf = Buffer(f"ws_{_cname(t.name)}", t.shape, t.dtype)
+            buffers[id(t)] = buf
+            workspaces.append(buf)
+
+    inlined_cache: dict[int, Expr] = {}
+
+    def rewrite(e: Expr) -> Expr:
+        def f(n: Expr) -> Expr:
+            if isinstance(n, Load) and isinstance(n.src, Tensor):
+                t = n.src
+                if id(t) in inlinable:
+                    body = inlined_cache.get(id(t))
+                    if body is None:
+                        body = rewrite(t.op.body)
+                        inlined_cache[id(t)] = body
+                    vmap = {a.var: i for a, i in zip(t.op.axis, n.indices)}
+                    return substitute(body, vmap)
+                if id(t) not in buffers:
+                    raise LoweringError(f"{name}: tensor {t.name} is read but never produced")
+                return Load(buffers[id(t)], n.indices)
+            return n
+        return post_order(e, f)
+
+    nests = []
+    for t in stages:
+        if not isinstance(t.op, ComputeOp) or id(t) in inlinable:
+            continue
+        if id(t) in arg_ids and id(t) not in out_ids:
+            continue  # an input that is also a compute tensor: provided by the caller
+        nests.append(_lower_stage(t, buffers[id(t)], rewrite))
+
+    body = seq(nests)
+    for ws in reversed(workspaces):
+        body = Allocate(ws, body)
+    body = simplify_stmt(body)
+    return PrimFunc(name, params, body, {"num_inputs": len(inputs), "num_outputs": num_outputs})
+
+
+def _lower_stage(t: Tensor, buf: Buffer, rewrite) -> object:
+    op: ComputeOp = t.op
+    idx = tuple(a.var for a in op.axis)
+    body = op.body
+    if isinstance(body, Reduce):
+        acc = Buffer(f"acc_{_cname(t.name)}", (), body.dtype, scope="local")
+        src = rewrite(body.source)
+        upd = _combine(body.combiner, Load(acc, ()), src)
+        if body.where is not None:
+            upd = Select(rewrite(body.where), upd, Load(acc, ()))
+        inner = Store(acc, (), upd)
+        for ax in reversed(body.axis):
+            inner = For(ax.var, ax.extent, inner)
+        stmt = Allocate(acc, seq([Store(acc, (), body.identity()), inner,
+                                  Store(buf, idx, Load(acc, ()))]))
+    else:
+        if _contains_reduce(body):
+            raise LoweringError(f"compute {t.name}: a reduction must be the top-level expression "
+                                f"of its compute body")
+        stmt = Store(buf, idx, rewrite(body))
+    for ax in reversed(op.axis):
+        stmt = For(ax.var, ax.extent, stmt)
+    return stmt
+
+
+def _contains_reduce(e: Expr) -> bool:
+    from ..tir.arith import collect
+    return bool(collect(e, lambda n: isinstance(n, Reduce)))
+
+
+def _cname(s: str) -> str:
+    out = "".join(c if c.isalnum() else "_" for c in s)
+    return out if out and not out[0].isdigit() else "t" + out
+
+

@@ -1,0 +1,280 @@
+"""Integer simplification and bound analysis for loop-IR expressions and statements.
+
+``simplify(expr, bounds)`` folds constants, applies algebraic identities (``x+0``, ``x*1``,
+``x*0`` for integers) and removes ``Select`` branches whose condition is proved by interval
+analysis over the loop variables' ranges (``bounds``: ``Var -> (lo, hi)``, inclusive).
+``simplify_stmt`` does the same over a loop nest and drops unit-extent loops.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .expr import (BinOp, Call, Cast, Const, Expr, Load, Reduce, Select, Unary, Var, is_float,
+                   is_int)
+from .stmt import Allocate, For, IfThenElse, Seq, Stmt, Store, seq
+
+Bounds = dict
+
+
+def map_children(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
+    """Rebuild ``e`` with ``f`` applied to each direct child expression (same node if unchanged)."""
+    if isinstance(e, BinOp):
+        a, b = f(e.a), f(e.b)
+        return e if a is e.a and b is e.b else _binop(e.op, a, b)
+    if isinstance(e, Unary):
+        a = f(e.a)
+        return e if a is e.a else Unary(e.op, a)
+    if isinstance(e, Call):
+        args = tuple(f(x) for x in e.args)
+        return e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args, e.dtype)
+    if isinstance(e, Cast):
+        v = f(e.value)
+        return e if v is e.value else Cast(e.dtype, v)
+    if isinstance(e, Select):
+        c, t, fl = f(e.cond), f(e.t), f(e.f)
+        return e if (c is e.cond and t is e.t and fl is e.f) else Select(c, t, fl)
+    if isinstance(e, Load):
+        idx = tuple(f(x) for x in e.indices)
+        return e if all(x is y for x, y in zip(idx, e.indices)) else Load(e.src, idx)
+    if isinstance(e, Reduce):
+        s = f(e.source)
+        w = f(e.where) if e.where is not None else None
+        return e if (s is e.source and w is e.where) else Reduce(e.combiner, s, e.axis, w)
+    return e
+
+
+def _binop(op, a, b):
+    n = BinOp.__new__(BinOp)
+    n.op, n.a, n.b = op, a, b
+    n.dtype = "bool" if (op in BinOp.COMPARE or op in BinOp.LOGIC) else a.dtype
+    return n
+
+
+def post_order(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
+    """Apply ``f`` bottom-up over the whole tree of ``e``."""
+    return f(map_children(e, lambda c: post_order(c, f)))
+
+
+def substitute(e: Expr, vmap: dict) -> Expr:
+    """Replace variables (keys: ``Var``) by expressions in ``e``."""
+    if not vmap:
+        return e
+    return post_order(e, lambda n: vmap.get(n, n) if isinstance(n, Var) else n)
+
+
+def collect(e: Expr, pred: Callable[[Expr], bool]) -> list:
+    """All sub-expressions of ``e`` (pre-order) satisfying ``pred``."""
+    out = []
+
+    def visit(n):
+        if pred(n):
+            out.append(n)
+        map_children(n, lambda c: (visit(c), c)[1])
+
+    visit(e)
+    return out
+
+
+# interval analysis ----------------------------------------------------------------------------
+
+INF = math.inf
+
+
+def interval(e: Expr, bounds: Bounds) -> tuple[float, float]:
+    """Inclusive ``(lo, hi)`` bounds of an integer expression; ``(-inf, inf)`` when unknown."""
+    if isinstance(e, Const):
+        v = e.value
+        return (v, v) if not isinstance(v, bool) else (int(v), int(v))
+    if isinstance(e, Var):
+        return bounds.get(e, (-INF, INF))
+    if isinstance(e, BinOp) and not is_float(e.dtype):
+        op = e.op
+        if op in ("add", "sub", "mul", "min", "max", "floordiv", "floormod"):
+            a, b = interval(e.a, bounds), interval(e.b, bounds)
+            if op == "add":
+                return (a[0] + b[0], a[1] + b[1])
+            if op == "sub":
+                return (a[0] - b[1], a[1] - b[0])
+            if op == "mul":
+                cands = [x * y for x in a for y in b if not (math.isinf(x) or math.isinf(y))]
+                if len(cands) < 4:
+                    return (-INF, INF)
+                return (min(cands), max(cands))
+            if op == "min":
+                return (min(a[0], b[0]), min(a[1], b[1]))
+            if op == "max":
+                return (max(a[0], b[0]), max(a[1], b[1]))
+            if op == "floordiv" and b[0] == b[1] and b[0] > 0:
+                c = b[0]
+                return (a[0] // c if not math.isinf(a[0]) else -INF,
+                        a[1] // c if not math.isinf(a[1]) else INF)
+            if op == "floormod" and b[0] == b[1] and b[0] > 0:
+                if a[0] >= 0 and a[1] < b[0]:
+                    return a
+                return (0, b[0] - 1)
+    return (-INF, INF)
+
+
+def prove(cond: Expr, bounds: Bounds) -> bool | None:
+    """``True``/``False`` when ``cond`` is decided for every point in ``bounds``, else ``None``."""
+    if isinstance(cond, Const):
+        return bool(cond.value)
+    if isinstance(cond, BinOp):
+        if cond.op == "and":
+            pa, pb = prove(cond.a, bounds), prove(cond.b, bounds)
+            if pa is False or pb is False:
+                return False
+            return True if (pa and pb) else None
+        if cond.op == "or":
+            pa, pb = prove(cond.a, bounds), prove(cond.b, bounds)
+            if pa or pb:
+                return True
+            return False if (pa is False and pb is False) else None
+        if cond.op in BinOp.COMPARE and not is_float(cond.a.dtype):
+            a, b = interval(cond.a, bounds), interval(cond.b, bounds)
+            op = cond.op
+            if op == "lt":
+                return True if a[1] < b[0] else (False if a[0] >= b[1] else None)
+            if op == "le":
+                return True if a[1] <= b[0] else (False if a[0] > b[1] else None)
+            if op == "gt":
+                return True if a[0] > b[1] else (False if a[1] <= b[0] else None)
+            if op == "ge":
+                return True if a[0] >= b[1] else (False if a[1] < b[0] else None)
+    return None
+
+
+# simplification -------------------------------------------------------------------------------
+
+_FOLD = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "min": min, "max": max,
+    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+    "and": lambda a, b: bool(a) and bool(b), "or": lambda a, b: bool(a) or bool(b),
+}
+
+
+def _is(e, v):
+    return isinstance(e, Const) and e.value == v
+
+
+def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
+    if isinstance(e, BinOp):
+        a, b, op = e.a, e.b, e.op
+        if isinstance(a, Const) and isinstance(b, Const):
+            if op in _FOLD and (not is_float(e.dtype) or op in ("min", "max")) and not is_float(a.dtype):
+                return Const(_FOLD[op](a.value, b.value), e.dtype)
+            if is_int(e.dtype) and op == "floordiv" and b.value != 0:
+                return Const(a.value // b.value, e.dtype)
+            if is_int(e.dtype) and op == "floormod" and b.value != 0:
+                return Const(a.value % b.value, e.dtype)
+        if is_int(e.dtype):
+            if op == "add":
+                if _is(a, 0):
+                    return b
+                if _is(b, 0):
+                    return a
+            if op == "sub" and _is(b, 0):
+                return a
+            if op == "mul":
+                if _is(a, 1):
+                    return b
+                if _is(b, 1):
+                    return a
+                if _is(a, 0) or _is(b, 0):
+                    return Const(0, e.dtype)
+            if op in ("floordiv", "div") and _is(b, 1):
+                return a
+            if op in ("floormod", "mod") and _is(b, 1):
+                return Const(0, e.dtype)
+            if op == "floordiv" and isinstance(b, Const) and b.value > 0:
+                lo, hi = interval(a, bounds)
+                if lo >= 0 and hi < b.value:
+                    return Const(0, e.dtype)
+            if op == "floormod" and isinstance(b, Const) and b.value > 0:
+                lo, hi = interval(a, bounds)
+                if lo >= 0 and hi < b.value:
+                    return a
+        if op in BinOp.COMPARE or op in BinOp.LOGIC:
+            p = prove(e, bounds)
+            if p is not None:
+                return Const(p, "bool")
+            if op == "and":
+                if _is(a, True):
+                    return b
+                if _is(b, True):
+                    return a
+            if op == "or":
+                if _is(a, False):
+                    return b
+                if _is(b, False):
+                    return a
+        return e
+    if isinstance(e, Select):
+        p = prove(e.cond, bounds)
+        if p is True:
+            return e.t
+        if p is False:
+            return e.f
+        return e
+    if isinstance(e, Cast) and isinstance(e.value, Const) and not is_float(e.value.dtype) \
+            and e.dtype != "bfloat16":
+        return Const(np.array(e.value.value).astype(e.dtype).item(), e.dtype)
+    if isinstance(e, Cast) and e.value.dtype == e.dtype:
+        return e.value
+    if isinstance(e, Unary) and e.op == "not" and isinstance(e.a, Const):
+        return Const(not e.a.value, "bool")
+    return e
+
+
+def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
+    """Simplify ``e`` given inclusive variable ``bounds`` (``Var -> (lo, hi)``)."""
+    bounds = bounds or {}
+    return post_order(e, lambda n: _simplify_node(n, bounds))
+
+
+def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt:
+    """Simplify every expression of a loop nest; unit-extent loops are removed (their variable
+    becomes 0) and ``IfThenElse`` on a proved condition keeps the taken branch."""
+    bounds = dict(bounds or {})
+    if isinstance(s, For):
+        if s.extent == 1:
+            return simplify_stmt(substitute_stmt(s.body, {s.var: Const(0, s.var.dtype)}), bounds)
+        bounds[s.var] = (0, s.extent - 1)
+        return For(s.var, s.extent, simplify_stmt(s.body, bounds), s.kind, dict(s.annotations))
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(simplify(i, bounds) for i in s.indices), simplify(s.value, bounds))
+    if isinstance(s, Seq):
+        return seq([simplify_stmt(x, bounds) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, simplify_stmt(s.body, bounds))
+    if isinstance(s, IfThenElse):
+        c = simplify(s.cond, bounds)
+        if isinstance(c, Const):
+            if c.value:
+                return simplify_stmt(s.then, bounds)
+            return simplify_stmt(s.else_, bounds) if s.else_ is not None else Seq([])
+        return IfThenElse(c, simplify_stmt(s.then, bounds),
+                          simplify_stmt(s.else_, bounds) if s.else_ is not None else None)
+    return s
+
+
+def substitute_stmt(s: Stmt, vmap: dict) -> Stmt:
+    """Replace variables in every expression of a statement tree."""
+    if isinstance(s, For):
+        return For(s.var, s.extent, substitute_stmt(s.body, vmap), s.kind, dict(s.annotations))
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(substitute(i, vmap) for i in s.indices), substitute(s.value, vmap))
+    if isinstance(s, Seq):
+        return Seq([substitute_stmt(x, vmap) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, substitute_stmt(s.body, vmap))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(substitute(s.cond, vmap), substitute_stmt(s.then, vmap),
+                          substitute_stmt(s.else_, vmap) if s.else_ is not None else None)
+    return s

@@ -124,7 +124,7 @@ def _concat_compute(inputs, attrs, out_types):
 
     def f(*i):
         e = None
-        for t, off in reversed(list(zip(inputs, offsets))):
+        for t, off in zip(inputs, offsets):
             if t.shape[ax] == 0:
                 continue
             idx = tuple(v - off if k == ax else v for k, v in enumerate(i))

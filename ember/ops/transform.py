@@ -229,3 +229,90 @@ register_op("strided_slice", infer_type=_slice_type, reference=_slice_ref,
             attrs={"begin": REQUIRED, "end": REQUIRED, "strides": REQUIRED},
             doc="x[begin:end:strides] per axis with normalized, clamped bounds (end -1 means "
                 "'before index 0' for negative strides) (ONNX Slice)")
+
+
+# pad ------------------------------------------------------------------------------------------
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _pad_geom(shape, attrs, where="nn.pad: "):
+    pads = tuple(attrs["pads"])
+    nd = len(shape)
+    if len(pads) != 2 * nd:
+        raise ShapeMismatchError(f"{where}pads {pads} must have 2 x rank = {2 * nd} entries "
+                                 f"(all begins, then all ends)")
+    if attrs["mode"] not in PAD_MODES:
+        raise ShapeMismatchError(f"{where}mode {attrs['mode']!r} is not one of {PAD_MODES}")
+    # negative pads crop first; the cropped extent is what reflect/edge/wrap read from
+    crop = [(max(0, -pads[a]), max(0, -pads[nd + a])) for a in range(nd)]
+    inner = [shape[a] - crop[a][0] - crop[a][1] for a in range(nd)]
+    out = [inner[a] + max(0, pads[a]) + max(0, pads[nd + a]) for a in range(nd)]
+    for a in range(nd):
+        if inner[a] < 0 or out[a] < 0:
+            raise ShapeMismatchError(f"{where}pads {pads} crop more than axis {a} of {shape} holds")
+        grow = max(pads[a], pads[nd + a], 0)
+        if grow and attrs["mode"] != "constant" and inner[a] == 0:
+            raise ShapeMismatchError(f"{where}mode {attrs['mode']} cannot pad an empty axis {a}")
+        if grow and attrs["mode"] == "reflect" and grow > inner[a] - 1:
+            raise ShapeMismatchError(f"{where}reflect pad {grow} on axis {a} needs an axis longer "
+                                     f"than the pad (length {inner[a]})")
+    return pads, crop, inner, out
+
+
+def _pad_type(types, attrs):
+    _, _, _, out = _pad_geom(types[0].shape, attrs)
+    return [TensorType(tuple(out), types[0].dtype)]
+
+
+def _pad_ref(xs, attrs):
+    x = xs[0]
+    pads, crop, inner, _ = _pad_geom(x.shape, attrs)
+    nd = x.ndim
+    x = x[tuple(slice(c0, x.shape[a] - c1) for a, (c0, c1) in enumerate(crop))]
+    widths = [(max(0, pads[a]), max(0, pads[nd + a])) for a in range(nd)]
+    mode = attrs["mode"]
+    if mode == "constant":
+        return [np.pad(x, widths, mode="constant", constant_values=np.asarray(attrs["value"])
+                       .astype(x.dtype))]
+    return [np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+
+
+def _pad_compute(inputs, attrs, out_types):
+    x = inputs[0]
+    pads, crop, inner, out = _pad_geom(x.shape, attrs)
+    nd = x.ndim
+    mode = attrs["mode"]
+
+    def f(*i):
+        conds, src = [], []
+        for a in range(nd):
+            j = i[a] - max(0, pads[a])  # index into the cropped axis
+            n = inner[a]
+            grow = pads[a] > 0 or pads[nd + a] > 0
+            if grow and mode == "constant":
+                if pads[a] > 0:
+                    conds.append(te.ge(j, 0))
+                if pads[nd + a] > 0:
+                    conds.append(te.lt(j, n))
+            elif grow and mode == "edge":
+                j = te.minimum(te.maximum(j, 0), n - 1)
+            elif grow and mode == "reflect":
+                j = te.select(te.lt(j, 0), -j, j)
+                j = te.select(te.ge(j, n), 2 * (n - 1) - j, j)
+            elif grow and mode == "wrap":
+                j = j % n
+            src.append(j + crop[a][0])
+        val = x[tuple(src)]
+        if conds:
+            val = te.select(te.all_of(*conds), val, te.const(attrs["value"], x.dtype))
+        return val
+    return [te.compute(out_types[0].shape, f, name="pad")]
+
+
+register_op("nn.pad", infer_type=_pad_type, reference=_pad_ref, compute=_pad_compute,
+            pattern=OpPattern.INJECTIVE,
+            attrs={"pads": REQUIRED, "mode": "constant", "value": 0.0},
+            doc="pad every axis by pads = [begin_0..begin_n-1, end_0..end_n-1]; negative pads "
+                "crop; mode constant (fill value), reflect (mirror without the edge), edge "
+                "(repeat the edge) or wrap (periodic) (ONNX Pad)")

@@ -1,0 +1,78 @@
+"""ResNet-50 latency and compile time: ember vs onnxruntime, batch 1, 2 threads.
+
+Prints, in one run: ember's and onnxruntime's median latency (ms) on the onnx package's light
+ResNet-50 with seeded random weights, ember's cold compile time (empty kernel cache) and warm
+compile time (cache filled). Usage: ``python bench/latency.py [--threads 2] [--repeat 20]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def _compile_seconds(cache_dir: str) -> float:
+    """Wall time of ember.compile in a fresh process (so no in-process state is reused)."""
+    code = ("import time, ember; from ember.zoo import randomized_light_model as r; "
+            "m = r('resnet50'); t = time.perf_counter(); ember.compile(m); "
+            "print(time.perf_counter() - t)")
+    env = dict(os.environ, EMBER_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args(argv)
+
+    import ember
+    import onnxruntime as ort
+    from ember.zoo import default_model_input, randomized_light_model
+
+    with tempfile.TemporaryDirectory() as cache:
+        cold = _compile_seconds(cache)
+        warm = _compile_seconds(cache)
+
+    onnx_model = randomized_light_model("resnet50", seed=0)
+    x = default_model_input(onnx_model)
+    model = ember.compile(onnx_model, target=f"llvm -num-threads={args.threads}")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(onnx_model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    y = model.run(x)[0]
+    ref = sess.run(None, x)[0]
+    ok = np.allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+    # interleave the two runtimes so machine noise hits both alike
+    te, to = [], []
+    model.run(x), sess.run(None, x)
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        model.run(x)
+        te.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        sess.run(None, x)
+        to.append((time.perf_counter() - t0) * 1e3)
+    me, mo = float(np.median(te)), float(np.median(to))
+    print(f"ResNet-50, batch 1, {args.threads} threads, {args.repeat} interleaved runs")
+    print(f"  ember        median {me:9.2f} ms")
+    print(f"  onnxruntime  median {mo:9.2f} ms  ({ort.__version__})")
+    print(f"  ratio ember/onnxruntime: {me / mo:.2f}x")
+    print(f"  ember compile: cold {cold:.2f} s, warm {warm:.2f} s")
+    print(f"  outputs match onnxruntime (rtol 1e-4, atol 1e-5): {ok}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

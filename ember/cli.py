@@ -1,0 +1,194 @@
+"""The ``ember`` command line: ``compile``, ``run``, ``demo``, ``ops``.
+
+Every ember error is printed as one clear line (``error: ...``) with exit status 2; no
+traceback unless ``EMBER_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .errors import EmberError, InputError
+
+
+def _table(rows: Sequence[Sequence], header: Sequence[str]) -> str:
+    cols = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cols[1:]]
+    return "\n".join(out)
+
+
+def checksum(a: np.ndarray) -> str:
+    """Short content digest of an array (dtype, shape and bytes)."""
+    h = hashlib.sha256(f"{a.dtype}{a.shape}".encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:12]
+
+
+def _load_any(path: str, target: str, shapes=None):
+    import ember
+    if path.endswith(".ember"):
+        return ember.load(path)
+    return ember.compile(path, target=target, shapes=shapes)
+
+
+def _parse_shapes(items) -> dict | None:
+    if not items:
+        return None
+    out = {}
+    for it in items:
+        name, _, dims = it.rpartition("=")
+        if not name:
+            raise InputError(f"--shape {it!r}: expected NAME=D0,D1,...")
+        out[name] = tuple(int(d) for d in dims.split(",") if d)
+    return out
+
+
+def _parse_inputs(items, model) -> dict:
+    if not items:
+        return model.random_inputs(seed=0)
+    out = {}
+    for it in items:
+        name, sep, path = it.partition("=")
+        if not sep:
+            if len(model.input_names) != 1:
+                raise InputError(f"--input {it!r}: name the input (NAME=file.npy); the model's "
+                                 f"inputs are {model.input_names}")
+            name, path = model.input_names[0], it
+        if not os.path.exists(path):
+            raise InputError(f"--input {name}: file {path!r} does not exist")
+        out[name] = np.load(path)
+    return out
+
+
+def cmd_compile(args) -> int:
+    import ember
+    t0 = time.perf_counter()
+    model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape))
+    dt = time.perf_counter() - t0
+    out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".ember"
+    model.save(out)
+    i = model.info
+    print(f"compiled {args.model} for {model.target} in {dt:.2f} s: {i['num_kernels']} kernels "
+          f"({i['num_unique_kernels']} unique), arena {i['arena_bytes'] / 2**20:.1f} MiB")
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    model = _load_any(args.model, args.target, _parse_shapes(args.shape))
+    inputs = _parse_inputs(args.input, model)
+    outs = model.run(inputs)
+    stats = model.benchmark(inputs, number=args.repeat, warmup=1)
+    rows = [(n, tuple(o.shape), o.dtype, checksum(o), f"{float(np.abs(o).sum()):.6g}")
+            for n, o in zip(model.output_names, outs)]
+    print(_table(rows, ["output", "shape", "dtype", "checksum", "sum|x|"]))
+    print(f"latency: median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms "
+          f"over {stats['runs']} runs")
+    if args.save_outputs:
+        os.makedirs(args.save_outputs, exist_ok=True)
+        for k, o in enumerate(outs):
+            np.save(os.path.join(args.save_outputs, f"output_{k}.npy"), o)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    import ember
+    from .zoo import default_model_input, randomized_light_model
+    print("ember demo: ResNet-50 (onnx package's light model, seeded random weights), batch 1")
+    onnx_model = randomized_light_model("resnet50", seed=0)
+    x = default_model_input(onnx_model, seed=0)
+    t0 = time.perf_counter()
+    model = ember.compile(onnx_model, target=args.target)
+    compile_s = time.perf_counter() - t0
+    (y,) = model.run(x)
+    try:
+        import onnxruntime as ort
+        sess = ort.InferenceSession(onnx_model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+        (ref,) = sess.run(None, x)
+        ref_name = f"onnxruntime {ort.__version__}"
+    except ImportError:
+        from .frontend import from_onnx
+        from .graph.interpreter import run_reference
+        mod, params = from_onnx(onnx_model)
+        (ref,) = run_reference(mod, x, params)
+        ref_name = "ember's NumPy reference executor (onnxruntime not installed)"
+    err = float(np.max(np.abs(y - ref)))
+    ok = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-5))
+    stats = model.benchmark(x, number=args.repeat, warmup=1)
+    i = model.info
+    print(f"compile: {compile_s:.2f} s ({i['num_kernels']} kernels, {i['num_unique_kernels']} "
+          f"unique; C compiler {i['cc_s']:.2f} s)")
+    print(f"latency: median {stats['median_ms']:.1f} ms over {stats['runs']} runs")
+    print(f"top-5 classes: {np.argsort(-y[0])[:5].tolist()}")
+    print(f"check vs {ref_name}: max |diff| = {err:.3g} -> {'OK' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
+
+
+def cmd_ops(args) -> int:
+    from .frontend.converters import supported_onnx_ops
+    rows = []
+    for (domain, op), ranges in supported_onnx_ops().items():
+        r = ", ".join(f"{s}-{u if u else ''}" for s, u in ranges)
+        rows.append(((domain + ".") if domain else "", op, r))
+    print(_table([(d + o, r) for d, o, r in rows], ["ONNX operator", "opsets"]))
+    print(f"\n{len(rows)} ONNX operators")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember", description="ember deep-learning compiler")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("compile", help="compile an ONNX model to an .ember artifact")
+    c.add_argument("model")
+    c.add_argument("-o", "--output", help="artifact path (default: MODEL.ember)")
+    c.add_argument("--target", default="llvm")
+    c.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    c.set_defaults(fn=cmd_compile)
+
+    r = sub.add_parser("run", help="run an ONNX model or .ember artifact")
+    r.add_argument("model")
+    r.add_argument("--input", action="append", help="NAME=file.npy (random seeded if omitted)")
+    r.add_argument("--target", default="llvm")
+    r.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
+    r.add_argument("--save-outputs", metavar="DIR", help="write output_K.npy files")
+    r.set_defaults(fn=cmd_run)
+
+    d = sub.add_parser("demo", help="compile and run ResNet-50, check it, print timings")
+    d.add_argument("--target", default="llvm")
+    d.add_argument("--repeat", type=int, default=5)
+    d.set_defaults(fn=cmd_demo)
+
+    o = sub.add_parser("ops", help="list supported ONNX operators and opsets")
+    o.set_defaults(fn=cmd_ops)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ember`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except EmberError as e:
+        if os.environ.get("EMBER_DEBUG"):
+            raise
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

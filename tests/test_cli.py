@@ -1,0 +1,61 @@
+"""The ``ember`` command line: compile, run (model and artifact), ops, demo, error reporting."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, TensorProto
+
+from ember.cli import main
+from ember.zoo import light_model_path
+
+
+@pytest.fixture
+def tiny_model(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                           helper.make_node("Add", ["r", "x"], ["y"])], "g", [x], [y])
+    path = tmp_path / "tiny.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_compile_then_run_artifact_and_saved_outputs(tiny_model, tmp_path, capsys):
+    art = tmp_path / "tiny.ember"
+    assert main(["compile", str(tiny_model), "-o", str(art)]) == 0
+    assert art.exists()
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out_dir = tmp_path / "outs"
+    assert main(["run", str(art), "--input", f"x={tmp_path / 'x.npy'}", "--repeat", "2",
+                 "--save-outputs", str(out_dir)]) == 0
+    np.testing.assert_array_equal(np.load(out_dir / "output_0.npy"), np.maximum(x, 0) + x)
+    text = capsys.readouterr().out
+    assert "(2, 3)" in text and "latency" in text
+
+
+def test_run_onnx_with_random_inputs(capsys):
+    assert main(["run", light_model_path("squeezenet"), "--repeat", "1"]) == 0
+    assert "(1, 1000, 1, 1)" in capsys.readouterr().out
+
+
+def test_errors_are_one_line_with_status_2(tiny_model, tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "ModelLoadError" in err and "does not exist" in err and "Traceback" not in err
+    np.save(tmp_path / "bad.npy", np.zeros((3, 3), np.float32))
+    assert main(["run", str(tiny_model), "--input", f"x={tmp_path / 'bad.npy'}"]) == 2
+    err = capsys.readouterr().err
+    assert "'x'" in err and "(2, 3)" in err and "(3, 3)" in err
+
+
+def test_ops_lists_converters(capsys):
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    assert "Conv" in out and "MatMul" in out
+
+
+@pytest.mark.slow
+def test_demo_checks_against_a_reference(capsys):
+    assert main(["demo", "--repeat", "1"]) == 0
+    assert "OK" in capsys.readouterr().out

@@ -10,6 +10,7 @@ ONNX model -> graph IR -> loop IR (one PrimFunc per operator) -> C -> shared lib
 
 from . import errors  # noqa: F401
 from .driver import build, compile  # noqa: F401,A004
+from .graph.passes import PassContext  # noqa: F401
 from .ops import register_op  # noqa: F401
 from .runtime.artifact import load_artifact as load  # noqa: F401
 from .target import Target  # noqa: F401

@@ -1,6 +1,7 @@
 """The compiler driver: ``build`` (graph IR -> compiled model) and ``compile`` (ONNX -> compiled
-model), tying the layers together: graph lowering -> C codegen -> shared library -> execution
-plan with a static memory plan."""
+model), tying the layers together: the target's graph pass pipeline (under the current
+``PassContext``) -> graph lowering (one kernel per operator or fused group) -> C codegen ->
+shared library -> execution plan with a static memory plan."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from .codegen.build import build_library
 from .codegen.module import generate_c_module
 from .graph.ir import Constant, IRModule, Var
 from .graph.lower import kernel_args, lower_binding
+from .graph.passes import PassContext, optimize
 from .runtime.memory_plan import plan_memory
 from .runtime.module import CompiledModel
 from .target import Target
 
 
-def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str]):
-    """Execution plan for ``func`` whose i-th binding runs kernel ``symbols[i]``."""
+def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
+          output_names: Sequence[str] | None = None):
+    """Execution plan for ``func`` whose i-th binding runs kernel ``symbols[i]``; graph outputs
+    are named ``output_names`` (the names before the passes) when given."""
     slots: list[dict] = []
     slot_of: dict[int, int] = {}
     bound = dict(params)
@@ -67,7 +71,9 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str]):
         s = slot(o)
         if s in last:
             last[s] = len(steps)
-        outputs.append({"name": o.name if isinstance(o, Var) else f"output{k}", "slot": s})
+        name = output_names[k] if output_names else (o.name if isinstance(o, Var)
+                                                      else f"output{k}")
+        outputs.append({"name": name, "slot": s})
     arena_slots = sorted(first)
     offsets, total = plan_memory([(_nbytes(slots[s]), first[s], last[s]) for s in arena_slots])
     for s, off in zip(arena_slots, offsets):
@@ -87,24 +93,35 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     """Compile ``mod["main"]`` for ``target``; function parameters named in ``params`` are bound
     as weights, the others are the model's run-time inputs.
 
+    The target's pass pipeline (``ember.graph.passes.PIPELINES``) runs first, under the current
+    ``PassContext`` (``with ember.PassContext(opt_level=3): ember.build(...)``; default
+    opt_level 2). ``info`` of the result reports ``num_bindings`` (operators before the passes)
+    and ``num_kernels`` (kernel launches after fusion).
+
     Raises:
         UnsupportedOpError / LoweringError: an operator cannot be lowered (names the binding).
         ToolchainError: no C compiler. CodegenError: the C compiler failed.
     """
     target = Target(target)
     t0 = time.perf_counter()
+    num_imported = len(mod.main.bindings)
+    output_names = [o.name if isinstance(o, Var) else f"output{k}"
+                    for k, o in enumerate(mod.main.outputs)]
+    mod, params = optimize(mod, target, params)
+    t_passes = time.perf_counter()
     func = mod.main
-    params = dict(params or {})
-    kernels = [lower_binding(b, f"k{k}") for k, b in enumerate(func.bindings)]
+    kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
     t_lower = time.perf_counter()
     source, symbols = generate_c_module(kernels)
     t_codegen = time.perf_counter()
     lib = build_library(source, target.mcpu)
     t_cc = time.perf_counter()
-    plan, bound = _plan(func, params, symbols)
-    info = {"num_bindings": len(func.bindings), "num_kernels": len(kernels),
+    plan, bound = _plan(func, params, symbols, output_names)
+    ctx = PassContext.current()
+    info = {"num_bindings": num_imported, "num_kernels": len(kernels), "opt_level": ctx.opt_level,
+            "passes_s": t_passes - t0,
             "num_unique_kernels": len(set(symbols)), "arena_bytes": plan["arena_bytes"],
-            "lower_s": t_lower - t0, "codegen_s": t_codegen - t_lower, "cc_s": t_cc - t_codegen}
+            "lower_s": t_lower - t_passes, "codegen_s": t_codegen - t_lower, "cc_s": t_cc - t_codegen}
     model = CompiledModel(lib, plan, bound, mod.text(), str(target), info, source,
                           target.num_threads)
     model.info["compile_s"] = time.perf_counter() - t0

@@ -77,3 +77,8 @@ class ArtifactError(EmberError):
 
 class TuningError(EmberError):
     """Auto-tuning failed (no valid candidate, broken records file...)."""
+
+
+class PassError(EmberError):
+    """A graph pass was misconfigured (unknown pass name or config key) or produced an invalid
+    module; the message names the pass."""

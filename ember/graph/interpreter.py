@@ -23,21 +23,39 @@ def run_reference(mod: IRModule | Function, inputs: Mapping[str, np.ndarray],
         InputError: a parameter has no value.
     """
     func = mod.main if isinstance(mod, IRModule) else mod
-    env: dict[int, np.ndarray] = {}
     params = dict(params or {})
+    args = []
     for p in func.params:
         if p.name in inputs:
-            env[id(p)] = np.asarray(inputs[p.name])
+            args.append(np.asarray(inputs[p.name]))
         elif p.name in params:
-            env[id(p)] = np.asarray(params[p.name])
+            args.append(np.asarray(params[p.name]))
         else:
             raise InputError(f"no value for parameter %{p.name} ({p.type})")
+    return run_function(func, args, mod if isinstance(mod, IRModule) else None)
+
+
+def run_function(func: Function, args: list, mod: IRModule | None = None) -> list[np.ndarray]:
+    """Evaluate ``func`` on positional ``args``; calls of other functions (fused groups,
+    composites) are looked up in ``mod``.
+
+    Raises:
+        InputError: a called function is not in ``mod``.
+    """
+    env: dict[int, np.ndarray] = {id(p): a for p, a in zip(func.params, args)}
 
     def val(a):
         return a.data if isinstance(a, Constant) else env[id(a)]
 
     for b in func.bindings:
-        outs = get_op(b.call.op).reference([val(a) for a in b.call.args], b.call.attrs)
+        ins = [val(a) for a in b.call.args]
+        if b.call.is_function_call:
+            if mod is None or b.call.callee not in mod.functions:
+                raise InputError(f"%{b.outputs[0].name} calls @{b.call.callee}, which is not a "
+                                 f"function of the module")
+            outs = run_function(mod[b.call.callee], ins, mod)
+        else:
+            outs = get_op(b.call.op).reference(ins, b.call.attrs)
         for v, o in zip(b.outputs, outs):
             env[id(v)] = np.asarray(o)
     return [val(o) for o in func.outputs]

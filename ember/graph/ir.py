@@ -5,6 +5,11 @@ and outputs. Every value has a ``TensorType(shape, dtype)``; a dimension is an `
 naming a symbolic size. Arguments are ``Var``s or ``Constant``s (small tensors written inline).
 An ``IRModule`` maps function names to functions; ``"main"`` is the entry.
 
+A binding may also call another function of the module: its ``Call.op`` is then ``"@name"``
+(``is_function_call``). Fused groups (``FuseOps``, ``attrs["primitive"] = 1``) and composite
+functions (``partition``, ``attrs["composite"] = pattern name``) are such functions; each call of
+one lowers to a single kernel.
+
 The text form (``ember.graph.text``) prints and parses back to a structurally equal module.
 """
 
@@ -85,11 +90,16 @@ class Var(Value):
 
 
 class Constant(Value):
-    """A constant tensor (numpy array) written inline in the IR."""
+    """A constant tensor (numpy array) written inline in the IR.
 
-    def __init__(self, data):
+    ``name_hint`` (optional) is the weight name it came from; the driver uses it when it lifts
+    large constants back to named parameters. It takes no part in structural equality.
+    """
+
+    def __init__(self, data, name_hint: str | None = None):
         self.data = np.asarray(data)
         self.type = TensorType(self.data.shape, _dtype_name(self.data.dtype))
+        self.name_hint = name_hint
 
     def __repr__(self):
         return f"Constant({self.type})"
@@ -108,6 +118,16 @@ class Call:
     args: tuple
     attrs: dict = field(default_factory=dict)
 
+    @property
+    def is_function_call(self) -> bool:
+        """True when ``op`` names a function of the module (``"@fused_nn_conv_nn_relu_0"``)."""
+        return self.op.startswith("@")
+
+    @property
+    def callee(self) -> str:
+        """The called function's name (without ``@``); only for function calls."""
+        return self.op[1:]
+
 
 @dataclass(eq=False)
 class Binding:
@@ -124,12 +144,22 @@ class Binding:
 
 @dataclass(eq=False)
 class Function:
-    """A typed SSA function: parameters, bindings in order, outputs."""
+    """A typed SSA function: parameters, bindings in order, outputs.
+
+    ``attrs`` holds function attributes: ``primitive`` (1 for a fused group, lowered to one
+    kernel), ``composite`` (the pattern name of a ``partition``-ed subgraph).
+    """
 
     params: list
     bindings: list
     outputs: list
     name: str = "main"
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def output_types(self) -> list:
+        """Types of the outputs, in order."""
+        return [o.type for o in self.outputs]
 
     def uses(self) -> dict:
         """Map ``id(var) -> number of uses`` (binding arguments and function outputs)."""
@@ -218,6 +248,8 @@ def _attrs_equal(a: dict, b: dict) -> bool:
 
 
 def _func_equal(f: Function, g: Function) -> bool:
+    if not _attrs_equal(f.attrs, g.attrs):
+        return False
     if len(f.params) != len(g.params) or len(f.bindings) != len(g.bindings) \
             or len(f.outputs) != len(g.outputs):
         return False

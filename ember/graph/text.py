@@ -9,10 +9,16 @@
       return %2, %3
     }
 
+A binding may call another function of the module by name (``%5 = @fused_nn_conv_nn_relu_0(%x,
+%w) : ...``); a function's attributes follow its parameters as JSON
+(``def @fused_nn_conv_nn_relu_0(%p0: ..., %p1: ...) attrs={"primitive": 1} {``).
+
 One binding per line. Names that are not plain identifiers are quoted (``%"gpu_0/data_0"``).
 Attribute values are JSON (lists, numbers, strings, ``null``; ``NaN``/``Infinity`` allowed).
 Constants are written ``const(DTYPE, [SHAPE], VALUES)`` with values as a flat JSON list.
-Parsing re-runs no type inference: the types written are the types read.
+Parsing re-runs no type inference: the types written are the types read. ``print_module(mod,
+max_const_elems=N)`` elides constants of more than N elements as ``const(float32, [64, 3, 7, 7],
+...)`` (for IR dumps of models whose weights are bound; such text does not parse back).
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ def _name(v: Var) -> str:
     return "%" + (v.name if _PLAIN.match(v.name) else json.dumps(v.name))
 
 
-def _const(c: Constant) -> str:
+def _const(c: Constant, max_elems: int | None = None) -> str:
     data = c.data
     dt = c.type.dtype
+    if max_elems is not None and data.size > max_elems:
+        return f"const({dt}, {json.dumps(list(data.shape))}, ...)"
     if data.dtype.kind == "f":
         vals = [float(x) for x in data.astype(np.float64).reshape(-1)]
     elif data.dtype.kind == "b":
@@ -46,29 +54,36 @@ def _const(c: Constant) -> str:
     return f"const({dt}, {json.dumps(list(data.shape))}, {json.dumps(vals)})"
 
 
-def _arg(a) -> str:
-    return _name(a) if isinstance(a, Var) else _const(a)
+def _arg(a, max_elems: int | None = None) -> str:
+    return _name(a) if isinstance(a, Var) else _const(a, max_elems)
 
 
-def print_function(f: Function) -> str:
-    """Text of one function."""
+def print_function(f: Function, max_const_elems: int | None = None) -> str:
+    """Text of one function (constants over ``max_const_elems`` elements elided)."""
     params = ", ".join(f"{_name(p)}: {p.type}" for p in f.params)
-    lines = [f"def @{f.name}({params}) {{"]
+    attrs = f" attrs={json.dumps(f.attrs, sort_keys=True)}" if f.attrs else ""
+    lines = [f"def @{f.name}({params}){attrs} {{"]
     for b in f.bindings:
         outs = ", ".join(_name(o) for o in b.outputs)
-        args = [_arg(a) for a in b.call.args]
+        args = [_arg(a, max_const_elems) for a in b.call.args]
         args += [f"{k}={json.dumps(v)}" for k, v in b.call.attrs.items()]
         types = ", ".join(str(o.type) for o in b.outputs)
         lines.append(f"  {outs} = {b.call.op}({', '.join(args)}) : {types}")
-    lines.append("  return " + ", ".join(_arg(o) for o in f.outputs))
+    lines.append("  return " + ", ".join(_arg(o, max_const_elems) for o in f.outputs))
     lines.append("}")
     return "\n".join(lines)
 
 
-def print_module(mod: IRModule) -> str:
-    """Text of a module: its functions, ``main`` first."""
-    names = sorted(mod.functions, key=lambda n: (n != "main", n))
-    return "\n\n".join(print_function(mod[n]) for n in names) + "\n"
+def print_module(mod: IRModule, max_const_elems: int | None = None) -> str:
+    """Text of a module: its functions, ``main`` first (constants over ``max_const_elems``
+    elements elided; ``None`` prints every value)."""
+    names = sorted(mod.functions, key=lambda n: (n != "main", _natural(n)))
+    return "\n\n".join(print_function(mod[n], max_const_elems) for n in names) + "\n"
+
+
+def _natural(name: str) -> tuple:
+    """Sort key ordering ``f_2`` before ``f_10``."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 # parsing ---------------------------------------------------------------------------------------
@@ -155,7 +170,8 @@ def _parse_value(s: str, env: dict, where: str):
 
 
 _HEADER = re.compile(r"^def\s+@([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*\{$")
-_BIND = re.compile(r"^(.+?)\s=\s([A-Za-z_][A-Za-z0-9_.]*)\((.*)\)\s*:\s*(Tensor\[.*)$")
+_HEADER_ATTRS = re.compile(r"^(.*\))\s+attrs=(\{.*\})\s*\{$")
+_BIND = re.compile(r"^(.+?)\s=\s(@?[A-Za-z_][A-Za-z0-9_.]*)\((.*)\)\s*:\s*(Tensor\[.*)$")
 
 
 def parse_module(text: str) -> IRModule:
@@ -172,6 +188,14 @@ def parse_module(text: str) -> IRModule:
         i += 1
         if not line or line.startswith("#"):
             continue
+        fattrs = {}
+        am = _HEADER_ATTRS.match(line)
+        if am:
+            try:
+                fattrs = json.loads(am.group(2))
+            except json.JSONDecodeError:
+                raise IRParseError(f"line {i}: bad function attributes {am.group(2)!r}") from None
+            line = am.group(1) + " {"
         m = _HEADER.match(line)
         if not m:
             raise IRParseError(f"line {i}: expected 'def @name(...) {{', got {line[:80]!r}")
@@ -226,5 +250,5 @@ def parse_module(text: str) -> IRModule:
             raise IRParseError(f"function @{fname} is not closed with '}}'")
         if outputs is None:
             raise IRParseError(f"function @{fname} has no return")
-        mod[fname] = Function(params, bindings, outputs, fname)
+        mod[fname] = Function(params, bindings, outputs, fname, normalize_attrs(fattrs))
     return mod

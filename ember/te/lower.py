@@ -4,6 +4,11 @@ Each output and each reduction stage becomes a loop nest writing a buffer; other
 stages (injective ones: padding, broadcasting, elementwise math) are inlined into their
 consumers, as TVM's default ``compute_inline`` does. A reduction becomes a private accumulator
 initialised to the combiner's identity, updated over the reduce axes, then stored.
+
+When a reduction's only reader is an elementwise stage of the same shape that reads it at its
+own index (conv -> + bias -> relu), that stage is applied to the accumulator before the store
+(a ``reverse_compute_inline``): the reduction needs no workspace and its result never goes
+through memory.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import LoweringError
-from ..tir.arith import post_order, simplify_stmt, substitute
+from ..tir.arith import collect, post_order, simplify_stmt, substitute
 from ..tir.expr import Expr, Load, Reduce, Select, binop
 from ..tir.stmt import Allocate, Buffer, For, PrimFunc, Store, seq
 from .tensor import ComputeOp, PlaceholderOp, Tensor
@@ -97,13 +102,22 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
             return n
         return post_order(e, f)
 
+    nest_stages = [t for t in stages if isinstance(t.op, ComputeOp) and id(t) not in inlinable
+                   and not (id(t) in arg_ids and id(t) not in out_ids)]
+    epilogue_of = _epilogues(nest_stages, buffers, out_ids | arg_ids, rewrite) if inline else {}
+    fused = {id(r) for r in epilogue_of.values()}
+    workspaces = [w for w in workspaces if not any(buffers[f] is w for f in fused)]
+
     nests = []
-    for t in stages:
-        if not isinstance(t.op, ComputeOp) or id(t) in inlinable:
-            continue
-        if id(t) in arg_ids and id(t) not in out_ids:
-            continue  # an input that is also a compute tensor: provided by the caller
-        nests.append(_lower_stage(t, buffers[id(t)], rewrite))
+    for t in nest_stages:
+        if id(t) in fused:
+            continue  # emitted at its consumer, with the consumer as epilogue
+        if id(t) in epilogue_of:
+            red = epilogue_of[id(t)]
+            nests.append(_lower_stage(red, buffers[id(t)], rewrite,
+                                      _epilogue_fn(t, red, buffers[id(red)], rewrite)))
+        else:
+            nests.append(_lower_stage(t, buffers[id(t)], rewrite))
 
     body = seq(nests)
     for ws in reversed(workspaces):
@@ -112,7 +126,50 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
     return PrimFunc(name, params, body, {"num_inputs": len(inputs), "num_outputs": num_outputs})
 
 
-def _lower_stage(t: Tensor, buf: Buffer, rewrite) -> object:
+def _epilogues(nest_stages, buffers, pinned: set, rewrite) -> dict:
+    """``{id(consumer): reduction}`` for each reduction whose only reader is an elementwise
+    consumer stage of the same shape reading it at the consumer's own index."""
+    readers: dict[int, list] = {}
+    loads_of: dict[int, list] = {}
+    for t in nest_stages:
+        body = t.op.body
+        exprs = [body.source] + ([body.where] if body.where is not None else []) \
+            if isinstance(body, Reduce) else [body]
+        for e in exprs:
+            for ld in collect(rewrite(e), lambda n: isinstance(n, Load)):
+                readers.setdefault(id(ld.src), []).append(t)
+                loads_of.setdefault((id(ld.src), id(t)), []).append(ld)
+    out: dict[int, Tensor] = {}
+    for r in nest_stages:
+        if not isinstance(r.op.body, Reduce) or id(r) in pinned:
+            continue
+        buf = buffers[id(r)]
+        users = {id(u): u for u in readers.get(id(buf), [])}
+        if len(users) != 1:
+            continue
+        c = next(iter(users.values()))
+        if isinstance(c.op.body, Reduce) or c.shape != r.shape or id(c) in out:
+            continue
+        axis_vars = tuple(a.var for a in c.op.axis)
+        if all(len(ld.indices) == len(axis_vars) and all(x is v for x, v in
+                                                          zip(ld.indices, axis_vars))
+               for ld in loads_of[(id(buf), id(c))]):
+            out[id(c)] = r
+    return out
+
+
+def _epilogue_fn(consumer: Tensor, red: Tensor, red_buf: Buffer, rewrite):
+    """``acc -> consumer's value`` with the reduction's reads replaced by the accumulator."""
+    body = rewrite(consumer.op.body)
+    vmap = {a.var: b.var for a, b in zip(consumer.op.axis, red.op.axis)}
+
+    def apply(acc: Expr) -> Expr:
+        e = post_order(body, lambda n: acc if isinstance(n, Load) and n.src is red_buf else n)
+        return substitute(e, vmap)
+    return apply
+
+
+def _lower_stage(t: Tensor, buf: Buffer, rewrite, epilogue=None) -> object:
     op: ComputeOp = t.op
     idx = tuple(a.var for a in op.axis)
     body = op.body
@@ -125,8 +182,9 @@ def _lower_stage(t: Tensor, buf: Buffer, rewrite) -> object:
         inner = Store(acc, (), upd)
         for ax in reversed(body.axis):
             inner = For(ax.var, ax.extent, inner)
+        result = Load(acc, ()) if epilogue is None else epilogue(Load(acc, ()))
         stmt = Allocate(acc, seq([Store(acc, (), body.identity()), inner,
-                                  Store(buf, idx, Load(acc, ()))]))
+                                  Store(buf, idx, result)]))
     else:
         if _contains_reduce(body):
             raise LoweringError(f"compute {t.name}: a reduction must be the top-level expression "

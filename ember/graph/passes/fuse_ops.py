@@ -1,0 +1,316 @@
+"""FuseOps: group operators into fused kernels by their fusion kind (``OpPattern``), with the
+dominator-based algorithm of TVM's FuseOps.
+
+The bindings of ``main`` form a dataflow graph; each edge carries the consumer's pattern (a
+broadcast op reading an input of its own output shape is an elementwise edge). A post-dominator
+tree is built over it (a value that is a graph output has no post-dominator: it must be stored).
+Then, in topological order, each node is fused into its immediate post-dominator when every
+path between them satisfies the rule of its kind:
+
+- phase 0, ``OUT_ELEMWISE_FUSABLE`` (conv, gemm, matmul, pooling): when the relation to the
+  post-dominator is elementwise and every op on the paths is at most broadcast (epilogues:
+  + bias, batch norm, relu, residual add);
+- phase 0, ``ELEMWISE``/``BROADCAST``: into a post-dominator that is injective or a reduction,
+  with injective ops on the paths (producers of reductions; chains);
+- phase 1, ``INJECTIVE``: when every path up to the post-dominator is injective.
+
+A group of two or more bindings becomes a function of the module,
+``def @fused_nn_conv_add_nn_relu_3(...) attrs={"primitive": 1}``, called from ``main``; its
+parameters are the group's inputs (non-scalar constants included), its result the value of the
+group's last binding. Every call lowers to one kernel (``ember.graph.lower``). Because only a
+group's last value leaves it, a value read outside its group (or returned by ``main``) is always
+materialized.
+
+Config: ``FuseOps.max_depth`` (int, default 256) caps the bindings of one group.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...ops import OpPattern, get_op
+from ..ir import Binding, Call, Function, IRModule, Var
+from ..lower import is_immediate
+from .pass_manager import module_pass, register_config
+
+MAX_DEPTH = register_config("FuseOps.max_depth", int, "most bindings in one fused group")
+
+
+def op_pattern(b: Binding) -> OpPattern:
+    """The fusion kind of a binding (function calls and multi-output ops are opaque)."""
+    if b.call.is_function_call or len(b.outputs) != 1:
+        return OpPattern.OPAQUE
+    opdef = get_op(b.call.op)
+    return opdef.pattern if opdef.compute is not None else OpPattern.OPAQUE
+
+
+class _Node:
+    __slots__ = ("index", "binding", "pattern", "outputs", "extern_ref")
+
+    def __init__(self, index, binding, pattern):
+        self.index = index
+        self.binding = binding
+        self.pattern = pattern
+        self.outputs: list[tuple[int, OpPattern]] = []  # (consumer index, edge pattern)
+        self.extern_ref = False
+
+
+def build_graph(func: Function) -> list[_Node]:
+    """The indexed dataflow graph of ``func``'s bindings."""
+    nodes = [_Node(k, b, op_pattern(b)) for k, b in enumerate(func.bindings)]
+    index_of = {id(o): k for k, b in enumerate(func.bindings) for o in b.outputs}
+    for k, b in enumerate(func.bindings):
+        out_t = b.outputs[0].type
+        for a in b.call.args:
+            j = index_of.get(id(a)) if isinstance(a, Var) else None
+            if j is None:
+                continue
+            edge = nodes[k].pattern
+            if edge == OpPattern.BROADCAST and a.type.shape == out_t.shape:
+                edge = OpPattern.ELEMWISE
+            nodes[j].outputs.append((k, edge))
+    for o in func.outputs:
+        j = index_of.get(id(o)) if isinstance(o, Var) else None
+        if j is not None:
+            nodes[j].extern_ref = True
+    return nodes
+
+
+class _DomNode:
+    __slots__ = ("parent", "depth", "pattern")
+
+    def __init__(self, parent, depth, pattern):
+        self.parent, self.depth, self.pattern = parent, depth, pattern
+
+
+def _combine(a: OpPattern, b: OpPattern) -> OpPattern:
+    return a if a > b else b
+
+
+def post_dominators(nodes: list[_Node]) -> list[_DomNode]:
+    """Immediate post-dominator (as an index) of every node, with the combined pattern of the
+    paths to it."""
+    tree: list[_DomNode | None] = [None] * len(nodes)
+    for k in range(len(nodes) - 1, -1, -1):
+        n = nodes[k]
+        if n.extern_ref or not n.outputs:
+            tree[k] = _DomNode(None, 1, OpPattern.OPAQUE)
+            continue
+        parent, pat = None, OpPattern.ELEMWISE
+        for j, (c, edge) in enumerate(n.outputs):
+            if j == 0:
+                parent = c
+            else:
+                parent, pat = _lca(tree, parent, c, pat)
+            pat = _combine(pat, edge)
+            if parent is None:
+                break
+        depth = tree[parent].depth + 1 if parent is not None else 1
+        tree[k] = _DomNode(parent, depth, pat)
+    return tree
+
+
+def _lca(tree, a, b, pat):
+    while a != b:
+        if a is None or b is None:
+            return None, pat
+        da, db = tree[a].depth, tree[b].depth
+        if da < db:
+            pat = _combine(pat, tree[b].pattern)
+            b = tree[b].parent
+        elif db < da:
+            pat = _combine(pat, tree[a].pattern)
+            a = tree[a].parent
+        else:
+            pat = _combine(pat, _combine(tree[a].pattern, tree[b].pattern))
+            a, b = tree[a].parent, tree[b].parent
+    return a, pat
+
+
+class _Groups:
+    """Union-find over nodes; a root carries its group's pattern, anchor and size."""
+
+    def __init__(self, nodes):
+        self.parent = list(range(len(nodes)))
+        self.pattern = [n.pattern for n in nodes]
+        self.anchored = [n.pattern == OpPattern.OUT_ELEMWISE_FUSABLE for n in nodes]
+        self.size = [1] * len(nodes)
+
+    def find(self, k):
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def merge(self, child, parent):
+        c, p = self.find(child), self.find(parent)
+        if c == p:
+            return
+        if self.anchored[c]:
+            self.anchored[p] = True
+            self.pattern[p] = _combine(self.pattern[c], self.pattern[p])
+        self.parent[c] = p
+        self.size[p] += self.size[c]
+
+
+def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
+    """Group root index of every binding of ``func`` (TVM's dominator-based partition)."""
+    nodes = build_graph(func)
+    dom = post_dominators(nodes)
+    g = _Groups(nodes)
+
+    def check_path(src, sink, fcond):
+        seen = set()
+
+        def visit(k):
+            if k in seen:
+                return True
+            seen.add(k)
+            if not fcond(g.pattern[g.find(k)], k == sink):
+                return False
+            if k == sink:
+                return True
+            return all(visit(c) for c, _ in nodes[k].outputs)
+        return all(visit(c) for c, _ in nodes[src].outputs)
+
+    def commit(src, sink):
+        target = sink
+        seen = set()
+
+        def visit(k):
+            if k == sink or k in seen:
+                return
+            seen.add(k)
+            g.merge(k, target)
+            for c, _ in nodes[k].outputs:
+                visit(c)
+        visit(src)
+
+    def group_size_with(src, sink):
+        seen, total = set(), g.size[g.find(sink)]
+
+        def visit(k):
+            nonlocal total
+            if k == sink or k in seen:
+                return
+            seen.add(k)
+            r = g.find(k)
+            if r not in roots_seen:
+                roots_seen.add(r)
+                total += g.size[r]
+            for c, _ in nodes[k].outputs:
+                visit(c)
+        roots_seen = {g.find(sink)}
+        visit(src)
+        return total
+
+    for phase in (0, 1):
+        for k, n in enumerate(nodes):
+            gp = g.pattern[g.find(k)]
+            d = dom[k]
+            if gp == OpPattern.OPAQUE or d.parent is None:
+                continue
+            sink = d.parent
+            if g.find(k) == g.find(sink):
+                continue
+            if group_size_with(k, sink) > max_depth:
+                continue
+            if gp == OpPattern.OUT_ELEMWISE_FUSABLE:
+                if phase == 0 and d.pattern == OpPattern.ELEMWISE and \
+                        check_path(k, sink, lambda kind, is_sink: kind <= OpPattern.BROADCAST):
+                    commit(k, sink)
+            elif gp <= OpPattern.BROADCAST:
+                if phase == 0 and (d.pattern <= OpPattern.INJECTIVE or
+                                   d.pattern == OpPattern.COMM_REDUCE):
+                    def fcond(kind, is_sink):
+                        if not is_sink:
+                            return kind <= OpPattern.INJECTIVE
+                        return kind <= OpPattern.OUT_ELEMWISE_FUSABLE
+                    if check_path(k, sink, fcond):
+                        commit(k, sink)
+            elif gp == OpPattern.INJECTIVE:
+                if phase == 1 and check_path(k, sink,
+                                             lambda kind, is_sink: kind <= OpPattern.INJECTIVE):
+                    commit(k, sink)
+    return [g.find(k) for k in range(len(nodes))]
+
+
+def _fused_name(ops: list[str], k: int) -> str:
+    parts = [re.sub(r"[^A-Za-z0-9]", "_", o) for o in ops]
+    if len(parts) > 6:
+        parts = parts[:6]
+    return "fused_" + "_".join(parts) + f"_{k}"
+
+
+def fuse_function(func: Function, mod: IRModule, max_depth: int = 256,
+                  start: int = 0) -> tuple[Function, dict[str, Function]]:
+    """``func`` with each multi-binding group replaced by a call of a new primitive function.
+
+    Returns:
+        ``(new func, {name: fused function})``.
+    """
+    roots = partition_groups(func, max_depth)
+    members: dict[int, list[int]] = {}
+    for k, r in enumerate(roots):
+        members.setdefault(r, []).append(k)
+    sub: dict[int, Var] = {}
+    new_funcs: dict[str, Function] = {}
+    bindings = []
+    counter = start
+    taken = set(mod.functions)
+    for k, b in enumerate(func.bindings):
+        r = roots[k]
+        group = members[r]
+        if len(group) == 1:
+            args = tuple(sub.get(id(a), a) if isinstance(a, Var) else a for a in b.call.args)
+            bindings.append(b if all(x is y for x, y in zip(args, b.call.args))
+                            else Binding(b.outputs, Call(b.call.op, args, b.call.attrs)))
+            continue
+        if k != group[-1]:
+            continue  # emitted at the group's last binding
+        fbs = [func.bindings[i] for i in group]
+        inside = {id(o) for fb in fbs for o in fb.outputs}
+        params, call_args, pmap = [], [], {}
+        body = []
+        for fb in fbs:
+            new_args = []
+            for a in fb.call.args:
+                if (isinstance(a, Var) and id(a) in inside) or is_immediate(a):
+                    new_args.append(a)
+                    continue
+                key = id(a)
+                if key not in pmap:
+                    p = Var(f"p{len(params)}", a.type)
+                    pmap[key] = p
+                    params.append(p)
+                    call_args.append(sub.get(id(a), a) if isinstance(a, Var) else a)
+                new_args.append(pmap[key])
+            body.append(Binding(fb.outputs, Call(fb.call.op, tuple(new_args), fb.call.attrs)))
+        while True:
+            name = _fused_name([fb.call.op for fb in fbs], counter)
+            counter += 1
+            if name not in taken:
+                break
+        taken.add(name)
+        root_out = fbs[-1].outputs[0]
+        fused = Function(params, body, [root_out], name, {"primitive": 1})
+        new_funcs[name] = fused
+        res = Var(root_out.name, root_out.type)
+        sub[id(root_out)] = res
+        bindings.append(Binding((res,), Call("@" + name, tuple(call_args), {})))
+    outputs = [sub.get(id(o), o) if isinstance(o, Var) else o for o in func.outputs]
+    return Function(list(func.params), bindings, outputs, func.name, dict(func.attrs)), new_funcs
+
+
+@module_pass("FuseOps", opt_level=1, required=("InferType",))
+def FuseOps(mod: IRModule, ctx) -> IRModule:
+    """Fuse ``main``'s bindings into primitive functions (one kernel each)."""
+    main, fused = fuse_function(mod.main, mod, ctx.get_config(MAX_DEPTH, 256))
+    out = IRModule(mod.functions)
+    out["main"] = main
+    for n, f in fused.items():
+        out[n] = f
+    return out
+
+
+__all__ = ["FuseOps", "fuse_function", "partition_groups", "op_pattern"]

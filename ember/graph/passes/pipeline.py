@@ -1,0 +1,72 @@
+"""The pass pipeline of each target: one readable list per target.
+
+``build_pipeline(target)`` turns the list into a ``Sequential``; each pass runs when the current
+``PassContext`` enables it (its ``opt_level`` at most the context's, not disabled, or
+required). A name whose module is not present (``ConvertLayout`` before its module lands) is
+skipped.
+"""
+
+from __future__ import annotations
+
+from ..ir import IRModule
+from .pass_manager import PassContext, Sequential, get_pass, _PASSES
+
+# level: 0 InferType | 1 SimplifyInference SimplifyExpr FoldExplicitPadding EliminateDeadCode
+# FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic | 3 EliminateCommonSubexpr
+# FoldScaleAxis CombineParallelConv2D CombineParallelDense ConvertLayout | 4 ToMixedPrecision
+PIPELINES: dict[str, list[str]] = {
+    "llvm": [
+        "InferType",
+        "DynamicToStatic",
+        "SimplifyInference",
+        "FoldConstant",
+        "SimplifyExpr",
+        "CanonicalizeOps",
+        "FoldExplicitPadding",
+        "EliminateCommonSubexpr",
+        "FoldScaleAxis",
+        "CombineParallelConv2D",
+        "CombineParallelDense",
+        "FoldConstant",
+        "SimplifyExpr",
+        "ConvertLayout",
+        "ToMixedPrecision",
+        "FoldConstant",
+        "EliminateDeadCode",
+        "InferType",
+        "FuseOps",
+    ],
+}
+
+
+def pipeline_names(target="llvm") -> list[str]:
+    """The pass names of ``target``'s pipeline (its kind: ``llvm`` for the CPU)."""
+    kind = getattr(target, "kind", None) or str(target).split()[0]
+    if kind not in PIPELINES:
+        kind = "llvm"
+    return list(PIPELINES[kind])
+
+
+def build_pipeline(target="llvm") -> Sequential:
+    """A ``Sequential`` of ``target``'s pipeline (missing optional passes left out)."""
+    from . import _load_all
+    _load_all()
+    return Sequential([get_pass(n) for n in pipeline_names(target) if n in _PASSES],
+                      name="pipeline")
+
+
+def optimize(mod: IRModule, target="llvm", params=None) -> tuple[IRModule, dict]:
+    """Run ``target``'s pipeline on ``mod`` under the current ``PassContext`` with ``params``
+    bound as constants; large constants are lifted back out.
+
+    Returns:
+        ``(optimized module, params)`` ready for lowering.
+    """
+    from .bind_params import bind_params, lift_constants
+    mod = bind_params(mod, params)
+    mod = build_pipeline(target)(mod)
+    mod, lifted = lift_constants(mod)
+    return mod, lifted
+
+
+__all__ = ["PIPELINES", "pipeline_names", "build_pipeline", "optimize", "PassContext"]

@@ -150,9 +150,10 @@ def _epilogues(nest_stages, buffers, pinned: set, rewrite) -> dict:
         c = next(iter(users.values()))
         if isinstance(c.op.body, Reduce) or c.shape != r.shape or id(c) in out:
             continue
-        axis_vars = tuple(a.var for a in c.op.axis)
-        if all(len(ld.indices) == len(axis_vars) and all(x is v for x, v in
-                                                          zip(ld.indices, axis_vars))
+        axis = c.op.axis
+        # every read at the consumer's own index (a unit dim can only be read at 0)
+        if all(len(ld.indices) == len(axis) and all(x is a.var or a.extent == 1 for x, a in
+                                                     zip(ld.indices, axis))
                for ld in loads_of[(id(buf), id(c))]):
             out[id(c)] = r
     return out

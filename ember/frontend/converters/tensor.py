@@ -199,3 +199,36 @@ def constant(ctx, node):
         raise UnsupportedOpError("Constant with sparse_value is not supported")
     raise UnsupportedOpError(f"Constant with attributes {sorted(a)} is not supported")
 
+
+
+@converter("Pad", since=1)
+def pad(ctx, node):
+    """ONNX Pad: pads as attribute (opset 1: ``paddings``, 2-10: ``pads``) or input (11+),
+    optional ``constant_value`` input and ``axes`` input (18+); modes constant/reflect/edge
+    (wrap from 19)."""
+    x = node.input(0)
+    nd = x.type.ndim
+    mode = node.attr("mode", "constant")
+    if node.opset < 11:
+        pads = list(node.attr("pads" if node.opset >= 2 else "paddings", [0] * (2 * nd)))
+        value = float(node.attr("value", 0.0))
+    else:
+        pads = [int(p) for p in _const_input(ctx, node, 1, "pads").reshape(-1)]
+        cv = _const_input(ctx, node, 2, "constant_value")
+        value = cv.reshape(-1)[0].item() if cv is not None and cv.size else 0.0
+        axes = _const_input(ctx, node, 3, "axes")
+        if axes is not None:
+            axes = [normalize_axis(int(a), nd) for a in axes.reshape(-1)]
+            if len(pads) != 2 * len(axes):
+                raise ShapeMismatchError(f"Pad: {len(pads)} pads for {len(axes)} axes")
+            full = [0] * (2 * nd)
+            for k, a in enumerate(axes):
+                full[a], full[nd + a] = pads[k], pads[len(axes) + k]
+            pads = full
+    if len(pads) != 2 * nd:
+        raise ShapeMismatchError(f"Pad: {len(pads)} pads for an input of rank {nd}")
+    if mode == "wrap" and node.opset < 19:
+        raise UnsupportedOpError(f"Pad mode 'wrap' needs opset 19 (model has {node.opset})")
+    if x.type.dtype.startswith("float"):
+        value = float(value)
+    return [ctx.call("nn.pad", [x], {"pads": pads, "mode": mode, "value": value})]

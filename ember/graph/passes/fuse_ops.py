@@ -12,7 +12,9 @@ path between them satisfies the rule of its kind:
   + bias, batch norm, relu, residual add);
 - phase 0, ``ELEMWISE``/``BROADCAST``: into a post-dominator that is injective or a reduction,
   with injective ops on the paths (producers of reductions; chains);
-- phase 1, ``INJECTIVE``: when every path up to the post-dominator is injective.
+- phase 1, ``INJECTIVE``: when every path up to the post-dominator is injective, the
+  post-dominator itself injective or a reduction (TVM stops before reductions; here the
+  reduction reads the injective chain inlined, so the chain's result is never stored).
 
 A group of two or more bindings becomes a function of the module,
 ``def @fused_nn_conv_add_nn_relu_3(...) attrs={"primitive": 1}``, called from ``main``; its
@@ -229,8 +231,11 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
                     if check_path(k, sink, fcond):
                         commit(k, sink)
             elif gp == OpPattern.INJECTIVE:
-                if phase == 1 and check_path(k, sink,
-                                             lambda kind, is_sink: kind <= OpPattern.INJECTIVE):
+                # unlike TVM, an injective chain also feeds a reduction (inlined into its body)
+                def fcond_inj(kind, is_sink):
+                    return kind <= OpPattern.INJECTIVE or (is_sink and
+                                                           kind == OpPattern.COMM_REDUCE)
+                if phase == 1 and check_path(k, sink, fcond_inj):
                     commit(k, sink)
     return [g.find(k) for k in range(len(nodes))]
 

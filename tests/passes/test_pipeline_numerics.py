@@ -12,7 +12,9 @@ from ember.graph.passes import PassContext, list_passes, optimize, pipeline_name
 
 from small_models import MODELS, inputs_for, onnxruntime_outputs
 
-OPTIONAL = sorted({n for n in pipeline_names("llvm") if n in list_passes()} - {"InferType"})
+# ToMixedPrecision changes the numerics on purpose: checked with its own tolerance elsewhere
+OPTIONAL = sorted({n for n in pipeline_names("llvm") if n in list_passes()}
+                  - {"InferType", "ToMixedPrecision"})
 
 
 def _reference_after_passes(name, **ctx):

@@ -46,3 +46,13 @@ def _load_all():
 
 
 from .pipeline import PIPELINES, build_pipeline, optimize, pipeline_names  # noqa: F401,E402
+
+
+def __getattr__(name):
+    """Pass factories of the optional modules (``from ember.graph.passes import
+    FoldScaleAxis``) once their module is present."""
+    from .pass_manager import _PASSES
+    _load_all()
+    if name in _PASSES:
+        return _PASSES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,9 @@ path between them satisfies the rule of its kind:
   + bias, batch norm, relu, residual add);
 - phase 0, ``ELEMWISE``/``BROADCAST``: into a post-dominator that is injective or a reduction,
   with injective ops on the paths (producers of reductions; chains);
+- phase 0, a chain of ``cast`` read only by an ``OUT_ELEMWISE_FUSABLE`` op joins it (the
+  conversion happens as the data is loaded: ToMixedPrecision's float16 inputs of a float32
+  accumulation);
 - phase 1, ``INJECTIVE``: when every path up to the post-dominator is injective, the
   post-dominator itself injective or a reduction (TVM stops before reductions; here the
   reduction reads the injective chain inlined, so the chain's result is never stored).
@@ -222,8 +225,14 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
                         check_path(k, sink, lambda kind, is_sink: kind <= OpPattern.BROADCAST):
                     commit(k, sink)
             elif gp <= OpPattern.BROADCAST:
-                if phase == 0 and (d.pattern <= OpPattern.INJECTIVE or
-                                   d.pattern == OpPattern.COMM_REDUCE):
+                if phase == 0 and _is_cast_group(nodes, g, k) and \
+                        d.pattern == OpPattern.OUT_ELEMWISE_FUSABLE and \
+                        [c for c, _ in nodes[k].outputs] == [sink]:
+                    # a dtype conversion read by one conv/gemm: converted as it is loaded
+                    # (ToMixedPrecision's float16 storage read in float32)
+                    commit(k, sink)
+                elif phase == 0 and (d.pattern <= OpPattern.INJECTIVE or
+                                     d.pattern == OpPattern.COMM_REDUCE):
                     def fcond(kind, is_sink):
                         if not is_sink:
                             return kind <= OpPattern.INJECTIVE
@@ -238,6 +247,12 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
                 if phase == 1 and check_path(k, sink, fcond_inj):
                     commit(k, sink)
     return [g.find(k) for k in range(len(nodes))]
+
+
+def _is_cast_group(nodes, g, k) -> bool:
+    """True when node ``k``'s group is made of ``cast`` bindings only."""
+    r = g.find(k)
+    return all(nodes[j].binding.call.op == "cast" for j in range(k + 1) if g.find(j) == r)
 
 
 def _fused_name(ops: list[str], k: int) -> str:

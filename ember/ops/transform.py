@@ -95,7 +95,7 @@ def _transpose_compute(inputs, attrs, out_types):
 
 
 register_op("transpose", infer_type=_transpose_type,
-            reference=lambda xs, a: [np.ascontiguousarray(np.transpose(xs[0], _perm(a, xs[0].ndim)))],
+            reference=lambda xs, a: [np.transpose(xs[0], _perm(a, xs[0].ndim)).copy(order="C")],
             compute=_transpose_compute, pattern=OpPattern.INJECTIVE, attrs={"perm": None},
             doc="permute axes; perm None reverses them (ONNX Transpose)")
 
@@ -130,7 +130,8 @@ def _concat_compute(inputs, attrs, out_types):
             idx = tuple(v - off if k == ax else v for k, v in enumerate(i))
             val = t[idx]
             e = val if e is None else te.select(te.ge(i[ax], off), val, e)
-        return e
+        # every input empty along axis: the output is empty too, its body never runs
+        return e if e is not None else te.const(0, out_types[0].dtype)
     return [te.compute(out_types[0].shape, f, name="concat")]
 
 

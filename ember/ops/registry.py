@@ -85,21 +85,67 @@ class OpDef:
 _REGISTRY: dict[str, OpDef] = {}
 
 
-def register_op(name: str, *, infer_type: Callable, reference: Callable,
-                compute: Callable | None = None, pattern: OpPattern = OpPattern.OPAQUE,
-                attrs: dict | None = None, num_inputs: tuple = (1, 1), doc: str = "",
-                schedule: Callable | None = None, override: bool = False) -> OpDef:
+def register_op(name: str, *, type_rel: Callable | None = None, compute: Callable | None = None,
+                schedule: Callable | None = None, reference: Callable | None = None,
+                infer_type: Callable | None = None, pattern: OpPattern = OpPattern.OPAQUE,
+                attrs: dict | None = None, num_inputs: tuple | None = None, doc: str = "",
+                override: bool = False) -> OpDef:
     """Register a graph operator (ember's own or a user's, e.g. ``"custom.fused_conv_relu"``).
 
+    Public form (``ember.register_op``)::
+
+        ember.register_op("custom.fused_conv_relu",
+                          type_rel=lambda types, attrs: TensorType(...),   # or a list of them
+                          compute=lambda inputs, attrs, out_types: te_tensor,  # or a list
+                          reference=lambda arrays, attrs: ndarray,         # optional, NumPy
+                          schedule=None, attrs={"pads": None}, num_inputs=(2, 3))
+
+    Args:
+        type_rel: ``(input TensorTypes, attrs) -> TensorType | [TensorType]``, raising
+            ``ShapeMismatchError`` on inputs it cannot take (``infer_type`` is the same).
+        compute: ``(input te.Tensors, attrs, output TensorTypes) -> te.Tensor | [te.Tensor]``.
+        schedule: per-target schedule hook, kept on the ``OpDef``.
+        reference: ``(input ndarrays, attrs) -> ndarray | [ndarray]`` for the reference
+            interpreter and constant folding; without it those raise ``UnsupportedOpError``.
+        pattern: fusion kind (``OPAQUE`` by default: never fused with neighbours).
+        attrs: attribute names with defaults (``REQUIRED`` for none).
+        num_inputs: ``(min, max)``; ``max=None`` for any number. Default: any number for ops
+            given by ``type_rel``, exactly one otherwise.
     Raises:
         ValueError: ``name`` is already registered and ``override`` is false.
+        TypeError: neither ``type_rel`` nor ``infer_type`` is given.
     """
     if name in _REGISTRY and not override:
-        raise ValueError(f"operator {name!r} is already registered")
-    op = OpDef(name, infer_type, reference, compute, pattern, dict(attrs or {}), num_inputs,
-               doc, schedule)
+        raise ValueError(f"operator {name!r} is already registered (pass override=True to "
+                         f"replace it)")
+    rel = type_rel or infer_type
+    if rel is None:
+        raise TypeError(f"register_op({name!r}): give type_rel (the type relation)")
+    if num_inputs is None:
+        num_inputs = (0, None) if type_rel is not None else (1, 1)
+    op = OpDef(name, _as_list_fn(rel), _as_list_fn(reference) if reference else
+               _no_reference(name), _as_list_fn(compute) if compute else None, pattern,
+               dict(attrs or {}), num_inputs, doc, schedule)
     _REGISTRY[name] = op
     return op
+
+
+def _as_list_fn(fn: Callable) -> Callable:
+    """``fn`` returning a list even when it returns a single value."""
+    def wrapped(*a):
+        out = fn(*a)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+    wrapped.__wrapped__ = fn
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+def _no_reference(name: str) -> Callable:
+    def ref(xs, attrs):
+        raise UnsupportedOpError(f"operator {name} was registered without a NumPy reference: "
+                                 f"pass reference= to register_op to evaluate it on the host",
+                                 op=name)
+    return ref
 
 
 def get_op(name: str) -> OpDef:

@@ -1,5 +1,5 @@
 """The operator registry and every built-in operator (each defined once, in one module)."""
 
 from .registry import (REQUIRED, OpDef, OpPattern, broadcast_shapes, get_op, list_ops,  # noqa: F401
-                       normalize_axis, register_op)
+                       normalize_axis, register_op, unregister_op)
 from . import elemwise, nn, transform, reduce  # noqa: F401,E402  (registers the built-ins)

@@ -148,6 +148,16 @@ def _no_reference(name: str) -> Callable:
     return ref
 
 
+def unregister_op(name: str) -> None:
+    """Remove a registered operator (a user's; tests that register temporary ops).
+
+    Raises:
+        UnsupportedOpError: no such operator.
+    """
+    get_op(name)
+    del _REGISTRY[name]
+
+
 def get_op(name: str) -> OpDef:
     """The ``OpDef`` registered as ``name``.
 

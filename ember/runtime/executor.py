@@ -118,7 +118,8 @@ class GraphExecutor:
             if tuple(a.shape) != tuple(d["shape"]):
                 raise InputError(f"input {d['name']!r}: expected shape {tuple(d['shape'])}, got "
                                  f"{tuple(a.shape)}")
-            out.append(np.ascontiguousarray(a))
+            # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+            out.append(a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape))
         return out
 
     def run(self, inputs) -> list[np.ndarray]:

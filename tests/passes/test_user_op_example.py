@@ -11,4 +11,9 @@ def test_documented_user_op_example_runs():
     text = DOC.read_text()
     block = re.search(r"<!-- example: user-op.*?```python\n(.*?)```", text, re.S)
     assert block, "the user-op example block is missing from docs/passes.md"
-    exec(compile(block.group(1), str(DOC), "exec"), {"__name__": "doc_example"})
+    try:
+        exec(compile(block.group(1), str(DOC), "exec"), {"__name__": "doc_example"})
+    finally:  # the example's operator must not outlive the test (registry-wide tests)
+        from ember.ops import list_ops, unregister_op
+        if "custom.fused_conv_relu" in list_ops():
+            unregister_op("custom.fused_conv_relu")

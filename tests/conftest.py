@@ -22,3 +22,21 @@ _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
 settings.register_profile("default", derandomize=True, database=None, **_common)
 settings.register_profile("explore", derandomize=False, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False,
+                     help="also run the tests marked slow (whole heavy models)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run with ``--runslow``, ``EMBER_RUN_SLOW=1`` or a ``-m`` that
+    names them; the default run leaves them out (skipped, with the reason)."""
+    import pytest
+    if config.getoption("--runslow") or os.environ.get("EMBER_RUN_SLOW") == "1" \
+            or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow whole-model test: run with --runslow or EMBER_RUN_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -19,6 +19,7 @@ import numpy as np
 from ..driver import build
 from ..graph.builder import FunctionBuilder, infer_call
 from ..graph.ir import Constant, IRModule, TensorType
+from ..graph.passes import PassContext
 from ..ops import get_op
 from ..ops.registry import np_dtype
 
@@ -50,13 +51,15 @@ def op_module(op_name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None 
 
 
 def run_op(op_name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None = None,
-           target: str = "llvm") -> list[np.ndarray]:
+           target: str = "llvm", opt_level: int = 0) -> list[np.ndarray]:
     """Compile ``op_name(*inputs, **attrs)`` as a one-binding graph for ``target`` and run it.
 
     Args:
         op_name: a registered graph operator, e.g. ``"nn.conv"``.
         inputs: numpy arrays (any dtype ember supports); they become run-time inputs.
         attrs: the operator's attributes (defaults filled in by the registry).
+        opt_level: the ``PassContext`` level of the build; the default 0 runs no rewriting
+            pass, so the operator's own compute is what gets compiled and checked.
     Returns:
         the binding's outputs as numpy arrays.
     Raises:
@@ -64,7 +67,8 @@ def run_op(op_name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None = N
     """
     inputs = [np.asarray(a) for a in inputs]
     mod = op_module(op_name, inputs, attrs)
-    model = build(mod, target)
+    with PassContext(opt_level=opt_level):
+        model = build(mod, target)
     return model.run({f"x{k}": a for k, a in enumerate(inputs)})
 
 
@@ -141,12 +145,13 @@ def _isnan(a: np.ndarray) -> np.ndarray:
 
 def assert_matches_reference(op_name: str, inputs: Sequence[np.ndarray],
                              attrs: Mapping | None = None, rtol: float | None = None,
-                             atol: float | None = None, target: str = "llvm") -> list[np.ndarray]:
+                             atol: float | None = None, target: str = "llvm",
+                             opt_level: int = 0) -> list[np.ndarray]:
     """Compile and run ``op_name`` on ``inputs`` and assert it matches the NumPy reference
     (shape, dtype and values; tolerance from ``default_tolerance`` of the output dtype unless
     given). Returns the compiled outputs."""
     expected, types = _reference_and_types(op_name, inputs, attrs)
-    got = run_op(op_name, inputs, attrs, target)
+    got = run_op(op_name, inputs, attrs, target, opt_level)
     assert len(got) == len(expected), f"{op_name}: {len(got)} outputs, reference gives " \
                                       f"{len(expected)}"
     for k, (g, e, t) in enumerate(zip(got, expected, types)):

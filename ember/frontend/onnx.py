@@ -33,6 +33,7 @@ def load_model(model) -> onnx.ModelProto:
         ModelLoadError: missing file, not an ONNX model, truncated model.
     """
     if isinstance(model, onnx.ModelProto):
+        _check_model(model, "the given ModelProto")
         return model
     if isinstance(model, (bytes, bytearray)):
         data = bytes(model)
@@ -52,10 +53,19 @@ def load_model(model) -> onnx.ModelProto:
     except Exception as e:  # protobuf raises DecodeError (and others on garbage)
         raise ModelLoadError(f"{where} is not a valid ONNX model (truncated or not ONNX): "
                              f"{type(e).__name__}: {e}") from None
+    _check_model(m, where)
+    return m
+
+
+def _check_model(m: onnx.ModelProto, where: str) -> None:
+    """Reject what parses as protobuf but cannot be a whole ONNX model (a cut-off file parses
+    as a prefix of its fields)."""
     if not m.graph.node and not m.graph.output:
         raise ModelLoadError(f"{where} parsed as an empty ONNX model (no graph): it is probably "
                              f"not an ONNX file")
-    return m
+    if m.ir_version >= 3 and not m.opset_import:
+        raise ModelLoadError(f"{where} declares no opset_import, which ONNX IR version "
+                             f"{m.ir_version} requires: the model is truncated or malformed")
 
 
 class NodeView:

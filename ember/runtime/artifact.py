@@ -22,7 +22,14 @@ FORMAT_VERSION = 1
 
 
 def save_artifact(model, path) -> None:
-    """Save a ``CompiledModel`` to ``path``."""
+    """Save a ``CompiledModel`` to ``path``: written to a temporary file in the same folder,
+    then renamed over ``path``, so ``path`` never holds a half-written artifact (a previous
+    file there stays intact when the save fails).
+
+    Raises:
+        ArtifactError: the folder is missing or not writable, the disk is full... (the message
+            names the path and the cause).
+    """
     path = Path(path)
     manifest = {"format": "ember-artifact", "version": FORMAT_VERSION, "target": model.target,
                 "plan": model.plan, "info": model.info}
@@ -30,9 +37,11 @@ def save_artifact(model, path) -> None:
     np.savez(params, **{f"p{k}": v for k, v in enumerate(model.params.values())})
     names = list(model.params.keys())
     manifest["param_names"] = names
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", suffix=".tmp")
-    os.close(fd)
+    folder = path.parent if str(path.parent) else Path(".")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
             z.writestr("manifest.json", json.dumps(manifest))
             z.writestr("graph.txt", model.graph_text)
@@ -40,11 +49,16 @@ def save_artifact(model, path) -> None:
             z.write(model.lib_path, "lib.so")
             z.writestr("params.npz", params.getvalue())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(e, OSError):
+            raise ArtifactError(f"cannot save the artifact to {str(path)!r}: "
+                                f"{e.strerror or e} (check that the folder {str(folder)!r} "
+                                f"exists and is writable)") from e
         raise
 
 

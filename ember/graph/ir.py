@@ -238,13 +238,20 @@ def _val_equal(x, y, vmap) -> bool:
 def _attrs_equal(a: dict, b: dict) -> bool:
     if set(a) != set(b):
         return False
-    for k in a:
-        x, y = a[k], b[k]
-        if isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y):
-            continue
-        if x != y:
-            return False
-    return True
+    return all(_attr_value_equal(a[k], b[k]) for k in a)
+
+
+def _attr_value_equal(x, y) -> bool:
+    """Attribute values equal as data: lists and tuples alike, NaN equal to NaN at any depth."""
+    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+        return len(x) == len(y) and all(_attr_value_equal(u, v) for u, v in zip(x, y))
+    if isinstance(x, dict) and isinstance(y, dict):
+        return _attrs_equal(x, y)
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return bool(np.array_equal(np.asarray(x), np.asarray(y)))
+    if isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y):
+        return True
+    return bool(x == y)
 
 
 def _func_equal(f: Function, g: Function) -> bool:

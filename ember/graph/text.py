@@ -202,9 +202,12 @@ def parse_module(text: str) -> IRModule:
         fname = m.group(1)
         env: dict = {}
         params = []
+        header_line = i
         for p in _split_top(m.group(2)):
-            nm, _, ty = p.partition(":")
-            v = Var(_parse_name(nm, f"line {i}"), _parse_type(ty, f"line {i}"))
+            parts = _split_top(p, ":")
+            if len(parts) != 2:
+                raise IRParseError(f"line {i}: expected '%name: Tensor[...]', got {p!r}")
+            v = Var(_parse_name(parts[0], f"line {i}"), _parse_type(parts[1], f"line {i}"))
             env[v.name] = v
             params.append(v)
         bindings, outputs, closed = [], None, False
@@ -247,8 +250,9 @@ def parse_module(text: str) -> IRModule:
             bindings.append(Binding(tuple(ovars), Call(bm.group(2), tuple(args),
                                                        normalize_attrs(attrs))))
         if not closed:
-            raise IRParseError(f"function @{fname} is not closed with '}}'")
+            raise IRParseError(f"line {header_line}: function @{fname} is not closed with '}}' "
+                               f"(the text ends at line {len(lines)})")
         if outputs is None:
-            raise IRParseError(f"function @{fname} has no return")
+            raise IRParseError(f"line {header_line}: function @{fname} has no return")
         mod[fname] = Function(params, bindings, outputs, fname, normalize_attrs(fattrs))
     return mod

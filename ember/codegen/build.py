@@ -94,12 +94,14 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def build_library(source: str, mcpu: str = "native") -> Path:
-    """Compile ``source`` to a shared library and return its cached path.
+def build_library(source: str, mcpu: str = "native", timeout: float = 1800) -> Path:
+    """Compile ``source`` to a shared library and return its cached path; the compiler may
+    run ``timeout`` seconds.
 
     Raises:
         ToolchainError: no usable C compiler.
-        CodegenError: the compiler rejected the source (the error holds source and message).
+        CodegenError: the compiler rejected the source or ran past ``timeout`` (the error holds
+            source and message).
     """
     cc = find_compiler()
     version, _ = _compiler_info(cc)
@@ -115,9 +117,12 @@ def build_library(source: str, mcpu: str = "native") -> Path:
         out = Path(tmp) / "module.so"
         try:
             r = subprocess.run(cc.split() + flags + [str(src), "-o", str(out), "-lm"],
-                               capture_output=True, text=True, timeout=1800)
+                               capture_output=True, text=True, timeout=timeout)
         except OSError as e:
             raise ToolchainError(f"C compiler {cc!r} failed to start: {e}; set CC") from None
+        except subprocess.TimeoutExpired:
+            raise CodegenError(f"C compiler {cc!r} ran past its {timeout:g} s time-out",
+                               source=source) from None
         if r.returncode != 0:
             raise CodegenError(f"C compiler {cc!r} failed on generated code:\n"
                                f"{r.stderr[-4000:]}", source=source, compiler_output=r.stderr)

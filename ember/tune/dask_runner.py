@@ -1,0 +1,91 @@
+"""Measurement on the workers of a dask distributed cluster.
+
+Start ``dask-scheduler`` somewhere and ``dask-worker SCHEDULER --resources "llvm=1"`` on each
+machine that holds the target hardware (the resource names the target). ``DaskRunner(address,
+resource="llvm")`` then ships each built library (its bytes) to a worker holding that resource;
+the worker measures it in its own isolated worker process (``ember.tune.worker``), exactly as
+``LocalRunner`` does here, so a crashing or hanging candidate costs one worker process, not the
+dask worker. Candidates of one batch run concurrently, one per worker at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from ..errors import TuningError
+from .measure import (BuildResult, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult,
+                      library_bytes, result_from_reply, run_request)
+
+_worker_state: dict[str, Any] = {}
+
+
+def _measure_on_worker(lib: bytes, ref: bytes | None, request: dict, timeout: float) -> dict:
+    """Runs inside a dask worker: install the libraries locally, measure in an isolated child."""
+    from ..codegen.build import install_library
+    from .worker import WorkerProcess
+    proc = _worker_state.get("proc")
+    if proc is None:
+        proc = _worker_state["proc"] = WorkerProcess()
+    request = dict(request, lib=str(install_library(lib)),
+                   ref=str(install_library(ref)) if ref else None)
+    reply = run_request(proc, request, timeout)
+    try:
+        from distributed import get_worker
+        reply["worker"] = get_worker().address
+    except (ImportError, ValueError):
+        pass
+    return reply
+
+
+class DaskRunner(LocalRunner):
+    """A runner measuring on dask distributed workers.
+
+    Args:
+        client: a ``distributed.Client``, or the scheduler address (``"tcp://host:8786"``).
+        resource: a worker resource each measurement needs one unit of (tag the workers of a
+            target with it); ``None`` uses any worker.
+        Other arguments: as ``LocalRunner`` (``timeout`` applies on the worker).
+
+    Attributes:
+        workers_used: addresses of the workers that measured the last batch.
+
+    Raises:
+        TuningError: the ``distributed`` package is missing.
+    """
+
+    def __init__(self, client: Any, resource: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        try:
+            import distributed
+        except ImportError:
+            raise TuningError("DaskRunner needs dask distributed: pip install 'ember[tune]' "
+                              "(or pip install distributed)") from None
+        self.client = client if isinstance(client, distributed.Client) \
+            else distributed.Client(client)
+        self.resource = resource
+        self.workers_used: list[str] = []
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]
+            ) -> list[MeasureResult]:
+        futures, out = {}, [None] * len(inputs)
+        t0 = time.perf_counter()
+        for k, (inp, b) in enumerate(zip(inputs, builds)):
+            if b.error_no != MeasureErrorNo.NO_ERROR:
+                out[k] = MeasureResult([], b.error_no, b.error_msg, b.time_cost, time.time())
+                continue
+            req = self.request(b, inp.task.target)
+            kw = {"resources": {self.resource: 1}} if self.resource else {}
+            futures[k] = self.client.submit(_measure_on_worker, library_bytes(b.lib),
+                                            library_bytes(b.ref) if req["ref"] else None, req,
+                                            self.timeout, pure=False, **kw)
+        self.workers_used = []
+        for k, fut in futures.items():
+            try:
+                reply = fut.result(timeout=self.timeout * 4 + 60)
+            except Exception as e:  # noqa: BLE001 - a lost worker is a failed measurement
+                reply = {"error": "runtime", "msg": f"dask worker failed: {type(e).__name__}: {e}"}
+            if "worker" in reply:
+                self.workers_used.append(reply["worker"])
+            out[k] = result_from_reply(reply, builds[k].time_cost + time.perf_counter() - t0)
+        return out

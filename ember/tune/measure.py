@@ -1,0 +1,247 @@
+"""Measuring candidates: build each in parallel, run each in an isolated worker process.
+
+``measure_option(builder=LocalBuilder(), runner=LocalRunner())`` bundles the two; a tuner calls
+``create_measure_batch(task, option)(inputs) -> results``. Every failure is a result, never an
+exception: a template that raises (``INSTANTIATION_ERROR``), C that does not compile
+(``COMPILE_HOST``) or compiles past the time-out (``BUILD_TIMEOUT``), a kernel that crashes the
+worker (``RUNTIME_DEVICE``), runs past the time-out (``RUN_TIMEOUT``) or whose output differs from
+the untuned reference kernel's (``WRONG_ANSWER``). Only ``NO_ERROR`` results have meaningful
+costs; tuners and records never pick anything else.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..codegen.build import build_library
+from ..codegen.c import C_PRELUDE, emit_c_function
+from ..errors import CodegenError, EmberError
+from .worker import WorkerCrashed, WorkerProcess, WorkerTimeout
+
+KERNEL_SYMBOL = "ember_kernel"
+
+
+class MeasureErrorNo(enum.IntEnum):
+    """Why a measurement failed (0 = it did not)."""
+
+    NO_ERROR = 0
+    INSTANTIATION_ERROR = 1
+    COMPILE_HOST = 2
+    RUNTIME_DEVICE = 4
+    WRONG_ANSWER = 5
+    BUILD_TIMEOUT = 6
+    RUN_TIMEOUT = 7
+    UNKNOWN_ERROR = 8
+
+
+@dataclass
+class MeasureInput:
+    """A candidate: ``task`` plus ``config`` (a ``ConfigEntity`` or a search ``Trace``; anything
+    with ``to_json()`` that ``task.instantiate`` accepts)."""
+
+    target: Any
+    task: Any
+    config: Any
+
+
+@dataclass
+class BuildResult:
+    """A built candidate: library paths, the kernel's parameter specs, or an error."""
+
+    lib: str | None = None
+    ref: str | None = None
+    specs: list = field(default_factory=list)
+    num_inputs: int = 0
+    error_no: int = MeasureErrorNo.NO_ERROR
+    error_msg: str = ""
+    time_cost: float = 0.0
+
+
+@dataclass
+class MeasureResult:
+    """Outcome of one candidate: ``costs`` (seconds per run, one per repeat) when
+    ``error_no == 0``; ``all_cost`` is the wall time spent building and measuring it."""
+
+    costs: list
+    error_no: int
+    error_msg: str = ""
+    all_cost: float = 0.0
+    timestamp: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_no == MeasureErrorNo.NO_ERROR
+
+    @property
+    def mean(self) -> float:
+        """Mean cost in seconds (infinity for errors)."""
+        return sum(self.costs) / len(self.costs) if self.ok and self.costs else float("inf")
+
+
+def kernel_source(func) -> str:
+    """A standalone C translation unit exporting ``func`` as ``ember_kernel``."""
+    return C_PRELUDE + "\n" + emit_c_function(func, KERNEL_SYMBOL)
+
+
+def kernel_specs(func) -> tuple[list, int]:
+    """``([(shape, dtype)] of the parameters, number of inputs)`` of a PrimFunc."""
+    specs = [(tuple(b.shape), b.dtype) for b in func.params]
+    return specs, int(func.attrs.get("num_inputs", len(specs) - 1))
+
+
+class LocalBuilder:
+    """Instantiates candidates and compiles them with the system C compiler (``n_parallel`` at
+    once, each at most ``timeout`` seconds). Libraries land in ember's content-hash build cache,
+    so re-measuring a program does not rebuild it."""
+
+    def __init__(self, timeout: float = 30.0, n_parallel: int | None = None):
+        import os
+        self.timeout = timeout
+        self.n_parallel = n_parallel or max(1, os.cpu_count() or 1)
+        self._refs: dict[str, tuple[str | None, str]] = {}
+
+    def _reference(self, task) -> str | None:
+        if task.key not in self._refs:
+            try:
+                ref = task.reference()
+                lib = str(build_library(kernel_source(ref), task.target.mcpu))
+                self._refs[task.key] = (lib, "")
+            except Exception as e:  # noqa: BLE001 - no reference: candidates cannot be checked
+                self._refs[task.key] = (None, f"{type(e).__name__}: {e}")
+        lib, err = self._refs[task.key]
+        if lib is None:
+            raise CodegenError(f"the reference kernel of {task.key} does not build: {err}")
+        return lib
+
+    def _build_one(self, inp: MeasureInput) -> BuildResult:
+        t0 = time.perf_counter()
+        try:
+            func = inp.task.instantiate(inp.config)
+            specs, n_in = kernel_specs(func)
+            src = kernel_source(func)
+        except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
+            return BuildResult(error_no=MeasureErrorNo.INSTANTIATION_ERROR,
+                               error_msg=f"{type(e).__name__}: {e}",
+                               time_cost=time.perf_counter() - t0)
+        try:
+            ref = self._reference(inp.task)
+            lib = str(build_library(src, inp.task.target.mcpu, timeout=self.timeout))
+        except CodegenError as e:
+            timed_out = "time-out" in str(e)
+            return BuildResult(error_no=MeasureErrorNo.BUILD_TIMEOUT if timed_out
+                               else MeasureErrorNo.COMPILE_HOST, error_msg=str(e)[:2000],
+                               time_cost=time.perf_counter() - t0)
+        except EmberError as e:
+            return BuildResult(error_no=MeasureErrorNo.COMPILE_HOST, error_msg=str(e)[:2000],
+                               time_cost=time.perf_counter() - t0)
+        return BuildResult(lib=lib, ref=ref, specs=specs, num_inputs=n_in,
+                           time_cost=time.perf_counter() - t0)
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        """Build every candidate (errors are reported in the results)."""
+        if len(inputs) <= 1 or self.n_parallel == 1:
+            return [self._build_one(i) for i in inputs]
+        with ThreadPoolExecutor(self.n_parallel) as pool:
+            return list(pool.map(self._build_one, inputs))
+
+
+_ERROR_KIND = {"wrong_answer": MeasureErrorNo.WRONG_ANSWER,
+               "runtime": MeasureErrorNo.RUNTIME_DEVICE}
+
+
+class LocalRunner:
+    """Runs built candidates one at a time in an isolated worker process on this machine.
+
+    Each candidate is checked against the reference kernel's output on the same seeded inputs
+    (``rtol``/``atol``), then timed: ``repeat`` repeats of ``number`` calls (doubling the calls
+    until a repeat takes ``min_repeat_ms``), with ``flush_bytes`` written between repeats to flush
+    the CPU caches when ``enable_cpu_cache_flush``. ``timeout`` bounds one candidate's run (seconds).
+    """
+
+    def __init__(self, number: int = 2, repeat: int = 3, min_repeat_ms: float = 0.0,
+                 timeout: float = 10.0, enable_cpu_cache_flush: bool = True,
+                 flush_bytes: int = 8 << 20, check_correctness: bool = True,
+                 rtol: float = 1e-3, atol: float = 1e-4, num_threads: int | None = None,
+                 seed: int = 0):
+        self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
+        self.timeout = timeout
+        self.flush_bytes = flush_bytes if enable_cpu_cache_flush else 0
+        self.check_correctness = check_correctness
+        self.rtol, self.atol = rtol, atol
+        self.num_threads = num_threads
+        self.seed = seed
+        self._worker = WorkerProcess()
+
+    def request(self, build: BuildResult, target=None) -> dict:
+        """The worker request for one built candidate."""
+        threads = self.num_threads or getattr(target, "num_threads", None)
+        return {"kind": "measure", "lib": build.lib,
+                "ref": build.ref if self.check_correctness else None,
+                "specs": build.specs, "num_inputs": build.num_inputs, "seed": self.seed,
+                "number": self.number, "repeat": self.repeat,
+                "min_repeat_ms": self.min_repeat_ms, "flush_bytes": self.flush_bytes,
+                "num_threads": threads, "rtol": self.rtol, "atol": self.atol}
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]
+            ) -> list[MeasureResult]:
+        """Measure each built candidate; failed builds pass through as error results."""
+        out = []
+        for inp, b in zip(inputs, builds):
+            if b.error_no != MeasureErrorNo.NO_ERROR:
+                out.append(MeasureResult([], b.error_no, b.error_msg, b.time_cost, time.time()))
+                continue
+            t0 = time.perf_counter()
+            reply = run_request(self._worker, self.request(b, inp.task.target), self.timeout)
+            out.append(result_from_reply(reply, b.time_cost + time.perf_counter() - t0))
+        return out
+
+    def close(self) -> None:
+        self._worker.close()
+
+
+def run_request(worker: WorkerProcess, req: dict, timeout: float) -> dict:
+    """Send ``req`` to ``worker``, turning a time-out or crash into an error reply."""
+    try:
+        return worker.call(req, timeout)
+    except WorkerTimeout:
+        return {"error": "timeout", "msg": f"the kernel ran past the {timeout:g} s time-out"}
+    except WorkerCrashed as e:
+        return {"error": "crash", "msg": str(e)}
+
+
+def result_from_reply(reply: dict, all_cost: float) -> MeasureResult:
+    """A ``MeasureResult`` from a worker reply (see ``run_request``)."""
+    if "costs" in reply:
+        return MeasureResult(list(reply["costs"]), MeasureErrorNo.NO_ERROR, "", all_cost,
+                             time.time())
+    kind = reply.get("error")
+    no = {"timeout": MeasureErrorNo.RUN_TIMEOUT, "crash": MeasureErrorNo.RUNTIME_DEVICE,
+          **_ERROR_KIND}.get(kind, MeasureErrorNo.UNKNOWN_ERROR)
+    return MeasureResult([], no, reply.get("msg", ""), all_cost, time.time())
+
+
+def measure_option(builder: Any = None, runner: Any = None) -> dict:
+    """How to measure: ``{"builder": ..., "runner": ...}`` (defaults: ``LocalBuilder()`` and
+    ``LocalRunner()``). A builder has ``build(inputs) -> [BuildResult]``; a runner has
+    ``run(inputs, builds) -> [MeasureResult]`` (see ``DaskRunner`` for a distributed one)."""
+    return {"builder": builder or LocalBuilder(), "runner": runner or LocalRunner()}
+
+
+def create_measure_batch(option: dict) -> Callable[[Sequence[MeasureInput]], list[MeasureResult]]:
+    """``measure(inputs) -> results`` that builds then runs ``inputs`` with ``option``."""
+    builder, runner = option["builder"], option["runner"]
+
+    def measure(inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        return runner.run(inputs, builder.build(inputs))
+
+    return measure
+
+
+def library_bytes(path: str | None) -> bytes | None:
+    """Contents of a built library (for shipping it to a remote runner)."""
+    return Path(path).read_bytes() if path else None

@@ -1,0 +1,115 @@
+"""Tuning records: one JSON object per line, one line per measured candidate.
+
+A line holds ``{"version": 1, "task": {"name", "args", "key"}, "target": "llvm ...",
+"config": {...}`` (a template configuration, ``ConfigEntity.to_json()``) or ``"trace": [...]``
+(a template-free search program), ``"costs": [seconds...], "error_no": 0, "error": "...",
+"all_cost": s, "timestamp": t}``. Files are appended to, so an interrupted run keeps what it
+measured, and a resumed run skips it (``Tuner.load_history``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from ..errors import TuningError
+from .measure import MeasureErrorNo, MeasureInput, MeasureResult
+
+RECORD_VERSION = 1
+
+
+@dataclass
+class Record:
+    """One measured candidate read back from a records file."""
+
+    task_name: str
+    task_args: list
+    task_key: str
+    target: str
+    kind: str            # "config" or "trace"
+    config: object       # the JSON of the config or trace
+    result: MeasureResult
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def cost(self) -> float:
+        return self.result.mean
+
+
+def encode(inp: MeasureInput, res: MeasureResult) -> str:
+    """The JSON line of one measurement."""
+    cfg = inp.config.to_json()
+    kind = "trace" if isinstance(cfg, list) else "config"
+    d = {"version": RECORD_VERSION, "task": inp.task.to_json(), "target": str(inp.task.target),
+         kind: cfg, "costs": [float(c) for c in res.costs], "error_no": int(res.error_no),
+         "error": res.error_msg[:500], "all_cost": round(float(res.all_cost), 6),
+         "timestamp": round(float(res.timestamp), 3)}
+    return json.dumps(d, separators=(",", ":"))
+
+
+def decode(line: str) -> Record:
+    """Parse one line of a records file.
+
+    Raises:
+        TuningError: not a record line (the message quotes its start).
+    """
+    try:
+        d = json.loads(line)
+        kind = "trace" if "trace" in d else "config"
+        t = d["task"]
+        res = MeasureResult(list(d["costs"]), int(d["error_no"]), d.get("error", ""),
+                            float(d.get("all_cost", 0)), float(d.get("timestamp", 0)))
+        return Record(t["name"], list(t["args"]), t["key"], d["target"], kind, d[kind], res)
+    except (ValueError, KeyError, TypeError) as e:
+        raise TuningError(f"not a tuning record line ({type(e).__name__}: {e}): "
+                          f"{line[:120]!r}") from None
+
+
+def load_records(path: "str | os.PathLike") -> Iterator[Record]:
+    """The records of a file, in order; blank lines are skipped, a malformed line raises
+    ``TuningError`` naming the file and line number. A missing file yields nothing."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield decode(line)
+            except TuningError as e:
+                if n > 1 and not line.endswith("\n"):
+                    return  # a last line cut short by an interrupted run
+                raise TuningError(f"{path}:{n}: {e}") from None
+
+
+def save_records(path: "str | os.PathLike", pairs: Iterable[tuple[MeasureInput, MeasureResult]],
+                 mode: str = "a") -> None:
+    """Append (``mode="a"``) or write the measurements ``pairs`` to ``path``."""
+    with open(path, mode) as f:
+        for inp, res in pairs:
+            f.write(encode(inp, res) + "\n")
+
+
+def best_records(records: Iterable[Record]) -> dict[tuple[str, str], Record]:
+    """The fastest successful record of each ``(task key, target)``."""
+    best: dict[tuple[str, str], Record] = {}
+    for r in records:
+        if not r.ok or not r.result.costs:
+            continue
+        k = (r.task_key, r.target)
+        if k not in best or r.cost < best[k].cost:
+            best[k] = r
+    return best
+
+
+def error_name(error_no: int) -> str:
+    """Readable name of an error number."""
+    try:
+        return MeasureErrorNo(error_no).name
+    except ValueError:
+        return f"ERROR_{error_no}"

@@ -1,0 +1,97 @@
+"""Built-in tuning templates.
+
+``tile``: multi-level tiling of any single-reduction operator (conv, matmul, gemm, pooling...).
+Its args describe the workload as the graph binding it comes from, ``[op, attrs, input types,
+output types]`` with types as ``[shape, dtype]`` (JSON-able, so records replay it); the untuned
+kernel is that binding's default lowering. Knobs (``tile.TileSpec``):
+
+- ``tile_<loop>``: ``define_split`` of each spatial loop into ``[outer, inner]`` (inner <= 64);
+- ``reduce_inside``: 0 = reduction between the tile levels with an accumulator block, 1 = keep a
+  scalar accumulator innermost;
+- ``inner_last``: which spatial loop is innermost in the block (vectorized);
+- ``parallel``: outer loops fused into the OpenMP loop (0 = serial);
+- ``vectorize``, ``unroll``: annotate the inner block loops.
+
+Configurations whose accumulator block exceeds ``MAX_BLOCK`` elements are invalid.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+from ..errors import TuningError
+from ..tir.stmt import PrimFunc
+from .features import _count_ops
+from .task import register_template
+from .tiling import TileSpec, as_reduction_nest, tile_reduction_nest
+
+MAX_BLOCK = 1024
+MAX_INNER = 64
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_workload(workload_json: str) -> PrimFunc:
+    from ..graph.ir import Binding, Call, TensorType, Var
+    from ..graph.lower import lower_binding
+    op, attrs, in_types, out_types = json.loads(workload_json)
+    args = tuple(Var(f"x{k}", TensorType(tuple(s), d)) for k, (s, d) in enumerate(in_types))
+    outs = tuple(Var(f"y{k}", TensorType(tuple(s), d)) for k, (s, d) in enumerate(out_types))
+    return lower_binding(Binding(outs, Call(op, args, _attrs_from_json(attrs))), "default")
+
+
+def _attrs_from_json(attrs: dict) -> dict:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}
+
+
+def workload_func(op, attrs, in_types, out_types) -> PrimFunc:
+    """The untuned kernel of a workload (cached)."""
+    return _lower_workload(json.dumps([op, attrs, in_types, out_types], sort_keys=True,
+                                      default=list))
+
+
+def nest_flops(nest) -> float:
+    """Floating-point operations of a reduction stage (update body x iterations)."""
+    per, _ = _count_ops(nest.update.value)
+    iters = math.prod(lp.extent for lp in nest.spatial + nest.reduce)
+    return float(max(per, 1) * iters)
+
+
+def define_tile_space(cfg, nest) -> None:
+    """Declare the ``tile`` knobs of a reduction nest on ``cfg``."""
+    for lp in nest.spatial:
+        cfg.define_split(f"tile_{lp.var.name}", lp.extent, num_outputs=2, max_factor=MAX_INNER)
+    cfg.define_knob("reduce_inside", [0, 1])
+    cfg.define_knob("inner_last", list(range(len(nest.spatial)))[::-1])
+    cfg.define_knob("parallel", [1, 2, 0])
+    cfg.define_knob("vectorize", [1, 0])
+    cfg.define_knob("unroll", [1, 0])
+    cfg.add_flop(nest_flops(nest))
+
+
+def tile_spec(cfg, nest) -> TileSpec:
+    """The ``TileSpec`` a configuration of ``define_tile_space`` chooses."""
+    inner = [cfg[f"tile_{lp.var.name}"].size[-1] for lp in nest.spatial]
+    if math.prod(inner) > MAX_BLOCK:
+        raise TuningError(f"accumulator block {inner} has more than {MAX_BLOCK} elements")
+    last = cfg["inner_last"].val
+    order = [k for k in range(len(inner)) if k != last] + [last]
+    return TileSpec(inner=inner, reduce_inside=bool(cfg["reduce_inside"].val),
+                    inner_order=order, parallel=cfg["parallel"].val,
+                    vectorize=bool(cfg["vectorize"].val), unroll=bool(cfg["unroll"].val))
+
+
+def _tile_reference(op, attrs, in_types, out_types) -> PrimFunc:
+    return workload_func(op, attrs, in_types, out_types)
+
+
+@register_template("tile", reference=_tile_reference)
+def tile(cfg, op, attrs, in_types, out_types) -> PrimFunc:
+    """Multi-level tiling of one reduction operator (see the module doc)."""
+    nest = as_reduction_nest(workload_func(op, attrs, in_types, out_types))
+    define_tile_space(cfg, nest)
+    from .space import ConfigSpace
+    if isinstance(cfg, ConfigSpace):
+        return nest.func
+    return tile_reduction_nest(nest, tile_spec(cfg, nest))

@@ -1,0 +1,210 @@
+"""Multi-level tiling of a single-reduction kernel, the loop structure tuning searches over.
+
+``as_reduction_nest(func)`` recognizes the loop nest that ``te.create_prim_func`` emits for one
+reduction stage (conv, matmul, dense, pooling... with any inlined padding or epilogue)::
+
+    for s0 .. sn:                       # spatial loops
+      acc = init
+      for r0 .. rm: acc = update(acc, s, r)
+      out[s] = epilogue(acc, s)
+
+``tile_reduction_nest(nest, TileSpec)`` rewrites it as::
+
+    for so0 .. son:                     # outer spatial tiles (so0 parallel, optionally collapsed)
+      local acc[ti0, .., tin]           # register/L1 block of outputs
+      for si: acc[si] = init
+      for r0 .. rm:                     # reduction between the tile levels ("SSRS")
+        for si0 .. sin: acc[si] = update(acc[si], so*t + si, r)   # inner loops unrolled/vectorized
+      for si: out[so*t + si] = epilogue(acc[si], so*t + si)
+
+or, with ``reduce_inside=True``, keeps the reduction innermost with a scalar accumulator (plain
+spatial tiling). Factors must divide their loop's extent (``SplitKnob`` policy ``"factors"``).
+Every rewrite computes the same values in the same per-output order, so results are bitwise
+those of the untuned kernel up to floating-point contraction.
+
+This is the one schedule shape the ``tile`` template and the template-free sketches need; it is
+written over plain loop IR so tuning works before the general schedule primitives
+(``ember.tir.schedule``) are available, and maps onto them as split + reorder + cache_write +
+annotate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import ScheduleError
+from ..tir.arith import post_order, simplify_stmt, substitute, substitute_stmt
+from ..tir.expr import Const, Load, Var
+from ..tir.stmt import Allocate, Buffer, For, PrimFunc, Seq, Stmt, Store, seq
+
+
+@dataclass
+class ReductionNest:
+    """The parts of a single-reduction PrimFunc (see ``as_reduction_nest``)."""
+
+    func: PrimFunc
+    spatial: list           # For loops, outermost first
+    reduce: list            # For loops, outermost first
+    acc: Buffer             # scalar local accumulator
+    init: Store
+    update: Store
+    epilogue: list          # statements after the reduction (stores reading acc)
+    workspaces: list = field(default_factory=list)
+
+
+def _for_chain(s: Stmt) -> tuple[list, Stmt]:
+    loops = []
+    while isinstance(s, For):
+        loops.append(s)
+        s = s.body
+    return loops, s
+
+
+def as_reduction_nest(func: PrimFunc) -> ReductionNest:
+    """Recognize a kernel made of one reduction stage.
+
+    Raises:
+        ScheduleError: the kernel has another shape (several stages, no reduction...).
+    """
+    body = func.body
+    spatial, inner = _for_chain(body)
+    if not isinstance(inner, Allocate) or inner.buffer.scope != "local" or inner.buffer.shape:
+        raise ScheduleError(f"tile: kernel {func.name} is not one reduction stage (expected "
+                            f"spatial loops around a scalar accumulator)")
+    acc = inner.buffer
+    stmts = inner.body.stmts if isinstance(inner.body, Seq) else [inner.body]
+    if len(stmts) < 3 or not isinstance(stmts[0], Store) or stmts[0].buffer is not acc:
+        raise ScheduleError(f"tile: kernel {func.name}: accumulator is not initialised first")
+    reduce, upd = _for_chain(stmts[1])
+    if not reduce or not isinstance(upd, Store) or upd.buffer is not acc:
+        raise ScheduleError(f"tile: kernel {func.name}: no reduction loop nest updating the "
+                            f"accumulator")
+    if any(lp.kind != "serial" for lp in spatial + reduce):
+        raise ScheduleError(f"tile: kernel {func.name} is already scheduled")
+    return ReductionNest(func, spatial, reduce, acc, stmts[0], upd, stmts[2:])
+
+
+@dataclass
+class TileSpec:
+    """How to tile a ``ReductionNest``.
+
+    Attributes:
+        inner: inner tile size of each spatial loop (divides its extent; 1 = untiled).
+        reduce_inside: keep the reduction innermost with a scalar accumulator.
+        inner_order: order of the inner tile loops (positions into the spatial loops),
+            innermost last; default: original order.
+        reduce_split: inner factor of the innermost reduction loop, hoisted below the inner
+            spatial tile when ``reduce_inside`` (1 = no split).
+        parallel: number of outer loops fused into the parallel loop (0 = serial).
+        vectorize: mark the innermost inner tile loop ``vectorized``.
+        unroll: mark the other inner tile loops ``unrolled``.
+    """
+
+    inner: Sequence[int]
+    reduce_inside: bool = False
+    inner_order: Sequence[int] | None = None
+    reduce_split: int = 1
+    parallel: int = 1
+    vectorize: bool = True
+    unroll: bool = True
+
+
+def _replace_acc(stmt: Stmt, old: Buffer, new: Buffer, idx: tuple) -> Stmt:
+    def fe(e):
+        def f(n):
+            if isinstance(n, Load) and n.src is old:
+                return Load(new, idx)
+            return n
+        return post_order(e, f)
+
+    def fs(s):
+        if isinstance(s, Store):
+            buf, ind = (new, idx) if s.buffer is old else (s.buffer, s.indices)
+            return Store(buf, tuple(fe(i) for i in ind), fe(s.value))
+        if isinstance(s, For):
+            return For(s.var, s.extent, fs(s.body), s.kind, dict(s.annotations))
+        if isinstance(s, Seq):
+            return Seq([fs(x) for x in s.stmts])
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, fs(s.body))
+        raise ScheduleError(f"tile: cannot rewrite {type(s).__name__} inside a reduction stage")
+    return fs(stmt)
+
+
+def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:
+    """The tiled kernel (a new PrimFunc; ``nest.func`` is unchanged).
+
+    Raises:
+        ScheduleError: a factor that does not divide its loop, or a bad ``inner_order``.
+    """
+    sp = nest.spatial
+    if len(spec.inner) != len(sp):
+        raise ScheduleError(f"tile: {len(spec.inner)} tile sizes for {len(sp)} spatial loops")
+    outer_vars, inner_vars, vmap = [], [], {}
+    for lp, t in zip(sp, spec.inner):
+        if t < 1 or lp.extent % t:
+            raise ScheduleError(f"tile: factor {t} does not divide loop {lp.var.name} of "
+                                f"extent {lp.extent}")
+        o, i = Var(lp.var.name + "_o"), Var(lp.var.name + "_i")
+        outer_vars.append((o, lp.extent // t))
+        inner_vars.append((i, t))
+        vmap[lp.var] = o * t + i if t > 1 else o
+        if t == lp.extent:
+            vmap[lp.var] = i
+    order = list(spec.inner_order) if spec.inner_order is not None else list(range(len(sp)))
+    if sorted(order) != list(range(len(sp))):
+        raise ScheduleError(f"tile: inner_order {order} is not a permutation of the spatial loops")
+    inner_loops = [inner_vars[k] for k in order if inner_vars[k][1] > 1]
+
+    def wrap_inner(body: Stmt, annotate: bool) -> Stmt:
+        for n, (v, ext) in enumerate(reversed(inner_loops)):
+            kind = "serial"
+            if annotate:
+                if n == 0 and spec.vectorize:
+                    kind = "vectorized"
+                elif spec.unroll:
+                    kind = "unrolled"
+            body = For(v, ext, body, kind)
+        return body
+
+    upd = substitute_stmt(nest.update, vmap)
+    init = substitute_stmt(nest.init, vmap)
+    epi = [substitute_stmt(s, vmap) for s in nest.epilogue]
+    red = list(nest.reduce)
+    if spec.reduce_inside:
+        acc = nest.acc
+        rbody: Stmt = upd
+        rsplit = spec.reduce_split
+        last = red[-1]
+        if rsplit > 1 and last.extent % rsplit == 0 and rsplit < last.extent:
+            ro, ri = Var(last.var.name + "_o"), Var(last.var.name + "_i")
+            rbody = substitute_stmt(rbody, {last.var: ro * rsplit + ri})
+            rbody = For(ri, rsplit, rbody, "unrolled")
+            red = red[:-1] + [For(ro, last.extent // rsplit, Seq([]))]
+        for lp in reversed(red):
+            rbody = For(lp.var, lp.extent, rbody)
+        body = wrap_inner(Allocate(acc, seq([init, rbody] + epi)), annotate=False)
+        # inner loops hold a full reduction: unrolling them only bloats code
+    else:
+        shape = tuple(ext for _, ext in inner_vars)
+        acc = Buffer(nest.acc.name + "_tile", shape, nest.acc.dtype, scope="local")
+        idx = tuple(v if ext > 1 else Const(0, "int64") for v, ext in inner_vars)
+        init_t = wrap_inner(_replace_acc(init, nest.acc, acc, idx), annotate=True)
+        upd_t: Stmt = wrap_inner(_replace_acc(upd, nest.acc, acc, idx), annotate=True)
+        for lp in reversed(red):
+            upd_t = For(lp.var, lp.extent, upd_t)
+        epi_t = wrap_inner(seq([_replace_acc(s, nest.acc, acc, idx) for s in epi]),
+                           annotate=True)
+        body = Allocate(acc, seq([init_t, upd_t, epi_t]))
+    outer = [(v, ext) for v, ext in outer_vars if ext > 1]
+    for n, (v, ext) in enumerate(reversed(outer)):
+        body = For(v, ext, body)
+    if spec.parallel and outer:
+        c = max(1, min(spec.parallel, len(outer)))
+        body = For(body.var, body.extent, body.body, "parallel",
+                   {"collapse": c} if c > 1 else {})
+    for ws in reversed(nest.workspaces):
+        body = Allocate(ws, body)
+    body = simplify_stmt(body)
+    return PrimFunc(nest.func.name, list(nest.func.params), body, dict(nest.func.attrs))

@@ -1,0 +1,260 @@
+"""Isolated measurement worker: a child Python process that loads candidate kernels and times
+them, so that a candidate that crashes or hangs takes down only the worker.
+
+Parent side: ``WorkerProcess().call(request, timeout)`` sends a pickled request over the child's
+stdin and waits at most ``timeout`` seconds for the pickled reply; on a time-out the child is
+killed (``WorkerTimeout``), on a crash its exit status is reported (``WorkerCrashed``). Either
+way the next call starts a fresh child. Child side: ``ember.tune.worker._serve()`` serves
+``measure_kernel`` requests until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+_HEADER = struct.Struct("<Q")
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer within the time-out (it was killed)."""
+
+
+class WorkerCrashed(Exception):
+    """The worker process died while serving a request."""
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout()
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                raise WorkerTimeout()
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError()
+        buf += chunk
+    return bytes(buf)
+
+
+def _send(fd: int, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _recv(fd: int, deadline: float | None = None):
+    (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
+    return pickle.loads(_read_exact(fd, n, deadline))
+
+
+class WorkerProcess:
+    """A persistent child process serving measurement requests (restarted after a crash, a
+    time-out, or ``max_requests`` requests so loaded libraries do not pile up)."""
+
+    def __init__(self, max_requests: int = 200):
+        self.proc: subprocess.Popen | None = None
+        self.served = 0
+        self.max_requests = max_requests
+
+    def _start(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                    else "")
+        self.proc = subprocess.Popen([sys.executable, "-c",
+                                      "from ember.tune.worker import _serve; _serve()"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                     start_new_session=True)
+        self.served = 0
+
+    def call(self, request: dict, timeout: float | None) -> dict:
+        """Serve ``request`` in the child; see ``measure_kernel`` for its fields.
+
+        Raises:
+            WorkerTimeout: no answer within ``timeout`` seconds (the child was killed).
+            WorkerCrashed: the child died (message holds its exit status / signal).
+        """
+        if self.proc is None or self.proc.poll() is not None or self.served >= self.max_requests:
+            self.close()
+            self._start()
+        self.served += 1
+        try:
+            _send(self.proc.stdin.fileno(), request)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            return _recv(self.proc.stdout.fileno(), deadline)
+        except WorkerTimeout:
+            self.close()
+            raise
+        except (EOFError, BrokenPipeError, OSError):
+            code = self.proc.wait()
+            self.proc = None
+            what = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            raise WorkerCrashed(f"measurement worker died ({what})") from None
+
+    def close(self) -> None:
+        """Stop the child (killing it if needed)."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        self.proc = None
+
+    def __del__(self):
+        self.close()
+
+
+# child side --------------------------------------------------------------------------------------
+
+_libs: dict[str, ctypes.CDLL] = {}
+_ref_cache: dict[tuple, list[np.ndarray]] = {}
+_flush_buf: np.ndarray | None = None
+
+
+def _load(path: str):
+    lib = _libs.get(path)
+    if lib is None:
+        lib = ctypes.CDLL(path)
+        _libs[path] = lib
+    fn = lib.ember_kernel
+    fn.restype = ctypes.c_int32
+    return lib, fn
+
+
+def make_args(specs, num_inputs: int, seed: int) -> list[np.ndarray]:
+    """Input arrays (seeded random) and zeroed output arrays for ``specs`` = [(shape, dtype)].
+
+    Floats are standard normal, integers uniform in [0, 2), bools uniform."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, (shape, dtype) in enumerate(specs):
+        if k >= num_inputs:
+            out.append(np.zeros(shape, dtype))
+        elif np.issubdtype(np.dtype(dtype), np.floating):
+            out.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype == "bool":
+            out.append(rng.integers(0, 2, shape).astype(bool))
+        else:
+            out.append(rng.integers(0, 2, shape).astype(dtype))
+    return out
+
+
+def _ptrs(arrays):
+    return [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+
+
+def _flush_cache(nbytes: int) -> None:
+    global _flush_buf
+    if nbytes <= 0:
+        return
+    if _flush_buf is None or _flush_buf.nbytes != nbytes:
+        _flush_buf = np.zeros(nbytes // 8, np.int64)
+    _flush_buf += 1
+
+
+def measure_kernel(req: dict) -> dict:
+    """Check and time one kernel (runs in the worker).
+
+    ``req``: ``lib`` (path of a library exporting ``int32_t ember_kernel(...)``), ``ref``
+    (library of the reference kernel or None), ``specs`` ([(shape, dtype)] of the parameters),
+    ``num_inputs``, ``seed``, ``number`` (calls per timed repeat), ``repeat``,
+    ``min_repeat_ms``, ``flush_bytes`` (bytes written between repeats to flush caches; 0 = no
+    flushing), ``num_threads``, ``rtol``/``atol``.
+
+    Returns ``{"costs": [seconds per call, one per repeat]}`` or ``{"error": kind, "msg": ...}``
+    with kind ``"wrong_answer"`` or ``"runtime"``.
+    """
+    specs, n_in = req["specs"], req["num_inputs"]
+    lib, fn = _load(req["lib"])
+    if req.get("num_threads"):
+        try:
+            lib.ember_set_num_threads(int(req["num_threads"]))
+        except AttributeError:
+            pass
+    args = make_args(specs, n_in, req.get("seed", 0))
+    if req.get("ref"):
+        key = (req["ref"], req.get("seed", 0))
+        expect = _ref_cache.get(key)
+        if expect is None:
+            _, ref_fn = _load(req["ref"])
+            rargs = make_args(specs, n_in, req.get("seed", 0))
+            if ref_fn(*_ptrs(rargs)) != 0:
+                return {"error": "runtime", "msg": "the reference kernel failed"}
+            expect = [a.copy() for a in rargs[n_in:]]
+            if len(_ref_cache) > 16:
+                _ref_cache.clear()
+            _ref_cache[key] = expect
+        for a in args[n_in:]:
+            if np.issubdtype(a.dtype, np.floating):
+                a.fill(np.nan)
+        if fn(*_ptrs(args)) != 0:
+            return {"error": "runtime", "msg": "the kernel returned an error (allocation failed)"}
+        for k, (got, want) in enumerate(zip(args[n_in:], expect)):
+            if not np.allclose(got, want, rtol=req.get("rtol", 1e-3), atol=req.get("atol", 1e-4),
+                               equal_nan=True):
+                with np.errstate(invalid="ignore"):
+                    diff = np.nanmax(np.abs(got.astype(np.float64) - want)) \
+                        if np.isfinite(got).any() else float("nan")
+                return {"error": "wrong_answer",
+                        "msg": f"output {k} differs from the reference kernel's (max abs "
+                               f"diff {diff:.3g}, {int(np.isnan(got).sum())} NaN)"}
+    ptrs = _ptrs(args)
+    fn(*ptrs)  # warm-up
+    number = max(1, int(req.get("number", 1)))
+    min_s = req.get("min_repeat_ms", 0) / 1000.0
+    costs = []
+    for _ in range(max(1, int(req.get("repeat", 1)))):
+        _flush_cache(req.get("flush_bytes", 0))
+        n = number
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn(*ptrs)
+            dt = time.perf_counter() - t0
+            if dt >= min_s or n >= 1 << 20:
+                break
+            n *= 2
+        costs.append(dt / n)
+    return {"costs": costs}
+
+
+def _serve() -> None:
+    proto_in = sys.stdin.buffer.fileno()
+    proto_out = os.dup(1)
+    os.dup2(2, 1)  # anything a kernel prints goes to stderr, not into the protocol
+    handlers = {"measure": measure_kernel}
+    while True:
+        try:
+            req = _recv(proto_in)
+        except EOFError:
+            return
+        try:
+            reply = handlers[req.get("kind", "measure")](req)
+        except Exception as e:  # noqa: BLE001 - reported to the parent as a runtime error
+            reply = {"error": "runtime", "msg": f"{type(e).__name__}: {e}"}
+        _send(proto_out, reply)

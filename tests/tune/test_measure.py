@@ -1,0 +1,89 @@
+"""Measurement in isolated workers: crashing, hanging and wrong candidates are recorded as
+errors and never chosen; real kernels of the tile template are correct and timed."""
+
+import numpy as np
+import pytest
+
+from ember import tune
+from ember.tir.expr import Const, Load, Var
+from ember.tir.stmt import Buffer, For, PrimFunc, Store
+from ember.tune import MeasureErrorNo, load_records
+
+N = 4096
+
+
+def _kernel(variant: str) -> PrimFunc:
+    x, y = Buffer("x", (N,), "float32"), Buffer("y", (N,), "float32")
+    i = Var("i")
+    two = Const(2.0, "float32")
+    if variant in ("ok", "slow"):
+        body = For(i, N, Store(y, (i,), Load(x, (i,)) * two))
+        if variant == "slow":  # correct but recomputed 64 times
+            body = For(Var("r"), 64, body)
+    elif variant == "wrong":   # fastest of all, and wrong
+        body = For(i, N // 2, Store(y, (i,), Load(x, (i,)) * two))
+    elif variant == "crash":   # writes far out of bounds
+        body = For(i, N, Store(y, (i * Const(1 << 34, "int64"),), Load(x, (i,))))
+    elif variant == "hang":    # 2^40 passes
+        body = For(Var("r"), 1 << 40, For(i, N, Store(y, (i,), Load(y, (i,)) + Load(x, (i,)))))
+    elif variant == "broken":  # the template itself fails
+        raise ValueError("this configuration cannot be built")
+    else:
+        raise AssertionError(variant)
+    return PrimFunc("k", [x, y], body, {"num_inputs": 1, "num_outputs": 1})
+
+
+@tune.register_template("test.faulty", reference=lambda: _kernel("ok"), override=True)
+def faulty(cfg):
+    cfg.define_knob("variant", ["crash", "wrong", "hang", "slow", "broken", "ok"])
+    cfg.add_flop(N)
+    return _kernel(cfg["variant"].val)
+
+
+def test_crashing_hanging_wrong_candidates_never_win(tmp_path):
+    task = tune.create_task("test.faulty", [])
+    log = tmp_path / "faulty.jsonl"
+    runner = tune.LocalRunner(timeout=3, repeat=2, number=2)
+    tuner = tune.GridSearchTuner(task)
+    try:
+        tuner.tune(6, tune.measure_option(tune.LocalBuilder(n_parallel=2), runner),
+                   callbacks=[tune.log_to_file(log)], batch_size=6)
+    finally:
+        runner.close()
+    errors = {r.config["entity"][0][2]: r.result.error_no for r in load_records(log)}
+    assert errors == {"crash": MeasureErrorNo.RUNTIME_DEVICE, "wrong": MeasureErrorNo.WRONG_ANSWER,
+                      "hang": MeasureErrorNo.RUN_TIMEOUT, "slow": MeasureErrorNo.NO_ERROR,
+                      "broken": MeasureErrorNo.INSTANTIATION_ERROR, "ok": MeasureErrorNo.NO_ERROR}
+    assert tuner.best_config["variant"].val == "ok"
+    assert tuner.errors == 4
+    best = tune.best_records(load_records(log))[(task.key, str(task.target))]
+    assert best.config["entity"][0][2] == "ok"
+
+
+def test_tile_template_candidates_compute_the_reference():
+    """Random configurations of a matmul tile task: each valid one is measured as correct
+    (the worker checks it against the untuned kernel), and the best one, rebuilt here, matches
+    numpy."""
+    from ember.codegen.build import build_library, load_library
+    from ember.tune.measure import kernel_source
+    import ctypes
+    args = ["matmul", {}, [[[24, 40], "float32"], [[40, 32], "float32"]], [[[24, 32], "float32"]]]
+    task = tune.create_task("tile", args)
+    assert task.flop == 2 * 24 * 40 * 32
+    runner = tune.LocalRunner(timeout=10, repeat=1)
+    tuner = tune.RandomTuner(task, seed=0)
+    try:
+        tuner.tune(8, tune.measure_option(tune.LocalBuilder(), runner))
+    finally:
+        runner.close()
+    ok = [r for _, r in tuner.history if r.ok]
+    assert len(ok) >= 4
+    assert all(r.error_no in (0, MeasureErrorNo.INSTANTIATION_ERROR) for _, r in tuner.history)
+    lib = load_library(build_library(kernel_source(task.instantiate(tuner.best_config))))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((24, 40)).astype("float32")
+    b = rng.standard_normal((40, 32)).astype("float32")
+    c = np.zeros((24, 32), "float32")
+    ptr = lambda v: v.ctypes.data_as(ctypes.c_void_p)
+    assert lib.ember_kernel(ptr(a), ptr(b), ptr(c)) == 0
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)

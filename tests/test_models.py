@@ -34,7 +34,9 @@ def test_light_model_matches_shipped_output(name):
     feeds = M.light_model_inputs(model)
     expected = M.light_model_expected(name)
     rtol, atol = M.light_model_tolerance(name)
-    got = ember.compile(model).run(feeds)
+    compiled = ember.compile(model)
+    got = compiled.run(feeds)
+    assert compiled.output_names == [o.name for o in model.graph.output]
     assert len(got) == len(expected)
     for k, (g, e) in enumerate(zip(got, expected)):
         assert_close(g, e, rtol, atol, f"{name} output {k}")
@@ -80,7 +82,9 @@ def built_model_and_feeds(name):
 def test_built_model_matches_onnxruntime(name):
     model, feeds = built_model_and_feeds(name)
     want = onnxruntime_run(model, feeds)
-    got = ember.compile(model).run(feeds)
+    compiled = ember.compile(model)
+    got = compiled.run(feeds)
+    assert compiled.output_names == [o.name for o in model.graph.output]
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, 1e-4, 1e-5, f"{name} output {k}")

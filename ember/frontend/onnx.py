@@ -280,13 +280,33 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
 
 
 def _rename_outputs(func, names):
-    """Give output bindings their ONNX names where free (readable IR and error messages)."""
-    used = {p.name for p in func.params} | {o.name for b in func.bindings for o in b.outputs}
+    """Give each output ``Var`` its ONNX graph-output name (what ``CompiledModel.output_names``
+    reports). A converter that emits several bindings names each after the node's output, so an
+    intermediate may hold the name first: it is renamed (``name_1``...). Graph inputs keep
+    theirs, and a value that is several outputs at once keeps its first name."""
+    by_name = {p.name: p for p in func.params}
+    by_name.update({o.name: o for b in func.bindings for o in b.outputs})
+    params = {id(p) for p in func.params}
+    outputs = {id(o) for o in func.outputs if isinstance(o, Var)}
+    done: set[int] = set()
     for v, n in zip(func.outputs, names):
-        if isinstance(v, Var) and v.name.isdigit() and n not in used:
-            used.discard(v.name)
-            v.name = n
-            used.add(n)
+        if not isinstance(v, Var) or id(v) in done or id(v) in params:
+            continue
+        done.add(id(v))
+        if v.name == n:
+            continue
+        other = by_name.get(n)
+        if other is not None:
+            if id(other) in params or id(other) in outputs:
+                continue
+            k = 1
+            while f"{n}_{k}" in by_name:
+                k += 1
+            other.name = f"{n}_{k}"
+            by_name[other.name] = other
+        by_name.pop(v.name, None)
+        v.name = n
+        by_name[n] = v
 
 
 def _leading_inputs(node, producers, g) -> list[str]:

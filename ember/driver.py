@@ -19,6 +19,7 @@ from .graph.passes import PassContext, optimize
 from .runtime.memory_plan import plan_memory
 from .runtime.module import CompiledModel
 from .target import Target
+from .tune.dispatch import apply_best_schedules
 
 
 def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
@@ -111,6 +112,7 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     t_passes = time.perf_counter()
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
+    kernels = apply_best_schedules(kernels, target)  # tuning records, when a context is active
     t_lower = time.perf_counter()
     source, symbols = generate_c_module(kernels)
     t_codegen = time.perf_counter()

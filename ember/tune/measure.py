@@ -242,6 +242,23 @@ def create_measure_batch(option: dict) -> Callable[[Sequence[MeasureInput]], lis
     return measure
 
 
+def measure_reference(task, option: dict) -> MeasureResult:
+    """Time the task's untuned reference kernel with ``option``'s runner (no correctness
+    check: it is the reference)."""
+    runner = option["runner"]
+    t0 = time.perf_counter()
+    try:
+        func = task.reference()
+        specs, n_in = kernel_specs(func)
+        lib = str(build_library(kernel_source(func), task.target.mcpu))
+    except Exception as e:  # noqa: BLE001
+        return MeasureResult([], MeasureErrorNo.COMPILE_HOST, f"{type(e).__name__}: {e}",
+                             time.perf_counter() - t0, time.time())
+    build = BuildResult(lib=lib, ref=None, specs=specs, num_inputs=n_in,
+                        time_cost=time.perf_counter() - t0)
+    return runner.run([MeasureInput(task.target, task, None)], [build])[0]
+
+
 def library_bytes(path: str | None) -> bytes | None:
     """Contents of a built library (for shipping it to a remote runner)."""
     return Path(path).read_bytes() if path else None

@@ -1,9 +1,10 @@
 """Built-in tuning templates.
 
-``tile``: multi-level tiling of any single-reduction operator (conv, matmul, gemm, pooling...).
-Its args describe the workload as the graph binding it comes from, ``[op, attrs, input types,
-output types]`` with types as ``[shape, dtype]`` (JSON-able, so records replay it); the untuned
-kernel is that binding's default lowering. Knobs (``tile.TileSpec``):
+``tile``: multi-level tiling of any single-reduction kernel (conv, matmul, gemm, pooling... with
+fused epilogues). Its args name the workload either by key, ``[workload_key]`` (a kernel found
+by ``extract_tasks``, see ``ember.tune.extract``), or as one operator, ``[op, attrs, input
+types, output types]`` with types as ``[shape, dtype]``; the untuned kernel is the workload's
+default lowering. Knobs (``tiling.TileSpec``):
 
 - ``tile_<loop>``: ``define_split`` of each spatial loop into ``[outer, inner]`` (inner <= 64);
 - ``reduce_inside``: 0 = reduction between the tile levels with an accumulator block, 1 = keep a
@@ -45,8 +46,15 @@ def _attrs_from_json(attrs: dict) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}
 
 
-def workload_func(op, attrs, in_types, out_types) -> PrimFunc:
-    """The untuned kernel of a workload (cached)."""
+def workload_func(*args) -> PrimFunc:
+    """The untuned kernel of a workload: ``(key,)`` or ``(op, attrs, in_types, out_types)``."""
+    if len(args) == 1:
+        from .extract import get_workload
+        return get_workload(args[0])
+    if len(args) != 4:
+        raise TuningError(f"tile template args are [workload_key] or [op, attrs, input types, "
+                          f"output types], got {len(args)} values")
+    op, attrs, in_types, out_types = args
     return _lower_workload(json.dumps([op, attrs, in_types, out_types], sort_keys=True,
                                       default=list))
 
@@ -82,14 +90,10 @@ def tile_spec(cfg, nest) -> TileSpec:
                     vectorize=bool(cfg["vectorize"].val), unroll=bool(cfg["unroll"].val))
 
 
-def _tile_reference(op, attrs, in_types, out_types) -> PrimFunc:
-    return workload_func(op, attrs, in_types, out_types)
-
-
-@register_template("tile", reference=_tile_reference)
-def tile(cfg, op, attrs, in_types, out_types) -> PrimFunc:
-    """Multi-level tiling of one reduction operator (see the module doc)."""
-    nest = as_reduction_nest(workload_func(op, attrs, in_types, out_types))
+@register_template("tile", reference=workload_func)
+def tile(cfg, *workload) -> PrimFunc:
+    """Multi-level tiling of one reduction kernel (see the module doc)."""
+    nest = as_reduction_nest(workload_func(*workload))
     define_tile_space(cfg, nest)
     from .space import ConfigSpace
     if isinstance(cfg, ConfigSpace):

@@ -1,0 +1,124 @@
+"""Task extraction: the distinct tunable kernels of a model, with their weights.
+
+A model is optimized by the target's pass pipeline (fusion included, as ``ember.build`` does),
+each binding is lowered to its kernel, and every kernel the ``tile`` template can schedule (one
+reduction stage: convolutions, matmul/dense, pooling, with fused epilogues) becomes a workload
+identified by ``workload_key(func)``: the operator plus a digest of the untuned kernel's code, so
+equal kernels anywhere in the model (or in another model) are one task. Workloads live in a
+process-wide cache keyed by that digest (``register_workload``), which is how records name a
+kernel without storing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..codegen.c import emit_c_function
+from ..errors import ScheduleError, TuningError
+from ..target import Target
+from ..tir.stmt import PrimFunc
+from .task import Task
+from .tiling import as_reduction_nest
+
+_WORKLOADS: dict[str, PrimFunc] = {}
+
+
+def workload_key(func: PrimFunc) -> str:
+    """``"<op>:<digest>"`` of a kernel: equal untuned kernels get equal keys."""
+    text = emit_c_function(func, "KERNEL")
+    return f"{kernel_op(func)}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def kernel_op(func: PrimFunc) -> str:
+    """The operator or fused-group name of a kernel, without its instance number."""
+    return re.sub(r"_\d+$", "", str(func.attrs.get("op", "kernel")).lstrip("@"))
+
+
+def register_workload(func: PrimFunc) -> str:
+    """Remember ``func`` under its ``workload_key`` (returned)."""
+    key = workload_key(func)
+    _WORKLOADS.setdefault(key, func)
+    return key
+
+
+def get_workload(key: str) -> PrimFunc:
+    """The kernel registered as ``key``.
+
+    Raises:
+        TuningError: unknown key (extract the model's tasks first in this process).
+    """
+    try:
+        return _WORKLOADS[key]
+    except KeyError:
+        raise TuningError(f"workload {key} is not known in this process: extract the model's "
+                          f"tasks (ember.tune.extract_tasks) before tuning or replaying it") \
+            from None
+
+
+def is_tunable(func: PrimFunc) -> bool:
+    """True when the ``tile`` template can schedule ``func``."""
+    try:
+        as_reduction_nest(func)
+        return True
+    except ScheduleError:
+        return False
+
+
+@dataclass
+class TaskInfo:
+    """A distinct tunable kernel of a model.
+
+    Attributes:
+        task: the ``tile`` task (``task.flop``: FLOPs of one run of the kernel).
+        op: the operator or fused group it implements.
+        count: how many times the model runs it.
+        flops: ``task.flop * count``, its share of the model's work.
+        func: the untuned kernel.
+    """
+
+    task: Task
+    op: str
+    count: int
+    flops: float
+    func: PrimFunc
+
+
+def model_kernels(mod, params: Mapping[str, np.ndarray] | None, target: "str | Target"
+                  ) -> list[PrimFunc]:
+    """The kernels ``ember.build`` would generate for ``mod`` (after the pass pipeline), in
+    execution order."""
+    from ..graph.lower import lower_binding
+    from ..graph.passes import optimize
+    mod, _ = optimize(mod, Target(target), dict(params or {}))
+    return [lower_binding(b, f"k{k}", mod) for k, b in enumerate(mod.main.bindings)]
+
+
+def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
+                  target: "str | Target" = "llvm") -> list[TaskInfo]:
+    """The distinct tunable workloads of ``mod`` for ``target``, heaviest (total FLOPs) first.
+
+    Raises:
+        TuningError: the model has no tunable kernel. Lowering errors propagate as from
+        ``ember.build``.
+    """
+    target = Target(target)
+    found: dict[str, TaskInfo] = {}
+    for func in model_kernels(mod, params, target):
+        if not is_tunable(func):
+            continue
+        key = register_workload(func)
+        if key in found:
+            found[key].count += 1
+            found[key].flops += found[key].task.flop
+            continue
+        task = Task("tile", [key], target)
+        found[key] = TaskInfo(task, kernel_op(func), 1, task.flop, func)
+    if not found:
+        raise TuningError("the model has no tunable kernel (no convolution, matmul, dense or "
+                          "pooling)")
+    return sorted(found.values(), key=lambda t: -t.flops)

@@ -1,0 +1,191 @@
+"""Tuning a whole model: ``tune_model`` (what ``ember tune MODEL ...`` runs).
+
+``tune_model(model, target, trials, tuner, records)`` extracts the model's tasks, spreads the
+trial budget over them (template tuners: in proportion to each task's share of the model's
+FLOPs, at least ``min_trials`` each; ``tuner="search"``: the template-free search's task
+scheduler decides by expected gain), tunes each with a progress bar, appends every measurement
+to ``records`` and returns a ``TuneSummary`` whose ``table()`` is the per-task summary. Running
+it again with the same records resumes: measured candidates are skipped and count toward each
+task's budget. Then ``with apply_history_best(records): ember.compile(model)`` builds the tuned
+model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..errors import TuningError
+from ..target import Target
+from .callbacks import log_to_file, progress_bar
+from .extract import TaskInfo, extract_tasks
+from .measure import LocalBuilder, LocalRunner, measure_option, measure_reference
+from .records import load_records
+
+
+@dataclass
+class TaskSummary:
+    """Outcome of tuning one task (times in seconds; ``nan`` when unknown)."""
+
+    name: str
+    op: str
+    count: int
+    gflop: float
+    trials: int
+    errors: int
+    untuned_s: float
+    best_s: float
+
+    @property
+    def speedup(self) -> float:
+        return self.untuned_s / self.best_s if self.best_s > 0 else float("nan")
+
+
+@dataclass
+class TuneSummary:
+    """Per-task results of ``tune_model`` plus the run's wall time and records path."""
+
+    tasks: list = field(default_factory=list)
+    wall_s: float = 0.0
+    records: str = ""
+
+    def rows(self) -> list[list[str]]:
+        rows = []
+        for k, t in enumerate(self.tasks):
+            rows.append([str(k), t.op[:40], str(t.count), f"{t.gflop * t.count:.3f}",
+                         str(t.trials), str(t.errors), f"{t.untuned_s * 1e3:.3f}",
+                         f"{t.best_s * 1e3:.3f}", f"{t.speedup:.2f}x"])
+        return rows
+
+    HEADER = ["#", "task", "count", "GFLOP", "trials", "errors", "untuned ms", "tuned ms",
+              "speed-up"]
+
+    def table(self) -> str:
+        """The summary as a plain-text table (one row per task, plus the weighted total)."""
+        rows = self.rows()
+        tot_u = sum(t.untuned_s * t.count for t in self.tasks)
+        tot_b = sum((t.best_s if t.best_s < math.inf else t.untuned_s) * t.count
+                    for t in self.tasks)
+        rows.append(["", "all tasks (x count)", "", "", str(sum(t.trials for t in self.tasks)),
+                     str(sum(t.errors for t in self.tasks)), f"{tot_u * 1e3:.3f}",
+                     f"{tot_b * 1e3:.3f}", f"{tot_u / tot_b if tot_b else float('nan'):.2f}x"])
+        cols = [self.HEADER] + rows
+        w = [max(len(r[i]) for r in cols) for i in range(len(self.HEADER))]
+        lines = ["  ".join(c.ljust(x) for c, x in zip(r, w)) for r in cols]
+        lines.insert(1, "  ".join("-" * x for x in w))
+        return "\n".join(lines)
+
+
+def load_model(model: Any, shapes: Mapping[str, Sequence[int]] | None = None):
+    """``(mod, params)`` from an ONNX path / ModelProto / bytes, or a ``(mod, params)`` pair."""
+    if isinstance(model, tuple) and len(model) == 2:
+        return model
+    from ..frontend.onnx import from_onnx
+    return from_onnx(model, shapes=shapes)
+
+
+def allocate_trials(tasks: Sequence[TaskInfo], trials: int, min_trials: int = 8) -> list[int]:
+    """Split ``trials`` over ``tasks``: ``min_trials`` each (as far as the budget goes), the
+    rest in proportion to each task's total FLOPs; never more than a task's space size."""
+    n = len(tasks)
+    sizes = [len(t.task.config_space) for t in tasks]
+    base = [min(min_trials, trials // max(n, 1), s) for s in sizes]
+    left = trials - sum(base)
+    total = sum(t.flops for t in tasks) or 1.0
+    alloc = [b + int(left * t.flops / total) for b, t in zip(base, tasks)]
+    spare = trials - sum(alloc)
+    for k in range(n):  # rounding leftovers go to the heaviest tasks
+        if spare <= 0:
+            break
+        alloc[k] += 1
+        spare -= 1
+    return [min(a, s) for a, s in zip(alloc, sizes)]
+
+
+def _make_option(target: Target, dask: Any, timeout: float, repeat: int) -> dict:
+    runner_kw = {"timeout": timeout, "repeat": repeat, "number": 2,
+                 "num_threads": target.num_threads}
+    if dask:
+        from .dask_runner import DaskRunner
+        runner = DaskRunner(dask, resource=None, **runner_kw)
+    else:
+        runner = LocalRunner(**runner_kw)
+    return measure_option(builder=LocalBuilder(timeout=60), runner=runner)
+
+
+def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
+               tuner: str = "xgb", records: "str | os.PathLike | None" = None,
+               dask: Any = None, shapes: Mapping[str, Sequence[int]] | None = None,
+               early_stopping: int | None = None, timeout: float = 10.0, repeat: int = 3,
+               min_trials: int = 8, progress: bool = True, max_tasks: int | None = None,
+               seed: int = 0, log=print) -> TuneSummary:
+    """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
+
+    Args:
+        target: the target to tune for (records are per target).
+        trials: total measurement budget over all tasks (resumed records count toward it).
+        tuner: ``xgb``, ``ga``, ``random``, ``grid`` (template tuners) or ``search``
+            (template-free: sketches + evolutionary search + task scheduler).
+        records: JSON-lines file appended to (and resumed from); default ``<model>.tune.jsonl``
+            for a path, else ``tune.jsonl``.
+        dask: a dask scheduler address or ``distributed.Client``: measure on its workers.
+        max_tasks: tune only the heaviest ``max_tasks`` tasks.
+        log: where the summary lines go (``print``; ``None`` for silence).
+
+    Returns:
+        A ``TuneSummary`` (``.table()`` prints the per-task table).
+
+    Raises:
+        TuningError: unknown tuner, or a model without tunable kernels.
+    """
+    from .tuner import TUNERS
+    if tuner not in TUNERS and tuner != "search":
+        raise TuningError(f"unknown tuner {tuner!r}: choose one of "
+                          f"{sorted(TUNERS) + ['search']}")
+    target = Target(target)
+    t0 = time.perf_counter()
+    if records is None:
+        records = (os.path.splitext(os.fspath(model))[0] + ".tune.jsonl"
+                   if isinstance(model, (str, os.PathLike)) else "tune.jsonl")
+    records = os.fspath(records)
+    mod, params = load_model(model, shapes)
+    tasks = extract_tasks(mod, params, target)
+    if max_tasks:
+        tasks = tasks[:max_tasks]
+    option = _make_option(target, dask, timeout, repeat)
+    history = list(load_records(records))
+    summary = TuneSummary(records=records)
+    if log:
+        log(f"tuning {len(tasks)} tasks for {target} with {tuner}, {trials} trials, "
+            f"records {records}")
+    try:
+        if tuner == "search":
+            from .search import tune_tasks_search
+            results = tune_tasks_search(tasks, trials, option, history, records, progress, seed)
+        else:
+            results = []
+            for k, (info, n) in enumerate(zip(tasks, allocate_trials(tasks, trials, min_trials))):
+                tnr = TUNERS[tuner](info.task, **({} if tuner == "grid" else {"seed": seed}))
+                done = tnr.load_history(history)
+                cbs = [log_to_file(records)]
+                if progress:
+                    cbs.append(progress_bar(prefix=f"[{k + 1}/{len(tasks)}] {info.op[:28]}"))
+                tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs)
+                results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
+        for info, (n, errors, best) in zip(tasks, results):
+            ref = measure_reference(info.task, option)
+            summary.tasks.append(TaskSummary(info.op, info.op, info.count, info.task.flop / 1e9,
+                                             n, errors, ref.mean, best))
+    finally:
+        close = getattr(option["runner"], "close", None)
+        if close:
+            close()
+    summary.wall_s = time.perf_counter() - t0
+    if log:
+        log(summary.table())
+        log(f"tuned in {summary.wall_s:.1f} s; build with "
+            f"`with ember.tune.apply_history_best({records!r}): ember.compile(...)`")
+    return summary

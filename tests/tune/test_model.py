@@ -1,0 +1,80 @@
+"""Task extraction, tune_model (with resume) and apply_history_best on a small ONNX model."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember import tune
+from ember.tune import load_records
+
+
+def _small_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype("float32") * 0.2, "w")
+    b = numpy_helper.from_array(rng.standard_normal(16).astype("float32"), "b")
+    fc = numpy_helper.from_array(rng.standard_normal((16, 10)).astype("float32"), "fc")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc"], ["y"])]
+    graph = helper.make_graph(nodes, "small",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                              [w, b, fc])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_extract_tasks_weights():
+    from ember.frontend.onnx import from_onnx
+    mod, params = from_onnx(_small_model())
+    tasks = tune.extract_tasks(mod, params, "llvm")
+    conv = tasks[0]
+    assert "conv" in conv.op and conv.count == 1
+    # multiply-add per output point and reduction step: 2 * (16*16*16 outputs) * (8*3*3)
+    assert conv.flops == 2 * 16 * 16 * 16 * 8 * 9
+    assert [t.flops for t in tasks] == sorted((t.flops for t in tasks), reverse=True)
+    assert len({t.task.key for t in tasks}) == len(tasks)
+    assert any(t.op in ("matmul", "nn.gemm") for t in tasks)
+    assert any(t.op == "nn.global_avg_pool" for t in tasks)
+
+
+def test_tune_model_resume_and_apply_history_best(tmp_path):
+    model = _small_model()
+    log = tmp_path / "small.jsonl"
+    lines = []
+    s1 = tune.tune_model(model, trials=10, tuner="random", records=log, progress=False,
+                         repeat=1, min_trials=2, log=lines.append)
+    n1 = len(list(load_records(log)))
+    assert n1 == sum(t.trials for t in s1.tasks) == 10
+    assert "speed-up" in lines[-2] and "all tasks" in lines[-2]
+    # resume with the same budget: nothing left to measure
+    s2 = tune.tune_model(model, trials=10, tuner="random", records=log, progress=False,
+                         repeat=1, min_trials=2, log=None)
+    assert len(list(load_records(log))) == n1
+    assert sum(t.trials for t in s2.tasks) == 10
+
+    x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype("float32")
+    base = ember.compile(model).run({"x": x})[0]
+    with tune.apply_history_best(log) as ctx:
+        tuned = ember.compile(model)
+    assert ctx.applied >= 1
+    assert tuned.source != ember.compile(model).source
+    np.testing.assert_allclose(tuned.run({"x": x})[0], base, rtol=1e-4, atol=1e-4)
+
+
+def test_records_for_another_target_are_not_applied(tmp_path):
+    model = _small_model()
+    log = tmp_path / "r.jsonl"
+    tune.tune_model(model, target="llvm -num-threads=1", trials=4, tuner="grid", records=log,
+                    progress=False, repeat=1, min_trials=1, log=None)
+    with tune.apply_history_best(log) as ctx:
+        ember.compile(model, target="llvm")
+    assert ctx.applied == 0
+
+
+def test_unknown_tuner_is_a_typed_error():
+    with pytest.raises(ember.errors.TuningError, match="unknown tuner"):
+        tune.tune_model(_small_model(), tuner="nope", log=None)

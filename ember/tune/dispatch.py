@@ -1,9 +1,10 @@
 """Applying tuning records when building: ``with apply_history_best("records.jsonl"):``.
 
 Inside the context, ``ember.build`` / ``ember.compile`` replace each kernel that has a successful
-record for the build's target by the best measured configuration of its ``tile`` task (records
-of other targets and failed candidates are ignored; kernels without a record keep their default
-schedule). Contexts nest; the innermost wins. ``ApplyHistoryBest.applied`` counts the kernels
+record for the build's target by its best measured program: the best configuration of its
+``tile`` task or the best trace of its template-free ``search`` task, whichever measured faster
+(records of other targets and failed candidates are ignored; kernels without a record keep their
+default schedule). Contexts nest; the innermost wins. ``ApplyHistoryBest.applied`` counts the kernels
 it replaced in the builds it served.
 """
 
@@ -58,20 +59,25 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
     ctx = current()
     if ctx is None or not ctx.best:
         return list(kernels)
-    from .extract import is_tunable, register_workload
+    from .extract import register_workload
     from .space import ConfigEntity
     from .task import Task, task_key
     out = []
     for func in kernels:
-        if is_tunable(func):
-            key = register_workload(func)
-            rec = ctx.query(task_key("tile", [key]), target)
-            if rec is not None and rec.kind == "config":
-                task = Task("tile", [key], target)
-                tuned = task.instantiate(ConfigEntity.from_json(rec.config, task.config_space))
-                tuned.name = func.name
-                out.append(tuned)
-                ctx.applied += 1
-                continue
-        out.append(func)
+        key = register_workload(func)
+        recs = [r for r in (ctx.query(task_key("tile", [key]), target),
+                            ctx.query(task_key("search", [key]), target)) if r is not None]
+        if not recs:
+            out.append(func)
+            continue
+        rec = min(recs, key=lambda r: r.cost)
+        if rec.kind == "trace":
+            from .search import SearchTask, Trace
+            tuned = SearchTask(func, target).instantiate(Trace.from_json(rec.config))
+        else:
+            task = Task("tile", [key], target)
+            tuned = task.instantiate(ConfigEntity.from_json(rec.config, task.config_space))
+        tuned.name = func.name
+        out.append(tuned)
+        ctx.applied += 1
     return out

@@ -21,7 +21,7 @@ import numpy as np
 from ..codegen.c import emit_c_function
 from ..errors import ScheduleError, TuningError
 from ..target import Target
-from ..tir.stmt import PrimFunc
+from ..tir.stmt import PrimFunc, Store
 from .task import Task
 from .tiling import as_reduction_nest
 
@@ -74,18 +74,26 @@ class TaskInfo:
     """A distinct tunable kernel of a model.
 
     Attributes:
-        task: the ``tile`` task (``task.flop``: FLOPs of one run of the kernel).
+        task: the ``tile`` task, or ``None`` for a kernel only the template-free search can
+            schedule (see ``extract_tasks(include_all=True)``).
         op: the operator or fused group it implements.
         count: how many times the model runs it.
-        flops: ``task.flop * count``, its share of the model's work.
+        flops: FLOPs of one run times ``count``: its share of the model's work.
         func: the untuned kernel.
+        key: its workload key.
     """
 
-    task: Task
+    task: Task | None
     op: str
     count: int
     flops: float
     func: PrimFunc
+    key: str = ""
+
+    @property
+    def flop(self) -> float:
+        """FLOPs of one run."""
+        return self.flops / self.count
 
 
 def model_kernels(mod, params: Mapping[str, np.ndarray] | None, target: "str | Target"
@@ -99,8 +107,10 @@ def model_kernels(mod, params: Mapping[str, np.ndarray] | None, target: "str | T
 
 
 def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
-                  target: "str | Target" = "llvm") -> list[TaskInfo]:
+                  target: "str | Target" = "llvm", include_all: bool = False) -> list[TaskInfo]:
     """The distinct tunable workloads of ``mod`` for ``target``, heaviest (total FLOPs) first.
+    With ``include_all``, every kernel with loops is listed (elementwise, softmax...: the
+    template-free search can still parallelize and vectorize them); their ``task`` is ``None``.
 
     Raises:
         TuningError: the model has no tunable kernel. Lowering errors propagate as from
@@ -108,16 +118,19 @@ def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
     """
     target = Target(target)
     found: dict[str, TaskInfo] = {}
+    from .features import count_flops
     for func in model_kernels(mod, params, target):
-        if not is_tunable(func):
+        tunable = is_tunable(func)
+        if not tunable and not (include_all and not isinstance(func.body, Store)):
             continue
         key = register_workload(func)
         if key in found:
             found[key].count += 1
-            found[key].flops += found[key].task.flop
+            found[key].flops += found[key].flop
             continue
-        task = Task("tile", [key], target)
-        found[key] = TaskInfo(task, kernel_op(func), 1, task.flop, func)
+        task = Task("tile", [key], target) if tunable else None
+        flop = task.flop if task is not None else count_flops(func)
+        found[key] = TaskInfo(task, kernel_op(func), 1, flop, func, key)
     if not found:
         raise TuningError("the model has no tunable kernel (no convolution, matmul, dense or "
                           "pooling)")

@@ -226,3 +226,28 @@ def loop_features(func) -> np.ndarray:
     tail = np.asarray([float(n_stores), _l2(total_iters), _l2(total_flops), float(n_loops)],
                       np.float32)
     return np.concatenate([best, tail])
+
+
+def count_flops(func) -> float:
+    """Floating-point operations of one run of a PrimFunc (per-statement operations times
+    their iterations, summed)."""
+    total = 0.0
+
+    def walk(s, iters):
+        nonlocal total
+        if isinstance(s, For):
+            walk(s.body, iters * s.extent)
+        elif isinstance(s, Store):
+            total += _count_ops(s.value)[0] * iters
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                walk(x, iters)
+        elif isinstance(s, Allocate):
+            walk(s.body, iters)
+        elif isinstance(s, IfThenElse):
+            walk(s.then, iters)
+            if s.else_ is not None:
+                walk(s.else_, iters)
+
+    walk(func.body, 1)
+    return total

@@ -55,9 +55,11 @@ class TuneSummary:
     def rows(self) -> list[list[str]]:
         rows = []
         for k, t in enumerate(self.tasks):
+            tuned = t.best_s < math.inf
             rows.append([str(k), t.op[:40], str(t.count), f"{t.gflop * t.count:.3f}",
                          str(t.trials), str(t.errors), f"{t.untuned_s * 1e3:.3f}",
-                         f"{t.best_s * 1e3:.3f}", f"{t.speedup:.2f}x"])
+                         f"{t.best_s * 1e3:.3f}" if tuned else "-",
+                         f"{t.speedup:.2f}x" if tuned else "-"])
         return rows
 
     HEADER = ["#", "task", "count", "GFLOP", "trials", "errors", "untuned ms", "tuned ms",
@@ -152,7 +154,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                    if isinstance(model, (str, os.PathLike)) else "tune.jsonl")
     records = os.fspath(records)
     mod, params = load_model(model, shapes)
-    tasks = extract_tasks(mod, params, target)
+    tasks = extract_tasks(mod, params, target, include_all=tuner == "search")
     if max_tasks:
         tasks = tasks[:max_tasks]
     option = _make_option(target, dask, timeout, repeat)
@@ -164,7 +166,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     try:
         if tuner == "search":
             from .search import tune_tasks_search
-            results = tune_tasks_search(tasks, trials, option, history, records, progress, seed)
+            results = tune_tasks_search(tasks, trials, option, history, records, progress, seed,
+                                        target=target)
         else:
             results = []
             for k, (info, n) in enumerate(zip(tasks, allocate_trials(tasks, trials, min_trials))):
@@ -176,8 +179,12 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs)
                 results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
         for info, (n, errors, best) in zip(tasks, results):
-            ref = measure_reference(info.task, option)
-            summary.tasks.append(TaskSummary(info.op, info.op, info.count, info.task.flop / 1e9,
+            ref_task = info.task
+            if ref_task is None:
+                from .search import SearchTask
+                ref_task = SearchTask(info.func, target)
+            ref = measure_reference(ref_task, option)
+            summary.tasks.append(TaskSummary(info.key, info.op, info.count, info.flop / 1e9,
                                              n, errors, ref.mean, best))
     finally:
         close = getattr(option["runner"], "close", None)

@@ -39,7 +39,9 @@ def _lower_workload(workload_json: str) -> PrimFunc:
     op, attrs, in_types, out_types = json.loads(workload_json)
     args = tuple(Var(f"x{k}", TensorType(tuple(s), d)) for k, (s, d) in enumerate(in_types))
     outs = tuple(Var(f"y{k}", TensorType(tuple(s), d)) for k, (s, d) in enumerate(out_types))
-    return lower_binding(Binding(outs, Call(op, args, _attrs_from_json(attrs))), "default")
+    from ..ops import get_op
+    attrs = get_op(op).normalize_attrs(_attrs_from_json(attrs), f"tile workload {op}: ")
+    return lower_binding(Binding(outs, Call(op, args, attrs)), "default")
 
 
 def _attrs_from_json(attrs: dict) -> dict:

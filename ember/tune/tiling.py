@@ -94,6 +94,9 @@ class TileSpec:
         reduce_inside: keep the reduction innermost with a scalar accumulator.
         inner_order: order of the inner tile loops (positions into the spatial loops),
             innermost last; default: original order.
+        outer_order: order of the outer tile loops (positions), outermost first; default:
+            original order.
+        reduce_order: order of the reduction loops (positions), outermost first.
         reduce_split: inner factor of the innermost reduction loop, hoisted below the inner
             spatial tile when ``reduce_inside`` (1 = no split).
         parallel: number of outer loops fused into the parallel loop (0 = serial).
@@ -104,6 +107,8 @@ class TileSpec:
     inner: Sequence[int]
     reduce_inside: bool = False
     inner_order: Sequence[int] | None = None
+    outer_order: Sequence[int] | None = None
+    reduce_order: Sequence[int] | None = None
     reduce_split: int = 1
     parallel: int = 1
     vectorize: bool = True
@@ -156,6 +161,12 @@ def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:
     if sorted(order) != list(range(len(sp))):
         raise ScheduleError(f"tile: inner_order {order} is not a permutation of the spatial loops")
     inner_loops = [inner_vars[k] for k in order if inner_vars[k][1] > 1]
+    oorder = list(spec.outer_order) if spec.outer_order is not None else list(range(len(sp)))
+    rorder = (list(spec.reduce_order) if spec.reduce_order is not None
+              else list(range(len(nest.reduce))))
+    if sorted(oorder) != list(range(len(sp))) or sorted(rorder) != list(range(len(nest.reduce))):
+        raise ScheduleError(f"tile: outer_order {oorder} / reduce_order {rorder} is not a "
+                            f"permutation of the loops")
 
     def wrap_inner(body: Stmt, annotate: bool) -> Stmt:
         for n, (v, ext) in enumerate(reversed(inner_loops)):
@@ -171,7 +182,7 @@ def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:
     upd = substitute_stmt(nest.update, vmap)
     init = substitute_stmt(nest.init, vmap)
     epi = [substitute_stmt(s, vmap) for s in nest.epilogue]
-    red = list(nest.reduce)
+    red = [nest.reduce[k] for k in rorder]
     if spec.reduce_inside:
         acc = nest.acc
         rbody: Stmt = upd
@@ -197,7 +208,7 @@ def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:
         epi_t = wrap_inner(seq([_replace_acc(s, nest.acc, acc, idx) for s in epi]),
                            annotate=True)
         body = Allocate(acc, seq([init_t, upd_t, epi_t]))
-    outer = [(v, ext) for v, ext in outer_vars if ext > 1]
+    outer = [outer_vars[k] for k in oorder if outer_vars[k][1] > 1]
     for n, (v, ext) in enumerate(reversed(outer)):
         body = For(v, ext, body)
     if spec.parallel and outer:

@@ -8,6 +8,10 @@ Options: ``-mcpu=NAME`` (passed to the C compiler as ``-march=NAME``; ``native``
 
 from __future__ import annotations
 
+import functools
+import shutil
+import subprocess
+
 from .errors import EmberError
 
 CPU_KINDS = {"llvm", "cpu", "c"}
@@ -46,6 +50,28 @@ class Target:
         return self.options.get("mcpu", "native")
 
     @property
+    def features(self) -> frozenset:
+        """Instruction-set features the C compiler enables for ``-march=mcpu`` (``native``: the
+        host's), e.g. ``{"avx512f", "avx2", "fma"}``; empty when no compiler can be asked."""
+        return _march_features(self.mcpu)
+
+    @property
+    def isa(self) -> str:
+        """The SIMD instruction set code generation uses: ``"avx512"``, ``"avx2"`` or
+        ``"scalar"``."""
+        f = self.features
+        if "avx512f" in f:
+            return "avx512"
+        if "avx2" in f and "fma" in f:
+            return "avx2"
+        return "scalar"
+
+    @property
+    def vector_lanes(self) -> int:
+        """float32 lanes of one SIMD register (16 for AVX-512, 8 for AVX2, 4 otherwise)."""
+        return {"avx512": 16, "avx2": 8}.get(self.isa, 4)
+
+    @property
     def num_threads(self) -> int | None:
         v = self.options.get("num-threads")
         return int(v) if v else None
@@ -61,3 +87,25 @@ class Target:
 
     def __hash__(self):
         return hash(str(self))
+
+
+_MACROS = {"__AVX512F__": "avx512f", "__AVX2__": "avx2", "__FMA__": "fma", "__AVX__": "avx",
+           "__SSE4_2__": "sse4.2", "__AVX512BW__": "avx512bw", "__AVX512VL__": "avx512vl"}
+
+
+@functools.lru_cache(maxsize=None)
+def _march_features(mcpu: str) -> frozenset:
+    import os
+    cc = os.environ.get("CC", "").split()[:1] or [c for c in ("cc", "gcc", "clang")
+                                                  if shutil.which(c)][:1]
+    if not cc:
+        return frozenset()
+    try:
+        r = subprocess.run(cc + [f"-march={mcpu}", "-dM", "-E", "-x", "c", "-"], input="",
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    if r.returncode != 0:
+        raise TargetError(f"the C compiler rejects -march={mcpu}: {r.stderr.strip()[:300]}; use "
+                          f"-mcpu=native or a CPU name it knows")
+    return frozenset(v for k, v in _MACROS.items() if f"#define {k} " in r.stdout)

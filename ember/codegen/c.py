@@ -15,9 +15,11 @@ import math
 import numpy as np
 
 from ..errors import LoweringError
-from ..tir.expr import (BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var, is_float,
-                        is_int)
-from ..tir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store
+from ..tir.expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var,
+                        is_float, is_int)
+from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
+                        Store)
+from ..tir.transform import lower_blocks
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "_Float16",
@@ -132,8 +134,11 @@ class _Namer:
 class CFunctionPrinter:
     """Prints one PrimFunc as C. Use ``emit_c_function``."""
 
-    def __init__(self, func: PrimFunc):
-        self.func = func
+    def __init__(self, func: PrimFunc, target=None):
+        from ..target import Target
+        self.func = lower_blocks(func)
+        self.target = Target(target or "llvm")
+        self.deps: dict[str, str] = {}  # support code (micro-kernels, vector helpers) by name
         self.namer = _Namer()
         self.lines: list[str] = []
         self.keep: list = []  # keep objects alive so ids stay unique
@@ -147,6 +152,8 @@ class CFunctionPrinter:
             return self.namer.get(e, "i")
         if isinstance(e, Load):
             return self.access(e.src, e.indices)
+        if isinstance(e, AddressOf):
+            return f"(&{self.access(e.src, e.indices)})"
         if isinstance(e, BinOp):
             return self.binop(e)
         if isinstance(e, Unary):
@@ -217,11 +224,7 @@ class CFunctionPrinter:
         if len(indices) != len(buf.shape):
             raise LoweringError(f"buffer {buf.name} of rank {len(buf.shape)} accessed with "
                                 f"{len(indices)} indices")
-        flat = None
-        for idx, dim in zip(indices, buf.shape):
-            s = self.expr(idx)
-            flat = s if flat is None else f"({flat} * {dim} + {s})"
-        return f"{name}[{flat if flat is not None else 0}]"
+        return f"{name}[{self.expr(flat_index(buf, indices))}]"
 
     def buf_name(self, buf: Buffer) -> str:
         self.keep.append(buf)
@@ -257,11 +260,11 @@ class CFunctionPrinter:
                 self.lines.append(f"{pad}{ct} {name};")
                 self.stmt(s.body, ind)
             elif b.scope == "local":
-                self.lines.append(f"{pad}{ct} {name}[{b.size}];")
+                self.lines.append(f"{pad}{ct} {name}[{b.alloc_size}] __attribute__((aligned(64)));")
                 self.stmt(s.body, ind)
             else:
                 self.lines.append(f"{pad}{ct}* restrict {name} = ({ct}*)ember_alloc("
-                                  f"{b.size * np.dtype(_np_dtype(b.dtype)).itemsize});")
+                                  f"{b.alloc_size * np.dtype(_np_dtype(b.dtype)).itemsize});")
                 self.lines.append(f"{pad}if (!{name}) return -1;")
                 self.stmt(s.body, ind)
                 self.lines.append(f"{pad}free({name});")
@@ -272,6 +275,8 @@ class CFunctionPrinter:
                 self.lines.append(f"{pad}}} else {{")
                 self.stmt(s.else_, ind + 1)
             self.lines.append(f"{pad}}}")
+        elif isinstance(s, KernelCall):
+            self.lines.append(f"{pad}{s.name}({', '.join(self.expr(a) for a in s.args)});")
         else:
             raise LoweringError(f"cannot print statement {type(s).__name__} as C")
 
@@ -289,11 +294,28 @@ class CFunctionPrinter:
         return sig + " {\n" + "\n".join(self.lines) + "\n  return 0;\n}\n"
 
 
+def flat_index(buf: Buffer, indices) -> Expr:
+    """The element offset of ``buf[indices]`` (origin subtracted, strides applied), in linear
+    canonical form."""
+    from ..tir.arith import canonical
+    from ..tir.expr import binop
+    if buf.origin is not None:
+        indices = [binop("sub", i, o) for i, o in zip(indices, buf.origin)]
+    flat = Const(0, "int64")
+    for i, st in zip(indices, buf.elem_strides()):
+        flat = binop("add", flat, binop("mul", i, Const(st, "int64")))
+    return canonical(flat)
+
+
 def _np_dtype(dtype: str) -> str:
     return "uint16" if dtype == "bfloat16" else dtype
 
 
-def emit_c_function(func: PrimFunc, name: str | None = None) -> str:
+def emit_c_function(func: PrimFunc, name: str | None = None, target=None,
+                    with_deps: bool = False):
     """C source of ``func`` as ``int32_t name(const T* restrict p0, ..., T* restrict pN)``;
-    returns 0, or -1 when a workspace allocation fails."""
-    return CFunctionPrinter(func).function(name or func.name)
+    returns 0, or -1 when a workspace allocation fails. With ``with_deps``, returns
+    ``(source, {name: support source})`` (micro-kernels and helpers it calls)."""
+    p = CFunctionPrinter(func, target)
+    text = p.function(name or func.name)
+    return (text, p.deps) if with_deps else text

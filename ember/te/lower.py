@@ -1,14 +1,16 @@
 """Lower a graph of tensor expressions to one loop-IR ``PrimFunc``.
 
-Each output and each reduction stage becomes a loop nest writing a buffer; other intermediate
-stages (injective ones: padding, broadcasting, elementwise math) are inlined into their
-consumers, as TVM's default ``compute_inline`` does. A reduction becomes a private accumulator
-initialised to the combiner's identity, updated over the reduce axes, then stored.
+Each output and each reduction stage becomes a loop nest around one named ``Block`` writing a
+buffer; other intermediate stages (injective ones: padding, broadcasting, elementwise math) are
+inlined into their consumers, as TVM's default ``compute_inline`` does. A reduction block has an
+``init`` (the combiner's identity) and an update ``buf[i] = combine(buf[i], source)``; its reduce
+loops are innermost. Block names are the stage names (made unique with a numeric suffix).
 
 When a reduction's only reader is an elementwise stage of the same shape that reads it at its
-own index (conv -> + bias -> relu), that stage is applied to the accumulator before the store
-(a ``reverse_compute_inline``): the reduction needs no workspace and its result never goes
-through memory.
+own index (conv -> + bias -> relu), that stage's block is placed inside the reduction's spatial
+loops, after its reduce loops, and the reduction writes a one-element local buffer (the
+structure ``reverse_compute_at`` produces): the result never goes through memory, and
+``ember.tir.transform.lower_blocks`` turns it into a scalar accumulator that the epilogue reads.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Sequence
 
 from ..errors import LoweringError
 from ..tir.arith import collect, post_order, simplify_stmt, substitute
-from ..tir.expr import Expr, Load, Reduce, Select, binop
-from ..tir.stmt import Allocate, Buffer, For, PrimFunc, Store, seq
+from ..tir.expr import Expr, Load, Reduce, Select, Var, binop
+from ..tir.stmt import Allocate, Block, Buffer, For, PrimFunc, Store, seq
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 
@@ -109,15 +111,25 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
     workspaces = [w for w in workspaces if not any(buffers[f] is w for f in fused)]
 
     nests = []
+    names: set[str] = set()
+
+    def block_name(t: Tensor) -> str:
+        base = _cname(t.name)
+        bname, k = base, 1
+        while bname in names:
+            bname, k = f"{base}_{k}", k + 1
+        names.add(bname)
+        return bname
+
     for t in nest_stages:
         if id(t) in fused:
             continue  # emitted at its consumer, with the consumer as epilogue
         if id(t) in epilogue_of:
             red = epilogue_of[id(t)]
-            nests.append(_lower_stage(red, buffers[id(t)], rewrite,
-                                      _epilogue_fn(t, red, buffers[id(red)], rewrite)))
+            nests.append(_lower_fused(red, buffers[id(red)], block_name(red), t, buffers[id(t)],
+                                      block_name(t), rewrite))
         else:
-            nests.append(_lower_stage(t, buffers[id(t)], rewrite))
+            nests.append(_lower_stage(t, buffers[id(t)], rewrite, block_name(t)))
 
     body = seq(nests)
     for ws in reversed(workspaces):
@@ -159,50 +171,68 @@ def _epilogues(nest_stages, buffers, pinned: set, rewrite) -> dict:
     return out
 
 
-def _epilogue_fn(consumer: Tensor, red: Tensor, red_buf: Buffer, rewrite):
-    """``acc -> consumer's value`` with the reduction's reads replaced by the accumulator."""
-    body = rewrite(consumer.op.body)
-    vmap = {a.var: b.var for a, b in zip(consumer.op.axis, red.op.axis)}
-
-    def apply(acc: Expr) -> Expr:
-        e = post_order(body, lambda n: acc if isinstance(n, Load) and n.src is red_buf else n)
-        return substitute(e, vmap)
-    return apply
-
-
-def _lower_stage(t: Tensor, buf: Buffer, rewrite, epilogue=None) -> object:
+def _block(t: Tensor, buf: Buffer, rewrite, name: str) -> Block:
     op: ComputeOp = t.op
-    idx = tuple(a.var for a in op.axis)
+    spatial = list(op.axis)
+    idx = tuple(a.var for a in spatial)
     body = op.body
     if isinstance(body, Reduce):
-        acc = Buffer(f"acc_{_cname(t.name)}", (), body.dtype, scope="local")
         src = rewrite(body.source)
-        upd = _combine(body.combiner, Load(acc, ()), src)
+        upd = _combine(body.combiner, Load(buf, idx), src)
         if body.where is not None:
-            upd = Select(rewrite(body.where), upd, Load(acc, ()))
-        inner = Store(acc, (), upd)
-        for ax in reversed(body.axis):
-            inner = For(ax.var, ax.extent, inner)
-        result = Load(acc, ()) if epilogue is None else epilogue(Load(acc, ()))
-        stmt = Allocate(acc, seq([Store(acc, (), body.identity()), inner,
-                                  Store(buf, idx, result)]))
-    else:
-        if _contains_reduce(body):
-            raise LoweringError(f"compute {t.name}: a reduction must be the top-level expression "
-                                f"of its compute body")
-        stmt = Store(buf, idx, rewrite(body))
-    for ax in reversed(op.axis):
-        stmt = For(ax.var, ax.extent, stmt)
+            upd = Select(rewrite(body.where), upd, Load(buf, idx))
+        return Block(name, spatial + list(body.axis), [], Store(buf, idx, upd),
+                     init=Store(buf, idx, body.identity()))
+    if _contains_reduce(body):
+        raise LoweringError(f"compute {t.name}: a reduction must be the top-level expression "
+                            f"of its compute body")
+    return Block(name, spatial, [], Store(buf, idx, rewrite(body)))
+
+
+def _loop_var(iv) -> Var:
+    return Var(iv.var.name.replace("_i", "_l", 1) if iv.kind == "spatial" else iv.var.name)
+
+
+def _lower_stage(t: Tensor, buf: Buffer, rewrite, name: str) -> object:
+    block = _block(t, buf, rewrite, name)
+    loop_vars = [_loop_var(iv) for iv in block.iter_vars]
+    block.bindings = list(loop_vars)
+    stmt = block
+    for iv, lv in reversed(list(zip(block.iter_vars, loop_vars))):
+        stmt = For(lv, iv.extent, stmt)
+    return stmt
+
+
+def _lower_fused(red: Tensor, red_buf: Buffer, red_name: str, epi: Tensor, epi_buf: Buffer,
+                 epi_name: str, rewrite) -> object:
+    """The reduction and its elementwise consumer in one spatial nest (see the module doc)."""
+    rb = _block(red, red_buf, rewrite, red_name)
+    eb = _block(epi, epi_buf, rewrite, epi_name)
+    sp = [iv for iv in rb.iter_vars if iv.kind == "spatial"]
+    rd = [iv for iv in rb.iter_vars if iv.kind == "reduce"]
+    sp_vars = [_loop_var(iv) for iv in sp]
+    rd_vars = [_loop_var(iv) for iv in rd]
+    local = Buffer(red_buf.name, (1,) * len(sp), red_buf.dtype, "local", None, tuple(sp_vars))
+    from ..tir.arith import map_accesses
+
+    def fn(b, idx):
+        return (local, idx) if b is red_buf else (b, idx)
+    rb = Block(rb.name, rb.iter_vars, sp_vars + rd_vars, map_accesses(rb.body, fn),
+               map_accesses(rb.init, fn))
+    eb = Block(eb.name, eb.iter_vars, list(sp_vars), map_accesses(eb.body, fn))
+    inner = rb
+    for iv, lv in reversed(list(zip(rd, rd_vars))):
+        inner = For(lv, iv.extent, inner)
+    stmt = Allocate(local, seq([inner, eb]))
+    for iv, lv in reversed(list(zip(sp, sp_vars))):
+        stmt = For(lv, iv.extent, stmt)
     return stmt
 
 
 def _contains_reduce(e: Expr) -> bool:
-    from ..tir.arith import collect
     return bool(collect(e, lambda n: isinstance(n, Reduce)))
 
 
 def _cname(s: str) -> str:
     out = "".join(c if c.isalnum() else "_" for c in s)
     return out if out and not out[0].isdigit() else "t" + out
-
-

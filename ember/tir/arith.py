@@ -13,9 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from .expr import (BinOp, Call, Cast, Const, Expr, Load, Reduce, Select, Unary, Var, is_float,
-                   is_int)
-from .stmt import Allocate, For, IfThenElse, Seq, Stmt, Store, seq
+from .expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Reduce, Select, Unary, Var,
+                   is_float, is_int)
+from .stmt import Allocate, Block, Buffer, For, IfThenElse, KernelCall, Seq, Stmt, Store, seq
 
 Bounds = dict
 
@@ -40,6 +40,9 @@ def map_children(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
     if isinstance(e, Load):
         idx = tuple(f(x) for x in e.indices)
         return e if all(x is y for x, y in zip(idx, e.indices)) else Load(e.src, idx)
+    if isinstance(e, AddressOf):
+        idx = tuple(f(x) for x in e.indices)
+        return e if all(x is y for x, y in zip(idx, e.indices)) else AddressOf(e.src, idx)
     if isinstance(e, Reduce):
         s = f(e.source)
         w = f(e.where) if e.where is not None else None
@@ -200,6 +203,11 @@ def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
                 lo, hi = interval(a, bounds)
                 if lo >= 0 and hi < b.value:
                     return a
+            if op in ("floordiv", "floormod") and isinstance(b, Const) and b.value > 1:
+                r = _divmod_split(a, b.value, bounds)
+                if r is not None:
+                    q, rem = r
+                    return q if op == "floordiv" else rem
         if op in BinOp.COMPARE or op in BinOp.LOGIC:
             p = prove(e, bounds)
             if p is not None:
@@ -232,6 +240,48 @@ def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
     return e
 
 
+def _terms(e: Expr) -> list[Expr]:
+    if isinstance(e, BinOp) and e.op == "add":
+        return _terms(e.a) + _terms(e.b)
+    return [e]
+
+
+def _multiple_of(t: Expr, c: int):
+    """``t / c`` when ``t`` is visibly a multiple of ``c``, else ``None``."""
+    if isinstance(t, Const):
+        return Const(t.value // c, t.dtype) if t.value % c == 0 else None
+    if isinstance(t, BinOp) and t.op == "mul":
+        for x, y in ((t.a, t.b), (t.b, t.a)):
+            if isinstance(y, Const) and y.value % c == 0:
+                k = y.value // c
+                return x if k == 1 else _binop("mul", x, Const(k, y.dtype))
+    return None
+
+
+def _divmod_split(a: Expr, c: int, bounds: Bounds):
+    """``(a // c, a % c)`` when ``a = c*q + r`` with ``r`` provably in ``[0, c)``."""
+    terms = _terms(a)
+    qs, rs = [], []
+    for t in terms:
+        m = _multiple_of(t, c)
+        if m is not None:
+            qs.append(m)
+        else:
+            rs.append(t)
+    if not qs:
+        return None
+    r = rs[0] if rs else Const(0, a.dtype)
+    for t in rs[1:]:
+        r = _binop("add", r, t)
+    lo, hi = interval(r, bounds)
+    if lo < 0 or hi >= c:
+        return None
+    q = qs[0]
+    for t in qs[1:]:
+        q = _binop("add", q, t)
+    return q, r
+
+
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify ``e`` given inclusive variable ``bounds`` (``Var -> (lo, hi)``)."""
     bounds = bounds or {}
@@ -240,7 +290,9 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
 
 def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt:
     """Simplify every expression of a loop nest; unit-extent loops are removed (their variable
-    becomes 0) and ``IfThenElse`` on a proved condition keeps the taken branch."""
+    becomes 0) and ``IfThenElse`` on a proved condition keeps the taken branch. A block's body is
+    simplified with its iteration variables' ranges; a block whose predicate is proved false is
+    dropped."""
     bounds = dict(bounds or {})
     if isinstance(s, For):
         if s.extent == 1:
@@ -261,6 +313,23 @@ def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt:
             return simplify_stmt(s.else_, bounds) if s.else_ is not None else Seq([])
         return IfThenElse(c, simplify_stmt(s.then, bounds),
                           simplify_stmt(s.else_, bounds) if s.else_ is not None else None)
+    if isinstance(s, Block):
+        pred = simplify(s.predicate, bounds) if s.predicate is not None else None
+        if isinstance(pred, Const):
+            if not pred.value:
+                return Seq([])
+            pred = None
+        binds = [simplify(b, bounds) for b in s.bindings]
+        ib = dict(bounds)
+        for iv, b in zip(s.iter_vars, binds):
+            lo, hi = interval(b, bounds)
+            ib[iv.var] = (max(lo, 0), min(hi, iv.extent - 1))
+        return Block(s.name, list(s.iter_vars), binds, simplify_stmt(s.body, ib),
+                     simplify_stmt(s.init, ib) if s.init is not None else None, pred,
+                     dict(s.annotations))
+    if isinstance(s, KernelCall):
+        return KernelCall(s.name, [simplify(a, bounds) for a in s.args], s.key,
+                          list(s.reads), list(s.writes))
     return s
 
 
@@ -273,8 +342,172 @@ def substitute_stmt(s: Stmt, vmap: dict) -> Stmt:
     if isinstance(s, Seq):
         return Seq([substitute_stmt(x, vmap) for x in s.stmts])
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, substitute_stmt(s.body, vmap))
+        body = substitute_stmt(s.body, vmap)
+        b = s.buffer
+        if b.origin is not None:
+            org = tuple(substitute(o, vmap) for o in b.origin)
+            if any(x is not y for x, y in zip(org, b.origin)):
+                nb = Buffer(b.name, b.shape, b.dtype, b.scope, b.strides, org)
+                body = map_accesses(body, lambda x, idx: (nb, idx) if x is b else (x, idx))
+                b = nb
+        return Allocate(b, body)
     if isinstance(s, IfThenElse):
         return IfThenElse(substitute(s.cond, vmap), substitute_stmt(s.then, vmap),
                           substitute_stmt(s.else_, vmap) if s.else_ is not None else None)
+    if isinstance(s, Block):
+        return Block(s.name, list(s.iter_vars), [substitute(b, vmap) for b in s.bindings],
+                     substitute_stmt(s.body, vmap),
+                     substitute_stmt(s.init, vmap) if s.init is not None else None,
+                     substitute(s.predicate, vmap) if s.predicate is not None else None,
+                     dict(s.annotations))
+    if isinstance(s, KernelCall):
+        return KernelCall(s.name, [substitute(a, vmap) for a in s.args], s.key,
+                          list(s.reads), list(s.writes))
     return s
+
+
+def stmt_exprs(s: Stmt) -> list:
+    """The expressions held directly by ``s`` (not by its child statements)."""
+    if isinstance(s, Store):
+        return list(s.indices) + [s.value]
+    if isinstance(s, IfThenElse):
+        return [s.cond]
+    if isinstance(s, Block):
+        return list(s.bindings) + ([s.predicate] if s.predicate is not None else [])
+    if isinstance(s, KernelCall):
+        return list(s.args)
+    return []
+
+
+def stmt_children(s: Stmt) -> list:
+    """Direct child statements of ``s``."""
+    if isinstance(s, (For, Allocate)):
+        return [s.body]
+    if isinstance(s, Seq):
+        return list(s.stmts)
+    if isinstance(s, IfThenElse):
+        return [s.then] + ([s.else_] if s.else_ is not None else [])
+    if isinstance(s, Block):
+        return ([s.init] if s.init is not None else []) + [s.body]
+    return []
+
+
+def walk_stmt(s: Stmt):
+    """Pre-order iterator over ``s`` and all statements below it."""
+    yield s
+    for c in stmt_children(s):
+        yield from walk_stmt(c)
+
+
+def map_accesses(s: Stmt, fn) -> Stmt:
+    """``s`` with every access ``buf[indices]`` (loads, stores, ``AddressOf``) replaced by
+    ``fn(buf, indices) -> (buf, indices)``; ``KernelCall`` buffer lists map through
+    ``fn(buf, None)``."""
+
+    def fe(e: Expr) -> Expr:
+        def g(n):
+            if isinstance(n, Load):
+                b, idx = fn(n.src, n.indices)
+                return n if (b is n.src and idx is n.indices) else Load(b, idx)
+            if isinstance(n, AddressOf):
+                b, idx = fn(n.src, n.indices)
+                return n if (b is n.src and idx is n.indices) else AddressOf(b, idx)
+            return n
+        return post_order(e, g)
+
+    def go(x: Stmt) -> Stmt:
+        if isinstance(x, Store):
+            b, idx = fn(x.buffer, x.indices)
+            return Store(b, tuple(fe(i) for i in idx), fe(x.value))
+        if isinstance(x, For):
+            return For(x.var, x.extent, go(x.body), x.kind, dict(x.annotations))
+        if isinstance(x, Seq):
+            return Seq([go(y) for y in x.stmts])
+        if isinstance(x, Allocate):
+            b, _ = fn(x.buffer, None)
+            return Allocate(b, go(x.body))
+        if isinstance(x, IfThenElse):
+            return IfThenElse(fe(x.cond), go(x.then), go(x.else_) if x.else_ is not None else None)
+        if isinstance(x, Block):
+            return Block(x.name, x.iter_vars, [fe(b) for b in x.bindings], go(x.body),
+                         go(x.init) if x.init is not None else None,
+                         fe(x.predicate) if x.predicate is not None else None,
+                         dict(x.annotations))
+        if isinstance(x, KernelCall):
+            return KernelCall(x.name, [fe(a) for a in x.args], x.key,
+                              [fn(b, None)[0] for b in x.reads],
+                              [fn(b, None)[0] for b in x.writes])
+        return x
+    return go(s)
+
+
+# linear canonical form --------------------------------------------------------------------------
+
+def expr_key(e: Expr) -> str:
+    """A string equal for structurally equal expressions (variables by identity)."""
+    if isinstance(e, Var):
+        return f"v{id(e)}"
+    if isinstance(e, Const):
+        return f"c{e.value}:{e.dtype}"
+    if isinstance(e, BinOp):
+        return f"({e.op} {expr_key(e.a)} {expr_key(e.b)})"
+    if isinstance(e, Unary):
+        return f"({e.op} {expr_key(e.a)})"
+    if isinstance(e, Cast):
+        return f"(cast {e.dtype} {expr_key(e.value)})"
+    if isinstance(e, Call):
+        return f"({e.name} {' '.join(expr_key(a) for a in e.args)})"
+    if isinstance(e, Select):
+        return f"(sel {expr_key(e.cond)} {expr_key(e.t)} {expr_key(e.f)})"
+    if isinstance(e, (Load, AddressOf)):
+        return f"(ld{id(e.src)} {' '.join(expr_key(a) for a in e.indices)})"
+    return f"?{id(e)}"
+
+
+def linear_terms(e: Expr) -> tuple[dict, int] | None:
+    """``({key: (atom, coeff)}, const)`` with ``e == sum(coeff * atom) + const`` for an integer
+    expression (atoms: variables and non-linear sub-expressions); ``None`` for non-integers."""
+    if not is_int(e.dtype):
+        return None
+    terms: dict = {}
+    const = [0]
+
+    def add(x: Expr, c: int):
+        if c == 0:
+            return
+        if isinstance(x, Const):
+            const[0] += c * int(x.value)
+        elif isinstance(x, BinOp) and x.op in ("add", "sub"):
+            add(x.a, c)
+            add(x.b, c if x.op == "add" else -c)
+        elif isinstance(x, BinOp) and x.op == "mul" and isinstance(x.b, Const):
+            add(x.a, c * int(x.b.value))
+        elif isinstance(x, BinOp) and x.op == "mul" and isinstance(x.a, Const):
+            add(x.b, c * int(x.a.value))
+        elif isinstance(x, Unary) and x.op == "neg":
+            add(x.a, -c)
+        else:
+            k = expr_key(x)
+            atom, c0 = terms.get(k, (x, 0))
+            terms[k] = (atom, c0 + c)
+
+    add(e, 1)
+    return {k: v for k, v in terms.items() if v[1] != 0}, const[0]
+
+
+def canonical(e: Expr, bounds: Bounds | None = None) -> Expr:
+    """``e`` simplified, with integer sums collected into ``c1*x1 + c2*x2 + ... + c``."""
+    e = simplify(e, bounds)
+    lt = linear_terms(e)
+    if lt is None:
+        return e
+    terms, c = lt
+    out = None
+    for atom, k in terms.values():
+        t = atom if k == 1 else _binop("mul", atom, Const(k, e.dtype))
+        out = t if out is None else _binop("add", out, t)
+    if out is None:
+        return Const(c, e.dtype)
+    if c:
+        out = _binop("add", out, Const(c, e.dtype))
+    return out

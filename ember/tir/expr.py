@@ -174,6 +174,15 @@ class Load(Expr):
         self.dtype = src.dtype
 
 
+class AddressOf(Expr):
+    """The address of ``buffer[indices]`` (a pointer argument of a ``KernelCall``)."""
+
+    def __init__(self, buffer: Any, indices: Sequence[Expr]):
+        self.src = buffer
+        self.indices = tuple(as_expr(i, INDEX_DTYPE) for i in indices)
+        self.dtype = "handle"
+
+
 class IterVar(Expr):
     """A loop axis: ``var`` ranges over ``[0, extent)``; ``kind`` is ``"spatial"`` or ``"reduce"``."""
 

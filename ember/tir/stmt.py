@@ -4,6 +4,16 @@ A ``PrimFunc`` is one kernel: its parameters are ``Buffer``s (dense row-major ar
 is a tree of loops (``For``), stores (``Store``), scoped allocations (``Allocate``) and
 conditionals. Loops carry a ``kind`` that codegen honours: ``serial``, ``parallel`` (OpenMP
 worksharing), ``vectorized`` (SIMD) or ``unrolled``.
+
+A ``Block`` is a named unit of computation (one stage of a tensor expression): its body is written
+over its own iteration variables (spatial or reduce ``IterVar``s), which ``bindings`` map to the
+enclosing loop variables. Schedule primitives (``ember.tir.schedule``) rewrite the loops around
+blocks and the bindings, never a block's body, so what a block computes stays checkable. A
+reduction block has an ``init`` statement, run when all its reduce iteration variables are 0.
+``ember.tir.transform.lower_blocks`` removes blocks before code generation.
+
+``KernelCall`` calls a native micro-kernel (see ``ember.codegen.microkernel``) with pointer
+(``AddressOf``) and integer arguments; ``tensorize`` produces it.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .expr import Expr, Var
+from .expr import Expr, IterVar, Var
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
 
@@ -24,16 +34,41 @@ class Buffer:
 
     ``scope`` is ``"global"`` (a kernel argument or heap workspace) or ``"local"`` (a scalar or
     small array private to the enclosing loop iteration, e.g. a reduction accumulator).
+    ``strides`` (elements per dimension, set by ``storage_align``) override row-major order.
+    ``origin`` (one index expression per dimension, set when ``compute_at`` shrinks a buffer to
+    the region one loop iteration uses) is subtracted from every index: accesses keep the
+    coordinates of the full tensor.
     """
 
     _ids = itertools.count()
 
-    def __init__(self, name: str, shape: Sequence[int], dtype: str, scope: str = "global"):
+    def __init__(self, name: str, shape: Sequence[int], dtype: str, scope: str = "global",
+                 strides: Sequence[int] | None = None, origin: Sequence | None = None):
         self.name = name
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
         self.scope = scope
+        self.strides = tuple(int(s) for s in strides) if strides is not None else None
+        self.origin = tuple(origin) if origin is not None else None
         self.uid = next(Buffer._ids)
+
+    def elem_strides(self) -> tuple:
+        """Element stride of each dimension (row-major unless ``strides`` was set by
+        ``storage_align``)."""
+        if self.strides is not None:
+            return self.strides
+        out, acc = [], 1
+        for n in reversed(self.shape):
+            out.append(acc)
+            acc *= n
+        return tuple(reversed(out))
+
+    @property
+    def alloc_size(self) -> int:
+        """Elements to allocate (covers padding added by ``strides``)."""
+        if not self.shape:
+            return 1
+        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.elem_strides()))
 
     @property
     def size(self) -> int:
@@ -90,6 +125,42 @@ class IfThenElse(Stmt):
     cond: Expr
     then: Stmt
     else_: Stmt | None = None
+
+
+@dataclass(eq=False)
+class Block(Stmt):
+    """A named computation over its own iteration variables.
+
+    Attributes:
+        name: unique within the PrimFunc (schedule primitives address blocks by name).
+        iter_vars: ``IterVar``s (``kind`` ``"spatial"`` or ``"reduce"``) the body is written in.
+        bindings: one expression per iter var, over the enclosing loop variables.
+        body: the statement(s) run at each point (``Store``s, or a ``KernelCall``).
+        init: for reductions, run before the first update (all reduce iter vars equal 0).
+        predicate: when set, the body runs only where it holds (non-divisible splits).
+    """
+
+    name: str
+    iter_vars: list
+    bindings: list
+    body: Stmt
+    init: Stmt | None = None
+    predicate: Expr | None = None
+    annotations: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class KernelCall(Stmt):
+    """A call of native micro-kernel ``name`` with ``args`` (``AddressOf`` pointers and integer
+    expressions). ``key`` identifies the micro-kernel in the codegen registry
+    (``ember.codegen.microkernel``), which emits its C definition once per module; ``reads`` and
+    ``writes`` list the buffers it touches."""
+
+    name: str
+    args: list
+    key: tuple = ()
+    reads: list = field(default_factory=list)
+    writes: list = field(default_factory=list)
 
 
 @dataclass(eq=False)

@@ -1,0 +1,200 @@
+"""Layout primitives: ``IndexMap`` (a map from old to new buffer indices), transform_layout and
+storage_align."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ...errors import ScheduleError
+from ..arith import interval, map_accesses, simplify, substitute
+from ..expr import BinOp, Cast, Const, Expr, Unary, Var, as_expr
+from ..stmt import Buffer
+from .analysis import block_reads, block_writes
+
+
+class IndexMap:
+    """``(i0, ..., in) -> (e0, ..., em)``: where element ``i`` of a buffer lives in the new
+    layout. Build with ``IndexMap.from_func(ndim, lambda n, c, h, w: (n, c // 16, h, w, c % 16))``.
+    Index expressions use ``+ - *`` and ``//``/``%`` by constants."""
+
+    def __init__(self, src: Sequence[Var], dst: Sequence[Expr]):
+        self.src = tuple(src)
+        self.dst = tuple(as_expr(d) for d in dst)
+
+    @staticmethod
+    def from_func(ndim: int, fn: Callable) -> "IndexMap":
+        src = [Var(f"i{k}") for k in range(ndim)]
+        out = fn(*src)
+        if not isinstance(out, (tuple, list)):
+            out = (out,)
+        return IndexMap(src, out)
+
+    def apply(self, indices: Sequence[Expr]) -> tuple:
+        """New indices for old ``indices``."""
+        vmap = dict(zip(self.src, indices))
+        return tuple(substitute(d, vmap) for d in self.dst)
+
+    def new_shape(self, shape: Sequence[int]) -> tuple:
+        """Extent of each new dimension over a buffer of ``shape``.
+
+        Raises:
+            ScheduleError: a new index can be negative or unbounded.
+        """
+        bounds = {v: (0, n - 1) for v, n in zip(self.src, shape)}
+        out = []
+        for d in self.dst:
+            lo, hi = interval(d, bounds)
+            if lo < 0 or hi == float("inf"):
+                raise ScheduleError(f"index map {self}: new index {d!r} ranges over [{lo}, {hi}]"
+                                    f", not a non-negative bounded range")
+            out.append(int(hi) + 1)
+        return tuple(out)
+
+    def eval_numpy(self, grids: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """New indices for arrays of old indices (broadcasting)."""
+        env = {id(v): g for v, g in zip(self.src, grids)}
+        return [np.broadcast_to(_np_eval(d, env), np.broadcast(*grids).shape) for d in self.dst]
+
+    def apply_numpy(self, arr: np.ndarray, pad_value=0) -> np.ndarray:
+        """``arr`` re-laid out: ``out[map(i)] = arr[i]``; positions no index maps to hold
+        ``pad_value``."""
+        shape = self.new_shape(arr.shape)
+        out = np.full(shape, pad_value, dtype=arr.dtype)
+        grids = np.indices(arr.shape, sparse=True)
+        new = self.eval_numpy(list(grids))
+        out[tuple(new)] = arr
+        return out
+
+    def is_injective(self, shape: Sequence[int]) -> bool:
+        """True when no two indices of a ``shape`` buffer map to the same place."""
+        nshape = self.new_shape(shape)
+        grids = np.indices(shape, sparse=True)
+        new = self.eval_numpy(list(grids))
+        flat = np.ravel_multi_index([np.asarray(x).ravel() for x in new], nshape)
+        return len(np.unique(flat)) == int(np.prod(shape))
+
+    def to_json(self) -> str:
+        pos = {id(v): k for k, v in enumerate(self.src)}
+        return json.dumps({"ndim": len(self.src), "dst": [_enc(d, pos) for d in self.dst]})
+
+    @staticmethod
+    def from_json(text: str) -> "IndexMap":
+        d = json.loads(text)
+        src = [Var(f"i{k}") for k in range(d["ndim"])]
+        return IndexMap(src, [_dec(x, src) for x in d["dst"]])
+
+    def __repr__(self):
+        return f"IndexMap({self.to_json()})"
+
+
+def _enc(e: Expr, pos) -> object:
+    if isinstance(e, Var):
+        if id(e) not in pos:
+            raise ScheduleError(f"index map refers to unknown variable {e.name}")
+        return {"v": pos[id(e)]}
+    if isinstance(e, Const):
+        return {"c": e.value}
+    if isinstance(e, BinOp):
+        return {"op": e.op, "a": _enc(e.a, pos), "b": _enc(e.b, pos)}
+    if isinstance(e, Cast):
+        return _enc(e.value, pos)
+    raise ScheduleError(f"index map expression {e!r} is not supported (use + - * // %)")
+
+
+def _dec(x, src) -> Expr:
+    from ..expr import binop
+    if "v" in x:
+        return src[x["v"]]
+    if "c" in x:
+        return Const(x["c"], "int64")
+    return binop(x["op"], _dec(x["a"], src), _dec(x["b"], src))
+
+
+def _np_eval(e: Expr, env):
+    if isinstance(e, Var):
+        return env[id(e)]
+    if isinstance(e, Const):
+        return np.int64(e.value)
+    if isinstance(e, Cast):
+        return _np_eval(e.value, env)
+    if isinstance(e, Unary) and e.op == "neg":
+        return -_np_eval(e.a, env)
+    if isinstance(e, BinOp):
+        a, b = _np_eval(e.a, env), _np_eval(e.b, env)
+        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "floordiv": np.floor_divide,
+             "floormod": np.mod, "min": np.minimum, "max": np.maximum}.get(e.op)
+        if f is not None:
+            return f(a, b)
+    raise ScheduleError(f"index map expression {e!r} cannot be evaluated")
+
+
+def _pick_buffer(sch, block: str, which, prim: str) -> Buffer:
+    blk, _ = sch.find_block(block, prim)
+    if not (isinstance(which, tuple) and len(which) == 2 and which[0] in ("read", "write")):
+        raise ScheduleError(f"{prim}: buffer must be ('read', i) or ('write', i), got {which!r}")
+    bufs = block_reads(blk) if which[0] == "read" else block_writes(blk)
+    if not 0 <= which[1] < len(bufs):
+        raise ScheduleError(f"{prim}: block {block!r} has {len(bufs)} {which[0]} buffers "
+                            f"({[b.name for b in bufs]}); index {which[1]} is out of range")
+    return bufs[which[1]]
+
+
+def transform_layout(sch, block: str, which: tuple, index_map: IndexMap) -> None:
+    prim = "transform_layout"
+    buf = _pick_buffer(sch, block, which, prim)
+    where = f"{prim} of {buf.name} (block {block!r})"
+    if len(index_map.src) != len(buf.shape):
+        raise ScheduleError(f"{where}: the index map takes {len(index_map.src)} indices, the "
+                            f"buffer has rank {len(buf.shape)}")
+    if buf.strides is not None or buf.origin is not None:
+        raise ScheduleError(f"{where}: the buffer was already aligned or compacted; transform "
+                            f"its layout first")
+    try:
+        shape = index_map.new_shape(buf.shape)
+    except ScheduleError as e:
+        raise ScheduleError(f"{where}: {e}") from None
+    if int(np.prod(buf.shape)) <= (1 << 22) and not index_map.is_injective(buf.shape):
+        raise ScheduleError(f"{where}: the index map sends two elements to the same place")
+    nb = Buffer(buf.name, shape, buf.dtype, buf.scope)
+
+    def fn(b, idx):
+        if b is not buf:
+            return b, idx
+        if idx is None:
+            return nb, None
+        return nb, tuple(simplify(i) for i in index_map.apply(idx))
+    sch.body = map_accesses(sch.body, fn)
+    for k, p in enumerate(sch.func.params):
+        if p is buf:
+            sch.func.params[k] = nb
+            layouts = dict(sch.func.attrs.get("param_layouts", {}))
+            layouts[k] = {"index_map": index_map.to_json(), "shape": list(buf.shape)}
+            sch.func.attrs["param_layouts"] = layouts
+
+
+def storage_align(sch, block: str, index: int, axis: int, factor: int, offset: int) -> None:
+    prim = "storage_align"
+    buf = _pick_buffer(sch, block, ("write", index), prim)
+    where = f"{prim} of {buf.name} (block {block!r}) axis {axis}"
+    if any(p is buf for p in sch.func.params):
+        raise ScheduleError(f"{where}: {buf.name} is a function parameter; its layout belongs "
+                            f"to the caller")
+    nd = len(buf.shape)
+    if not 0 <= axis < nd - 1:
+        raise ScheduleError(f"{where}: axis must be in [0, {nd - 1}) (the last axis has "
+                            f"stride 1)")
+    if factor < 1 or not 0 <= offset < factor:
+        raise ScheduleError(f"{where}: need factor >= 1 and 0 <= offset < factor, got "
+                            f"factor={factor}, offset={offset}")
+    strides = list(buf.elem_strides())
+    for d in range(nd - 2, -1, -1):
+        s = strides[d + 1] * buf.shape[d + 1]
+        if d == axis:
+            while s % factor != offset:
+                s += 1
+        strides[d] = s
+    nb = Buffer(buf.name, buf.shape, buf.dtype, buf.scope, strides, buf.origin)
+    sch.body = map_accesses(sch.body, lambda b, i: (nb, i) if b is buf else (b, i))

@@ -1,0 +1,186 @@
+"""Loop-IR transforms run after scheduling, before code generation.
+
+``lower_blocks`` removes ``Block``s: each block's iteration variables are replaced by their
+bindings, its predicate becomes an ``IfThenElse``, and a reduction's ``init`` either becomes a
+private scalar accumulator (when the block's reduce loops are innermost and hold only it, the form
+the unscheduled lowering produces) or runs under ``if (all reduce iterators == 0)``.
+"""
+
+from __future__ import annotations
+
+from .arith import simplify_stmt, stmt_children, substitute, substitute_stmt, walk_stmt
+from .expr import AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var, binop
+from .stmt import (Allocate, Block, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
+                   Store, seq)
+
+
+def expr_equal(a: Expr, b: Expr) -> bool:
+    """Structural equality of two expressions (variables and buffers by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a.dtype != b.dtype:
+        return False
+    if isinstance(a, Const):
+        return a.value == b.value
+    if isinstance(a, Var):
+        return False
+    if isinstance(a, BinOp):
+        return a.op == b.op and expr_equal(a.a, b.a) and expr_equal(a.b, b.b)
+    if isinstance(a, Unary):
+        return a.op == b.op and expr_equal(a.a, b.a)
+    if isinstance(a, Call):
+        return a.name == b.name and len(a.args) == len(b.args) and all(
+            expr_equal(x, y) for x, y in zip(a.args, b.args))
+    if isinstance(a, Cast):
+        return expr_equal(a.value, b.value)
+    if isinstance(a, Select):
+        return expr_equal(a.cond, b.cond) and expr_equal(a.t, b.t) and expr_equal(a.f, b.f)
+    if isinstance(a, (Load, AddressOf)):
+        return a.src is b.src and len(a.indices) == len(b.indices) and all(
+            expr_equal(x, y) for x, y in zip(a.indices, b.indices))
+    return False
+
+
+def contains_block(s: Stmt) -> bool:
+    """True when a ``Block`` occurs in ``s``."""
+    return any(isinstance(x, Block) for x in walk_stmt(s))
+
+
+def lower_blocks(func: PrimFunc) -> PrimFunc:
+    """A copy of ``func`` without ``Block`` statements (see the module doc)."""
+    if not contains_block(func.body):
+        return func
+    body = simplify_stmt(_lower(func.body))
+    return PrimFunc(func.name, func.params, body, dict(func.attrs))
+
+
+def _perfect_chain(f: For) -> tuple[list[For], Stmt]:
+    chain = [f]
+    s = f.body
+    while isinstance(s, For):
+        chain.append(s)
+        s = s.body
+    return chain, s
+
+
+def _accumulator_form(f: For) -> Stmt | None:
+    """The scalar-accumulator form of a reduction block whose reduce loops start at ``f``."""
+    chain, inner = _perfect_chain(f)
+    if not isinstance(inner, Block) or inner.init is None:
+        return None
+    blk = inner
+    if any(c.kind != "serial" for c in chain):
+        return None
+    red = [(iv, b) for iv, b in zip(blk.iter_vars, blk.bindings) if iv.kind == "reduce"]
+    loop_vars = {id(c.var) for c in chain}
+    if not all(isinstance(b, Var) for _, b in red) or {id(b) for _, b in red} != loop_vars:
+        return None
+    if len(red) != len(chain):
+        return None
+    for iv, b in zip(blk.iter_vars, blk.bindings):
+        if iv.kind != "reduce" and any(isinstance(n, Var) and id(n) in loop_vars
+                                       for n in _vars(b)):
+            return None
+    if blk.predicate is not None:
+        return None
+    upd, init = blk.body, blk.init
+    if not (isinstance(upd, Store) and isinstance(init, Store) and upd.buffer is init.buffer
+            and all(expr_equal(a, b) for a, b in zip(upd.indices, init.indices))):
+        return None
+    buf, idx = upd.buffer, upd.indices
+    acc = Buffer(f"acc_{buf.name}", (), buf.dtype, scope="local")
+
+    def repl(e: Expr) -> Expr:
+        from .arith import post_order
+
+        def g(n):
+            if isinstance(n, Load) and n.src is buf and all(
+                    expr_equal(a, b) for a, b in zip(n.indices, idx)):
+                return Load(acc, ())
+            return n
+        return post_order(e, g)
+
+    new_val = repl(upd.value)
+    if any(isinstance(n, Load) and n.src is buf for n in _loads(new_val)):
+        return None  # reads other elements of its own output: keep the general form
+    vmap = {iv.var: b for iv, b in zip(blk.iter_vars, blk.bindings)}
+    loop: Stmt = Store(acc, (), substitute(new_val, vmap))
+    for c in reversed(chain):
+        loop = For(c.var, c.extent, loop, c.kind, dict(c.annotations))
+    out_idx = tuple(substitute(i, vmap) for i in idx)
+    return Allocate(acc, seq([Store(acc, (), substitute(init.value, vmap)), loop,
+                              Store(buf, out_idx, Load(acc, ()))]))
+
+
+def _vars(e: Expr):
+    from .arith import collect
+    return collect(e, lambda n: isinstance(n, Var))
+
+
+def _loads(e: Expr):
+    from .arith import collect
+    return collect(e, lambda n: isinstance(n, Load))
+
+
+def _lower(s: Stmt) -> Stmt:
+    if isinstance(s, For):
+        acc = _accumulator_form(s)
+        if acc is not None:
+            return acc
+        return For(s.var, s.extent, _lower(s.body), s.kind, dict(s.annotations))
+    if isinstance(s, Block):
+        vmap = {iv.var: b for iv, b in zip(s.iter_vars, s.bindings)}
+        body = substitute_stmt(_lower(s.body), vmap)
+        if s.init is not None:
+            red = [b for iv, b in zip(s.iter_vars, s.bindings) if iv.kind == "reduce"]
+            init = substitute_stmt(_lower(s.init), vmap)
+            if red:
+                cond = None
+                for b in red:
+                    c = binop("eq", b, Const(0, b.dtype))
+                    cond = c if cond is None else binop("and", cond, c)
+                init = IfThenElse(cond, init)
+            body = seq([init, body])
+        if s.predicate is not None:
+            body = IfThenElse(s.predicate, body)
+        return body
+    if isinstance(s, Seq):
+        return seq([_lower(x) for x in s.stmts])
+    if isinstance(s, Allocate):
+        fused = _fused_accumulator(s)
+        if fused is not None:
+            return fused
+        return Allocate(s.buffer, _lower(s.body))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _lower(s.then), _lower(s.else_) if s.else_ is not None else None)
+    return s
+
+
+def _fused_accumulator(alloc: Allocate) -> Stmt | None:
+    """``Allocate(one-element local buf, [reduction into buf, statements reading it])`` (what
+    ``create_prim_func`` emits for a reduction with an elementwise epilogue) as a scalar
+    accumulator followed by the epilogue reading it:
+    ``acc = init; for r: acc = update; <epilogue with buf -> acc>``."""
+    buf = alloc.buffer
+    if buf.scope != "local" or buf.size != 1 or not isinstance(alloc.body, Seq):
+        return None
+    first, rest = alloc.body.stmts[0], alloc.body.stmts[1:]
+    if not isinstance(first, For) or not rest:
+        return None
+    acc_form = _accumulator_form(first)
+    if acc_form is None or not isinstance(acc_form.body, Seq):
+        return None
+    init, loop, store = acc_form.body.stmts
+    if store.buffer is not buf:
+        return None
+    acc = acc_form.buffer
+    from .arith import map_accesses
+    lowered_rest = [_lower(x) for x in rest]
+    tail = [map_accesses(x, lambda b, i: (acc, ()) if b is buf else (b, i)) for x in lowered_rest]
+    for x in tail:
+        if any(isinstance(n, Store) and n.buffer is acc for n in walk_stmt(x)):
+            return None
+    return Allocate(acc, seq([init, loop] + tail))
+
+
+__all__ = ["lower_blocks", "expr_equal", "contains_block", "stmt_children"]

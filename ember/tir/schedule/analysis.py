@@ -316,3 +316,80 @@ def preorder_index(root: Stmt) -> dict[int, int]:
     """``{id(stmt): position}`` in pre-order."""
     from ..arith import walk_stmt
     return {id(s): k for k, s in enumerate(walk_stmt(root))}
+
+
+def check_in_scope(root: Stmt, stmt: Stmt, position_path: Sequence[Stmt], where: str) -> None:
+    """Raise ``ScheduleError`` when ``stmt``, placed below ``position_path``, would access a buffer
+    whose allocation does not enclose that position."""
+    from ..arith import walk_stmt as _walk
+    allocs = {id(s.buffer): s.buffer for s in _walk(root) if isinstance(s, Allocate)}
+    visible = {id(s.buffer) for s in position_path if isinstance(s, Allocate)}
+    visible |= {id(s.buffer) for s in _walk(stmt) if isinstance(s, Allocate)}
+    for _, buf, _ in accesses(stmt):
+        if id(buf) in allocs and id(buf) not in visible:
+            raise ScheduleError(f"{where}: {buf.name} is allocated inside a loop that does not "
+                                f"enclose the new position")
+
+
+def verify_well_formed(func) -> str | None:
+    """Why ``func``'s body is ill-formed (a variable used outside its loop or block, a buffer
+    accessed outside its allocation), or ``None`` when it is well formed."""
+    from ..stmt import IfThenElse
+    params = {id(p) for p in func.params}
+    allocated = set()
+
+    def check_expr(e, vars_, bufs, where):
+        for n in collect(e, lambda x: isinstance(x, (Var, Load, AddressOf))):
+            if isinstance(n, Var) and id(n) not in vars_:
+                return f"variable {n.name} is used outside its loop or block ({where})"
+            if isinstance(n, (Load, AddressOf)) and id(n.src) not in bufs:
+                return f"{n.src.name} is read outside its allocation ({where})"
+        return None
+
+    def go(s, vars_, bufs):
+        if isinstance(s, For):
+            return go(s.body, vars_ | {id(s.var)}, bufs)
+        if isinstance(s, Allocate):
+            allocated.add(id(s.buffer))
+            org = s.buffer.origin or ()
+            for o in org:
+                r = check_expr(o, vars_, bufs, f"origin of {s.buffer.name}")
+                if r:
+                    return r
+            return go(s.body, vars_, bufs | {id(s.buffer)})
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                r = go(x, vars_, bufs)
+                if r:
+                    return r
+            return None
+        if isinstance(s, IfThenElse):
+            return (check_expr(s.cond, vars_, bufs, "condition") or go(s.then, vars_, bufs)
+                    or (go(s.else_, vars_, bufs) if s.else_ is not None else None))
+        if isinstance(s, Block):
+            for e in list(s.bindings) + ([s.predicate] if s.predicate is not None else []):
+                r = check_expr(e, vars_, bufs, f"block {s.name}")
+                if r:
+                    return r
+            inner = vars_ | {id(iv.var) for iv in s.iter_vars}
+            return (go(s.init, inner, bufs) if s.init is not None else None) or \
+                go(s.body, inner, bufs)
+        if isinstance(s, Store):
+            if id(s.buffer) not in bufs:
+                return f"{s.buffer.name} is written outside its allocation"
+            for e in list(s.indices) + [s.value]:
+                r = check_expr(e, vars_, bufs, f"store to {s.buffer.name}")
+                if r:
+                    return r
+            return None
+        if isinstance(s, KernelCall):
+            for b in s.reads + s.writes:
+                if id(b) not in bufs:
+                    return f"{b.name} is used by {s.name} outside its allocation"
+            for e in s.args:
+                r = check_expr(e, vars_, bufs, f"call {s.name}")
+                if r:
+                    return r
+        return None
+
+    return go(func.body, set(), set(params))

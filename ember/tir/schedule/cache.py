@@ -53,6 +53,15 @@ def _insert(sch, anchor: Stmt, parent, new: Stmt, before: bool) -> None:
         sch.body = replace_node(sch.body, parent, Seq(stmts))
 
 
+def _hide(s: Stmt, buf: Buffer) -> Stmt:
+    dummy = Buffer("_", (), buf.dtype)
+    return map_accesses(s, lambda b, i: (dummy, ()) if b is buf else (b, i))
+
+
+def _inside(top: Stmt, node: Stmt) -> bool:
+    return any(x is node for x in walk_stmt(top))
+
+
 def _check_scope(prim: str, scope: str) -> None:
     if scope not in SCOPES:
         raise ScheduleError(f"{prim}: unknown storage scope {scope!r} (known: {SCOPES})")
@@ -82,7 +91,11 @@ def cache_read(sch, block: str, index: int, scope: str) -> str:
     sch.body = replace_node(sch.body, blk, newblk)
     _, bpath = sch.find_block(block, prim)
     top, parent = _top_statement(sch, bpath)
-    _insert(sch, top, parent, _copy_nest(name, nb, buf), before=True)
+    from .analysis import check_in_scope
+    nest = _copy_nest(name, nb, buf)
+    check_in_scope(sch.body, _hide(nest, nb), [p for p in bpath if p is not top and
+                                               not _inside(top, p)], prim)
+    _insert(sch, top, parent, nest, before=True)
     sch.body = Allocate(nb, sch.body)
     return name
 
@@ -98,9 +111,9 @@ def cache_write(sch, block: str, index: int, scope: str) -> str:
     buf = writes[index]
     top, parent = _top_statement(sch, bpath)
     for b in blocks_in(top):
-        if b is not blk and any(r is buf for r in block_reads(b)):
-            raise ScheduleError(f"{prim}: block {b.name!r} reads {buf.name} inside the same "
-                                f"loop nest as {block!r}; it would read the stale original")
+        if b is not blk and any(r is buf for r in block_reads(b) + block_writes(b)):
+            raise ScheduleError(f"{prim}: block {b.name!r} also accesses {buf.name} inside the "
+                                f"same loop nest as {block!r}; it would see the stale original")
     name = _unique_name(sch, f"{buf.name}_{scope}")
     nb = Buffer(f"{buf.name}_{scope}", buf.shape, buf.dtype, scope)
 
@@ -112,6 +125,10 @@ def cache_write(sch, block: str, index: int, scope: str) -> str:
     sch.body = replace_node(sch.body, blk, newblk)
     _, bpath = sch.find_block(block, prim)
     top, parent = _top_statement(sch, bpath)
-    _insert(sch, top, parent, _copy_nest(name, buf, nb), before=False)
+    from .analysis import check_in_scope
+    nest = _copy_nest(name, buf, nb)
+    check_in_scope(sch.body, _hide(nest, nb), [p for p in bpath if p is not top and
+                                               not _inside(top, p)], prim)
+    _insert(sch, top, parent, nest, before=False)
     sch.body = Allocate(nb, sch.body)
     return name

@@ -10,7 +10,7 @@ from ..arith import interval, map_accesses, post_order, simplify, substitute, wa
 from ..expr import Const, Expr, IterVar, Load, Var, binop
 from ..stmt import Allocate, Block, Buffer, For, KernelCall, Seq, Stmt, Store, seq
 from .analysis import (block_access_indices, block_reads, block_writes, blocks_in,
-                       exclusive_nest, find_path, loop_bounds, preorder_index, prune, region,
+                       check_in_scope, exclusive_nest, find_path, loop_bounds, preorder_index, prune, region,
                        replace_node)
 
 LOCAL_LIMIT_BYTES = 64 * 1024  # compacted buffers up to this size live on the stack
@@ -188,6 +188,7 @@ def compute_at(sch, block: str, loop) -> None:
     sp = [iv for iv in blk.iter_vars if iv.kind == "spatial"]
     _BOUNDS.value = outer_bounds
     new_nest = _build_nest(blk, [(iv, base, ext) for iv, (base, ext) in zip(sp, reg)])
+    check_in_scope(sch.body, _without(new_nest, buf), lpath, where)
     body = replace_node(sch.body, nest, Seq([]))
     f2 = find_path(body, lambda s: isinstance(s, For) and s.var is f.var)[-1]
     body = replace_node(body, f2, For(f2.var, f2.extent, seq([new_nest, f2.body]), f2.kind,
@@ -256,14 +257,14 @@ def reverse_compute_at(sch, block: str, loop) -> None:
     for p in producers:
         ppath = find_path(sch.body, lambda s: s is p)
         for s in ppath:
-            if s is f:
-                break
             if isinstance(s, For):
                 for iv, b in zip(p.iter_vars, p.bindings):
                     if iv.kind == "reduce" and _uses(b, s.var):
-                        raise ScheduleError(f"{where}: producer {p.name!r} is still reducing "
-                                            f"over loop {s.var.name} outside the loop; its "
-                                            f"result is incomplete inside one iteration")
+                        raise ScheduleError(f"{where}: producer {p.name!r} reduces over loop "
+                                            f"{s.var.name}, which is not inside the target "
+                                            f"loop; its result is incomplete in one iteration")
+            if s is f:
+                break
     nest = exclusive_nest(bpath)
     order = preorder_index(sch.body)
     if order[id(nest)] < order[id(f)]:
@@ -279,6 +280,7 @@ def reverse_compute_at(sch, block: str, loop) -> None:
     reg = _union_region(tuples, buf.shape, outer_bounds)
     _BOUNDS.value = outer_bounds
     new_nest = _build_nest(blk, [(iv, base, ext) for iv, (base, ext) in zip(dim_iv, reg)])
+    check_in_scope(sch.body, _without(new_nest, buf), lpath, where)
     body = replace_node(sch.body, nest, Seq([]))
     f2 = find_path(body, lambda s: isinstance(s, For) and s.var is f.var)[-1]
     body = replace_node(body, f2, For(f2.var, f2.extent, seq([f2.body, new_nest]), f2.kind,
@@ -286,6 +288,12 @@ def reverse_compute_at(sch, block: str, loop) -> None:
     sch.body = prune(body)
     if not _is_param(sch, buf):
         _compact(sch, buf, f.var, reg)
+
+
+def _without(s: Stmt, buf: Buffer) -> Stmt:
+    """``s`` with accesses of ``buf`` hidden (that buffer is re-scoped by compaction)."""
+    dummy = Buffer("_", (), buf.dtype)
+    return map_accesses(s, lambda b, i: (dummy, ()) if b is buf else (b, i))
 
 
 def _uses(e: Expr, v: Var) -> bool:
@@ -313,6 +321,10 @@ def compute_inline(sch, block: str) -> None:
         raise ScheduleError(f"{where}: the block writes function output {buf.name}")
     if _loads_of(blk.body, buf):
         raise ScheduleError(f"{where}: the block reads its own output {buf.name}")
+    writers = [b.name for b in blocks_in(sch.body) if any(w is buf for w in block_writes(b))]
+    if writers != [block]:
+        raise ScheduleError(f"{where}: {buf.name} is written by blocks {writers}; only a sole "
+                            f"producer can be inlined")
     nest = exclusive_nest(bpath)
     for x in walk_stmt(sch.body):
         if isinstance(x, KernelCall) and any(b is buf for b in x.reads):

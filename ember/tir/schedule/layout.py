@@ -68,6 +68,12 @@ class IndexMap:
         out[tuple(new)] = arr
         return out
 
+    def unapply_numpy(self, new: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+        """The ``shape`` array that ``apply_numpy`` turned into ``new`` (gathers
+        ``new[map(i)]``)."""
+        grids = np.indices(tuple(shape), sparse=True)
+        return new[tuple(self.eval_numpy(list(grids)))]
+
     def is_injective(self, shape: Sequence[int]) -> bool:
         """True when no two indices of a ``shape`` buffer map to the same place."""
         nshape = self.new_shape(shape)

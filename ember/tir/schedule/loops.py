@@ -144,8 +144,8 @@ def annotate_kind(sch, loop, kind: str) -> None:
         _check_private(f, where)
     if kind == "parallel":
         for s in path[:-1]:
-            if isinstance(s, For) and s.kind == "parallel":
-                raise ScheduleError(f"{where}: it is nested in parallel loop {s.var.name}")
+            if isinstance(s, For) and s.kind in ("parallel", "vectorized"):
+                raise ScheduleError(f"{where}: it is nested in {s.kind} loop {s.var.name}")
         for s in walk_stmt(f.body):
             if isinstance(s, For) and s.kind == "parallel":
                 raise ScheduleError(f"{where}: it contains parallel loop {s.var.name}")

@@ -64,6 +64,8 @@ def decompose_reduction(sch, block: str, loop) -> str:
         s = For(nv, ext, s)
     upd = Block(blk.name, blk.iter_vars, blk.bindings, blk.body, None, blk.predicate,
                 dict(blk.annotations))
+    from .analysis import check_in_scope
+    check_in_scope(sch.body, s, bpath[:k], where)
     body = replace_node(sch.body, blk, upd)
     f2 = _find_loop(body, f.var)
     sch.body = replace_node(body, f2, Seq([s, f2]))

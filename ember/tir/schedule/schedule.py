@@ -15,7 +15,7 @@ from typing import Sequence
 from ...errors import ScheduleError
 from ..stmt import Block, For, PrimFunc, Stmt
 from . import trace as T
-from .analysis import blocks_in, find_path
+from .analysis import blocks_in, find_path, verify_well_formed
 
 
 class LoopRV:
@@ -108,6 +108,10 @@ class Schedule:
         saved = (self.func.body, list(self.func.params), copy.copy(self.func.attrs))
         try:
             out = fn(self, *args)
+            bad = verify_well_formed(self.func)
+            if bad:
+                raise ScheduleError(f"{type(action).__name__}: the result would be ill-formed: "
+                                    f"{bad}")
         except Exception:
             self.func.body, self.func.params, self.func.attrs = saved
             raise

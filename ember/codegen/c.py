@@ -19,6 +19,7 @@ from ..tir.expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select,
                         is_float, is_int)
 from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
                         Store)
+from ..tir.arith import flat_index
 from ..tir.transform import lower_blocks
 
 C_TYPES = {
@@ -276,6 +277,9 @@ class CFunctionPrinter:
                 self.stmt(s.else_, ind + 1)
             self.lines.append(f"{pad}}}")
         elif isinstance(s, KernelCall):
+            from .microkernel import microkernel_source
+            if s.name not in self.deps:
+                self.deps[s.name] = microkernel_source(s.name, s.key)
             self.lines.append(f"{pad}{s.name}({', '.join(self.expr(a) for a in s.args)});")
         else:
             raise LoweringError(f"cannot print statement {type(s).__name__} as C")
@@ -292,19 +296,6 @@ class CFunctionPrinter:
         self.stmt(f.body, 1)
         sig = f"int32_t {name}({', '.join(params)})"
         return sig + " {\n" + "\n".join(self.lines) + "\n  return 0;\n}\n"
-
-
-def flat_index(buf: Buffer, indices) -> Expr:
-    """The element offset of ``buf[indices]`` (origin subtracted, strides applied), in linear
-    canonical form."""
-    from ..tir.arith import canonical
-    from ..tir.expr import binop
-    if buf.origin is not None:
-        indices = [binop("sub", i, o) for i, o in zip(indices, buf.origin)]
-    flat = Const(0, "int64")
-    for i, st in zip(indices, buf.elem_strides()):
-        flat = binop("add", flat, binop("mul", i, Const(st, "int64")))
-    return canonical(flat)
 
 
 def _np_dtype(dtype: str) -> str:

@@ -195,11 +195,10 @@ def affine(e: Expr, vars_: Sequence[Var]) -> tuple[dict[int, int], Expr] | None:
 
 
 def flat_offset(buf: Buffer, indices: Sequence[Expr]) -> Expr:
-    """Element offset of ``buf[indices]`` from the buffer start."""
-    off: Expr = Const(0, "int64")
-    for i, st in zip(indices, buf.elem_strides()):
-        off = binop("add", off, binop("mul", i, Const(st, "int64")))
-    return simplify(off)
+    """Element offset of ``buf[indices]`` from the buffer start (its ``origin`` subtracted, its
+    strides applied), in linear canonical form."""
+    from ..arith import flat_index
+    return flat_index(buf, indices)
 
 
 # regions --------------------------------------------------------------------------------------

@@ -1,0 +1,154 @@
+"""Micro-kernels: register-blocked inner kernels that ``tensorize`` calls.
+
+The registry maps ``(family, isa, dtype)`` to a generator of C source for a register block: a
+``gemm`` micro-kernel for block ``mr x nr`` with ``k`` reduction loops computes
+
+    C[i*ldc + j] (+)= sum over r0..rk-1 of A[i*lda + sum(r_t*sa_t)] * B[j + sum(r_t*sb_t)]
+
+for ``i < mr``, ``j < nr``, keeping the ``mr x ceil(nr / lanes)`` accumulators in SIMD registers
+(lanes: 16 for AVX-512, 8 for AVX2), broadcasting one ``A`` element per row and loading ``nr``
+contiguous ``B`` elements per reduction step (a tail of ``nr % lanes`` lanes is masked). Covers
+GEMM (dense, matmul, batch matmul, 1x1 convolution) and direct convolution (reduction loops over
+input channels and kernel taps). New instruction sets register a generator with
+``@register_microkernel``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import LoweringError
+
+_REGISTRY: dict[tuple[str, str, str], Callable[..., str]] = {}
+
+
+def register_microkernel(family: str, isa: str, dtype: str):
+    """Decorator: register ``gen(name, mr, nr, nred) -> C source`` for ``(family, isa, dtype)``."""
+    def deco(gen):
+        _REGISTRY[(family, isa, dtype)] = gen
+        return gen
+    return deco
+
+
+def microkernel_source(name: str, key: tuple) -> str:
+    """C definition of micro-kernel ``name`` for ``key = (family, isa, dtype, mr, nr, nred)``.
+
+    Raises:
+        LoweringError: no generator is registered for the family, ISA and dtype.
+    """
+    family, isa, dtype, mr, nr, nred = key
+    gen = _REGISTRY.get((family, isa, dtype))
+    if gen is None:
+        raise LoweringError(f"no {family} micro-kernel for isa={isa} dtype={dtype} (registered: "
+                            f"{sorted(_REGISTRY)})")
+    return gen(name, mr, nr, nred)
+
+
+def _signature(name: str, nred: int) -> str:
+    red = "".join(f", int64_t k{t}, int64_t sa{t}, int64_t sb{t}" for t in range(nred))
+    return (f"static inline __attribute__((always_inline)) void {name}(float* restrict C, "
+            f"const float* restrict A, const float* restrict B, int64_t ldc, int64_t lda{red}, "
+            f"int32_t accumulate)")
+
+
+def _loops(nred: int) -> tuple[list[str], str, str, str]:
+    """Reduction loop headers, their closing, and the A/B offset expressions."""
+    heads = []
+    for t in range(nred):
+        pragma = "  #pragma GCC unroll 2\n" if t == nred - 1 else ""
+        heads.append(f"{pragma}  for (int64_t r{t} = 0; r{t} < k{t}; ++r{t}) {{")
+    close = "  }" * nred
+    aoff = " + ".join([f"r{t} * sa{t}" for t in range(nred)]) or "0"
+    boff = " + ".join([f"r{t} * sb{t}" for t in range(nred)]) or "0"
+    return heads, close, aoff, boff
+
+
+def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, set1, fma,
+               mask_decl):
+    nv = -(-nr // lanes)
+    tail = nr % lanes
+    L = [_signature(name, nred) + " {"]
+    if tail:
+        L.append(mask_decl(tail))
+    acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
+    L.append(f"  {vt} " + ", ".join(x for row in acc for x in row) + ";")
+    L.append("  if (accumulate) {")
+    for i in range(mr):
+        for j in range(nv):
+            ld = loadm if (tail and j == nv - 1) else load
+            L.append(f"    {acc[i][j]} = {ld(f'C + {i} * ldc + {j * lanes}')};")
+    L.append("  } else {")
+    for i in range(mr):
+        for j in range(nv):
+            L.append(f"    {acc[i][j]} = {zero};")
+    L.append("  }")
+    heads, close, aoff, boff = _loops(nred)
+    L += heads
+    L.append(f"    const float* a = A + {aoff};")
+    L.append(f"    const float* b = B + {boff};")
+    for j in range(nv):
+        ld = loadm if (tail and j == nv - 1) else load
+        L.append(f"    {vt} b{j} = {ld(f'b + {j * lanes}')};")
+    for i in range(mr):
+        L.append(f"    {{ {vt} a{i} = {set1(f'a[{i} * lda]')};")
+        for j in range(nv):
+            L.append(f"      {acc[i][j]} = {fma(f'a{i}', f'b{j}', acc[i][j])};")
+        L.append("    }")
+    L.append(close)
+    for i in range(mr):
+        for j in range(nv):
+            st = storem if (tail and j == nv - 1) else store
+            L.append(f"  {st(f'C + {i} * ldc + {j * lanes}', acc[i][j])};")
+    L.append("}")
+    return "#include <immintrin.h>\n" + "\n".join(L) + "\n"
+
+
+@register_microkernel("gemm", "avx512", "float32")
+def _gemm_avx512(name: str, mr: int, nr: int, nred: int) -> str:
+    return _simd_gemm(
+        name, mr, nr, nred, 16, "__m512",
+        load=lambda p: f"_mm512_loadu_ps({p})",
+        loadm=lambda p: f"_mm512_maskz_loadu_ps(tail_mask, {p})",
+        store=lambda p, v: f"_mm512_storeu_ps({p}, {v})",
+        storem=lambda p, v: f"_mm512_mask_storeu_ps({p}, tail_mask, {v})",
+        zero="_mm512_setzero_ps()", set1=lambda x: f"_mm512_set1_ps({x})",
+        fma=lambda a, b, c: f"_mm512_fmadd_ps({a}, {b}, {c})",
+        mask_decl=lambda t: f"  const __mmask16 tail_mask = (__mmask16){(1 << t) - 1};")
+
+
+@register_microkernel("gemm", "avx2", "float32")
+def _gemm_avx2(name: str, mr: int, nr: int, nred: int) -> str:
+    def mask_decl(t):
+        bits = ", ".join("-1" if k < t else "0" for k in range(8))
+        return f"  const __m256i tail_mask = _mm256_setr_epi32({bits});"
+    return _simd_gemm(
+        name, mr, nr, nred, 8, "__m256",
+        load=lambda p: f"_mm256_loadu_ps({p})",
+        loadm=lambda p: f"_mm256_maskload_ps({p}, tail_mask)",
+        store=lambda p, v: f"_mm256_storeu_ps({p}, {v})",
+        storem=lambda p, v: f"_mm256_maskstore_ps({p}, tail_mask, {v})",
+        zero="_mm256_setzero_ps()", set1=lambda x: f"_mm256_set1_ps({x})",
+        fma=lambda a, b, c: f"_mm256_fmadd_ps({a}, {b}, {c})",
+        mask_decl=mask_decl)
+
+
+@register_microkernel("gemm", "scalar", "float32")
+def _gemm_scalar(name: str, mr: int, nr: int, nred: int) -> str:
+    heads, close, aoff, boff = _loops(nred)
+    L = [_signature(name, nred) + " {", f"  float c[{mr}][{nr}];",
+         f"  for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) "
+         f"c[i][j] = accumulate ? C[i * ldc + j] : 0.0f;"]
+    L += heads
+    L += [f"    const float* a = A + {aoff};", f"    const float* b = B + {boff};",
+          f"    for (int i = 0; i < {mr}; ++i) {{ const float ai = a[i * lda];",
+          f"      for (int j = 0; j < {nr}; ++j) c[i][j] += ai * b[j]; }}"]
+    L.append(close)
+    L.append(f"  for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) "
+             f"C[i * ldc + j] = c[i][j];")
+    L.append("}")
+    return "\n".join(L) + "\n"
+
+
+def registered() -> list[tuple[str, str, str]]:
+    """The registered ``(family, isa, dtype)`` keys."""
+    return sorted(_REGISTRY)

@@ -1,0 +1,192 @@
+"""tensorize: replace a loop nest by a call of a tensor intrinsic (a native micro-kernel).
+
+Intrinsic names are ``family.isa.dtype``. The ``gemm`` family matches a perfect loop nest around
+one block whose update is ``C[..] = C[..] + A[..] * B[..]`` with indices affine in the nest's
+loops, and classifies the loops by the element strides they give each operand:
+
+- the *n* loop: stride 1 in ``C`` and ``B``, absent from ``A`` (the SIMD lanes, extent ``nr``);
+- the *m* loop (optional): strided in ``C`` and ``A``, absent from ``B`` (register rows, ``mr``);
+- reduction loops: absent from ``C``; any strides in ``A`` and ``B`` (at most 4 of them).
+
+The call becomes ``ember_ukr_gemm_<isa>_<dtype>_<mr>x<nr>_r<k>(C, A, B, ldc, lda, (extent,
+stride_a, stride_b) per reduction loop, accumulate)`` whose C definition the code generator takes
+from its micro-kernel registry (``ember.codegen.microkernel``), keyed by ISA x register block x
+dtype. A block with a zero ``init`` whose reduction lies entirely inside the nest starts from zero
+(``accumulate = 0``); otherwise it must have been decomposed (``decompose_reduction``) first.
+"""
+
+from __future__ import annotations
+
+from ...errors import ScheduleError
+from ..arith import linear_terms, simplify, substitute
+from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var
+from ..stmt import Block, For, KernelCall
+from .analysis import replace_node
+
+ISAS = {"avx512": 16, "avx2": 8, "scalar": 4}
+DTYPES = {"f32": "float32"}
+MAX_ACCUMULATORS = {"avx512": 28, "avx2": 12, "scalar": 64}
+MAX_REDUCTION_LOOPS = 4
+
+
+def parse_intrin(name: str) -> tuple[str, str, str]:
+    """``(family, isa, dtype)`` of an intrinsic name such as ``"gemm.avx512.f32"``.
+
+    Raises:
+        ScheduleError: unknown family, ISA or dtype.
+    """
+    parts = name.split(".") if isinstance(name, str) else []
+    if len(parts) != 3 or parts[0] != "gemm" or parts[1] not in ISAS or parts[2] not in DTYPES:
+        raise ScheduleError(f"tensorize: unknown intrinsic {name!r}; known: gemm.<isa>.<dtype> "
+                            f"with isa in {sorted(ISAS)} and dtype in {sorted(DTYPES)}")
+    return parts[0], parts[1], DTYPES[parts[2]]
+
+
+def microkernel_name(isa: str, dtype: str, mr: int, nr: int, nred: int) -> str:
+    """The C symbol of a gemm micro-kernel."""
+    short = {v: k for k, v in DTYPES.items()}[dtype]
+    return f"ember_ukr_gemm_{isa}_{short}_{mr}x{nr}_r{nred}"
+
+
+def _match_update(blk: Block, where: str):
+    st = blk.body
+    from ..stmt import Store
+    if not isinstance(st, Store) or not isinstance(st.value, BinOp) or st.value.op != "add":
+        raise ScheduleError(f"{where}: block {blk.name!r} is not an update C = C + A * B")
+    from ..transform import expr_equal
+    a, b = st.value.a, st.value.b
+    for acc, prod in ((a, b), (b, a)):
+        if isinstance(acc, Load) and acc.src is st.buffer and all(
+                expr_equal(x, y) for x, y in zip(acc.indices, st.indices)):
+            while isinstance(prod, Cast):
+                prod = prod.value
+            if isinstance(prod, BinOp) and prod.op == "mul":
+                x, y = prod.a, prod.b
+                if isinstance(x, Load) and isinstance(y, Load):
+                    return st, x, y
+            raise ScheduleError(f"{where}: block {blk.name!r} adds {type(prod).__name__} "
+                                f"(not a product of two loads: padding or a cast left in the "
+                                f"operand? materialize it first)")
+    raise ScheduleError(f"{where}: block {blk.name!r} does not accumulate into its own output")
+
+
+def _coeffs(buf, idx, loop_ids, where, what):
+    from ..arith import flat_index
+    flat = flat_index(buf, idx)
+    lt = linear_terms(flat)
+    terms, _ = lt
+    out = {}
+    for key, (atom, c) in terms.items():
+        if isinstance(atom, Var) and id(atom) in loop_ids:
+            out[id(atom)] = c
+        elif any(id(v) in loop_ids for v in _vars(atom)):
+            raise ScheduleError(f"{where}: the index of {what} ({buf.name}) is not affine in the "
+                                f"tensorized loops")
+    return out
+
+
+def _vars(e):
+    from ..arith import collect
+    return collect(e, lambda n: isinstance(n, Var))
+
+
+def tensorize(sch, loop, intrin: str) -> None:
+    family, isa, dtype = parse_intrin(intrin)
+    f, path = sch.find_loop(loop, "tensorize")
+    where = f"tensorize of loop {f.var.name} with {intrin}"
+    chain = [f]
+    s = f.body
+    while isinstance(s, For):
+        chain.append(s)
+        s = s.body
+    if not isinstance(s, Block):
+        raise ScheduleError(f"{where}: the loops below must nest perfectly around one block")
+    blk = s
+    if blk.predicate is not None:
+        raise ScheduleError(f"{where}: block {blk.name!r} has a predicate (a split that does not "
+                            f"divide); use divisible tiles")
+    for c in chain:
+        if c.kind not in ("serial", "unrolled"):
+            raise ScheduleError(f"{where}: loop {c.var.name} is {c.kind}")
+    st, la, lb = _match_update(blk, where)
+    if st.buffer.dtype != dtype or la.dtype != dtype or lb.dtype != dtype:
+        raise ScheduleError(f"{where}: operand dtypes ({la.dtype}, {lb.dtype} -> "
+                            f"{st.buffer.dtype}) do not match the intrinsic's {dtype}")
+    vmap = {iv.var: b for iv, b in zip(blk.iter_vars, blk.bindings)}
+    bounds = {c.var: (0, c.extent - 1) for c in list(path) + chain if isinstance(c, For)}
+    cidx = tuple(simplify(substitute(i, vmap), bounds) for i in st.indices)
+    aidx = tuple(simplify(substitute(i, vmap), bounds) for i in la.indices)
+    bidx = tuple(simplify(substitute(i, vmap), bounds) for i in lb.indices)
+    live = [c for c in chain if c.extent > 1]
+    zero = {c.var: Const(0, "int64") for c in chain if c.extent == 1}
+    cidx, aidx, bidx = ([simplify(substitute(i, zero)) for i in t] for t in (cidx, aidx, bidx))
+    ids = {id(c.var) for c in live}
+    cc = _coeffs(st.buffer, cidx, ids, where, "the output")
+    ca = _coeffs(la.src, aidx, ids, where, "operand A")
+    cb = _coeffs(lb.src, bidx, ids, where, "operand B")
+    # operands may come in either order: B is the one with unit stride along the lanes
+    n_loops = [c for c in live if cc.get(id(c.var)) == 1]
+    if len(n_loops) != 1:
+        raise ScheduleError(f"{where}: expected exactly one loop with unit stride in the output "
+                            f"(the SIMD lanes), found {[c.var.name for c in n_loops]}")
+    nl = n_loops[0]
+    if cb.get(id(nl.var)) != 1 and ca.get(id(nl.var)) == 1:
+        la, lb, aidx, bidx, ca, cb = lb, la, bidx, aidx, cb, ca
+    if cb.get(id(nl.var)) != 1 or ca.get(id(nl.var), 0) != 0:
+        raise ScheduleError(f"{where}: along the lane loop {nl.var.name} operand B must have unit "
+                            f"stride and operand A must not move (strides A={ca.get(id(nl.var), 0)}"
+                            f", B={cb.get(id(nl.var), 0)})")
+    m_loops = [c for c in live if c is not nl and cc.get(id(c.var), 0) != 0]
+    if len(m_loops) > 1:
+        raise ScheduleError(f"{where}: more than one row loop ({[c.var.name for c in m_loops]}); "
+                            f"fuse or move the extra output loops outside the tensorized nest")
+    ml = m_loops[0] if m_loops else None
+    if ml is not None and (cb.get(id(ml.var), 0) != 0 or ca.get(id(ml.var), 0) == 0):
+        raise ScheduleError(f"{where}: the row loop {ml.var.name} must move A and not B")
+    red = [c for c in live if c is not nl and c is not ml]
+    if len(red) > MAX_REDUCTION_LOOPS:
+        raise ScheduleError(f"{where}: {len(red)} reduction loops; at most "
+                            f"{MAX_REDUCTION_LOOPS} (fuse some)")
+    red_ivs = [iv for iv in blk.iter_vars if iv.kind == "reduce"]
+    for c in red:
+        bound_to = [iv for iv, b in zip(blk.iter_vars, blk.bindings)
+                    if any(v is c.var for v in _vars(b))]
+        if any(iv.kind != "reduce" for iv in bound_to):
+            raise ScheduleError(f"{where}: loop {c.var.name} does not move the output but drives "
+                                f"spatial iterator(s) {[iv.var.name for iv in bound_to]}")
+    mr = ml.extent if ml is not None else 1
+    nr = nl.extent
+    lanes = ISAS[isa]
+    if mr * -(-nr // lanes) > MAX_ACCUMULATORS[isa]:
+        raise ScheduleError(f"{where}: register block {mr}x{nr} needs {mr * -(-nr // lanes)} "
+                            f"accumulators; {isa} has room for {MAX_ACCUMULATORS[isa]}")
+    accumulate = 1
+    if blk.init is not None:
+        init_ok = (isinstance(blk.init.value, Const) and blk.init.value.value == 0)
+        inside = {id(c.var) for c in chain}
+        complete = all(all(id(v) in inside for v in _vars(b))
+                       for iv, b in zip(blk.iter_vars, blk.bindings) if iv.kind == "reduce")
+        if not (init_ok and complete):
+            raise ScheduleError(f"{where}: block {blk.name!r} initializes inside a reduction "
+                                f"that is not entirely in the nest; decompose_reduction first")
+        accumulate = 0
+    del red_ivs
+    zmap = {c.var: Const(0, "int64") for c in live}
+    args: list[Expr] = [AddressOf(st.buffer, [simplify(substitute(i, zmap)) for i in cidx]),
+                        AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
+                        AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
+                        Const(cc.get(id(ml.var), 0) if ml else 0, "int64"),
+                        Const(ca.get(id(ml.var), 0) if ml else 0, "int64")]
+    for c in red:
+        args += [Const(c.extent, "int64"), Const(ca.get(id(c.var), 0), "int64"),
+                 Const(cb.get(id(c.var), 0), "int64")]
+    args.append(Const(accumulate, "int32"))
+    name = microkernel_name(isa, dtype, mr, nr, len(red))
+    call = KernelCall(name, args, ("gemm", isa, dtype, mr, nr, len(red)),
+                      reads=[la.src, lb.src], writes=[st.buffer])
+    chain_ids = {id(c.var) for c in chain}
+    keep = [(iv, b) for iv, b in zip(blk.iter_vars, blk.bindings)
+            if not any(id(v) in chain_ids for v in _vars(b))]
+    new = Block(blk.name, [iv for iv, _ in keep], [b for _, b in keep], call, None, None,
+                {**blk.annotations, "tensorized": intrin})
+    sch.body = replace_node(sch.body, f, new)

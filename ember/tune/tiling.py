@@ -67,6 +67,8 @@ def as_reduction_nest(func: PrimFunc) -> ReductionNest:
     Raises:
         ScheduleError: the kernel has another shape (several stages, no reduction...).
     """
+    from ..tir.transform import lower_blocks
+    func = lower_blocks(func)
     body = func.body
     spatial, inner = _for_chain(body)
     if not isinstance(inner, Allocate) or inner.buffer.scope != "local" or inner.buffer.shape:

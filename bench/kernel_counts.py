@@ -1,8 +1,9 @@
 """Operators and kernels per model: ONNX nodes, graph bindings after import, and kernels after
 the pass pipeline at opt_level 0, 2 (the default) and 3; with ``--check``, each model is also
-compiled at the default level with seeded random weights and compared with onnxruntime.
+compiled (at ``--opt-level``, default 2) with seeded random weights and compared with
+onnxruntime.
 
-Usage: ``python bench/kernel_counts.py [--check] [MODEL ...]`` (the onnx package's light models
+Usage: ``python bench/kernel_counts.py [--check [--opt-level 3]] [MODEL ...]`` (the onnx package's light models
 by default).
 """
 
@@ -35,6 +36,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=LIGHT)
     ap.add_argument("--check", action="store_true", help="compile and compare with onnxruntime")
+    ap.add_argument("--opt-level", type=int, default=2, help="opt_level of the --check build")
     args = ap.parse_args(argv)
     import ember
     from ember.zoo import default_model_input, randomized_light_model
@@ -52,7 +54,8 @@ def main(argv=None) -> int:
             want = ort.InferenceSession(model.SerializeToString(),
                                         providers=["CPUExecutionProvider"]).run(None, x)
             t = time.perf_counter()
-            m = ember.compile(model)
+            with ember.PassContext(opt_level=args.opt_level):
+                m = ember.compile(model)
             secs = time.perf_counter() - t
             err = max(float(np.max(np.abs(g - w)) / max(1e-12, float(np.max(np.abs(w)))))
                       for g, w in zip(m.run(x), want))

@@ -72,3 +72,28 @@ def @main(%x: Tensor[(2, 3, 2), float32]) {
   %2 = strided_slice(%c, begin=[0, 0, 2], end=[2, 3, 3], strides=[1, 1, 1]) : Tensor[(2, 3, 1), float32]
   return %0, %1, %2
 }""")
+
+
+def test_shared_activation_is_applied_once_before_slicing(check_pass):
+    check_pass(CombineParallelConv2D(), f"""
+def @main(%x: {X}) {{
+  %0 = nn.conv(%x, const(float32, [1, 1, 1, 1], [1.0]), {C1}) : {X}
+  %1 = nn.conv(%x, const(float32, [1, 1, 1, 1], [-2.0]), {C1}) : {X}
+  %2 = nn.conv(%x, const(float32, [1, 1, 1, 1], [4.0]), {C1}) : {X}
+  %3 = nn.relu(%0) : {X}
+  %4 = nn.relu(%1) : {X}
+  %5 = nn.relu(%2) : {X}
+  %6 = add(%3, %4) : {X}
+  %7 = add(%6, %5) : {X}
+  return %7
+}}""", f"""
+def @main(%x: {X}) {{
+  %c = nn.conv(%x, const(float32, [3, 1, 1, 1], [1.0, -2.0, 4.0]), const(float32, [3], [0.0, 0.0, 0.0]), {C1}) : Tensor[(1, 3, 2, 2), float32]
+  %r = nn.relu(%c) : Tensor[(1, 3, 2, 2), float32]
+  %3 = strided_slice(%r, begin=[0, 0, 0, 0], end=[1, 1, 2, 2], strides=[1, 1, 1, 1]) : {X}
+  %4 = strided_slice(%r, begin=[0, 1, 0, 0], end=[1, 2, 2, 2], strides=[1, 1, 1, 1]) : {X}
+  %5 = strided_slice(%r, begin=[0, 2, 0, 0], end=[1, 3, 2, 2], strides=[1, 1, 1, 1]) : {X}
+  %6 = add(%3, %4) : {X}
+  %7 = add(%6, %5) : {X}
+  return %7
+}}""")

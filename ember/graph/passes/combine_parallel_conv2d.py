@@ -4,7 +4,9 @@ reading its channel slice of the result.
 
 Candidates: ``nn.conv`` with ``group == 1``, constant weight (and bias, when present), the same
 input, strides, pads, dilations and kernel size. At least ``CombineParallelConv2D.min_num_branches``
-(config; default 3, as TVM) siblings are needed.
+(config; default 3, as TVM) siblings are needed. When every branch is read only by the same
+elementwise activation (relu...), the activation is applied once to the combined result before
+slicing, so FuseOps makes the combined convolution and its activation one kernel.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Constant, Function
-from .combine_parallel import combine_siblings, slice_axis
+from .combine_parallel import apply_follower, combine_siblings, slice_axis
 from .pass_manager import function_pass, register_config
 
 MIN_BRANCHES = register_config("CombineParallelConv2D.min_num_branches", int,
@@ -31,13 +33,14 @@ def _key(b):
             tuple(c.attrs["dilations"] or ()))
 
 
-def _combine(rw, bs, args_list):
+def _combine(rw, bs, args_list, follower=None):
     ws = [a[1].data for a in args_list]
     bias = [a[2].data if len(a) == 3 else np.zeros(w.shape[0], w.dtype)
             for a, w in zip(args_list, ws)]
     w = Constant(np.concatenate(ws, axis=0), "combined_conv_weight")
     b = Constant(np.concatenate(bias, axis=0))
-    y = rw.emit("nn.conv", [args_list[0][0], w, b], bs[0].call.attrs)
+    y = apply_follower(rw, rw.emit("nn.conv", [args_list[0][0], w, b], bs[0].call.attrs),
+                       follower)
     outs, start = [], 0
     for wi in ws:
         outs.append(slice_axis(rw, y, 1, start, start + wi.shape[0]))
@@ -46,7 +49,7 @@ def _combine(rw, bs, args_list):
 
 
 def combine_function(func: Function, min_branches: int = 3) -> Function:
-    return combine_siblings(func, _key, _combine, min_branches)
+    return combine_siblings(func, _key, _combine, min_branches, with_followers=True)
 
 
 @function_pass("CombineParallelConv2D", opt_level=3)

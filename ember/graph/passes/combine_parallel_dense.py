@@ -33,7 +33,7 @@ def _key(b):
     return None
 
 
-def _combine(rw, bs, args_list):
+def _combine(rw, bs, args_list, follower=None):
     op = bs[0].call.op
     x = args_list[0][0]
     ws = []

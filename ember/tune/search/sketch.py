@@ -114,6 +114,8 @@ def _stages(func: PrimFunc) -> list[list[For]]:
 def generate_sketches(func: PrimFunc) -> list[Sketch]:
     """The sketches the rules derive for ``func`` (at least ``annotate`` for any kernel with
     loops; an empty list for a loop-free kernel)."""
+    from ...tir.transform import lower_blocks
+    func = lower_blocks(func)
     sketches = []
     try:
         nest = as_reduction_nest(func)
@@ -214,6 +216,8 @@ def apply_trace(func: PrimFunc, trace: Trace) -> PrimFunc:
     Raises:
         ScheduleError: the trace does not fit the kernel. TuningError: unknown sketch.
     """
+    from ...tir.transform import lower_blocks
+    func = lower_blocks(func)
     name = trace.sketch
     if name in ("multi_level_tiling", "spatial_tiling"):
         nest = as_reduction_nest(func)

@@ -3,8 +3,8 @@
 Inside the context, ``ember.build`` / ``ember.compile`` replace each kernel that has a successful
 record for the build's target by its best measured program: the best configuration of its
 ``tile`` task or the best trace of its template-free ``search`` task, whichever measured faster
-(records of other targets and failed candidates are ignored; kernels without a record keep their
-default schedule). Contexts nest; the innermost wins. ``ApplyHistoryBest.applied`` counts the kernels
+(records of other targets and failed candidates are ignored; kernels without a record, or whose
+recorded untuned run was the fastest, keep their default schedule). Contexts nest; the innermost wins. ``ApplyHistoryBest.applied`` counts the kernels
 it replaced in the builds it served.
 """
 
@@ -71,6 +71,9 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
             out.append(func)
             continue
         rec = min(recs, key=lambda r: r.cost)
+        if rec.kind == "default":  # the untuned kernel measured fastest
+            out.append(func)
+            continue
         if rec.kind == "trace":
             from .search import SearchTask, Trace
             tuned = SearchTask(func, target).instantiate(Trace.from_json(rec.config))

@@ -4,7 +4,8 @@
 trial budget over them (template tuners: in proportion to each task's share of the model's
 FLOPs, at least ``min_trials`` each; ``tuner="search"``: the template-free search's task
 scheduler decides by expected gain), tunes each with a progress bar, appends every measurement
-to ``records`` and returns a ``TuneSummary`` whose ``table()`` is the per-task summary. Running
+to ``records`` and returns a ``TuneSummary`` whose ``table()`` is the per-task summary. The untuned kernel of each task is measured and recorded too, so
+``apply_history_best`` never applies a program slower than the default. Running
 it again with the same records resumes: measured candidates are skipped and count toward each
 task's budget. Then ``with apply_history_best(records): ember.compile(model)`` builds the tuned
 model.
@@ -22,8 +23,9 @@ from ..errors import TuningError
 from ..target import Target
 from .callbacks import log_to_file, progress_bar
 from .extract import TaskInfo, extract_tasks
-from .measure import LocalBuilder, LocalRunner, measure_option, measure_reference
-from .records import load_records
+from .measure import (LocalBuilder, LocalRunner, MeasureInput, measure_option,
+                      measure_reference)
+from .records import load_records, save_records
 
 
 @dataclass
@@ -107,8 +109,8 @@ def allocate_trials(tasks: Sequence[TaskInfo], trials: int, min_trials: int = 8)
     return [min(a, s) for a, s in zip(alloc, sizes)]
 
 
-def _make_option(target: Target, dask: Any, timeout: float, repeat: int) -> dict:
-    runner_kw = {"timeout": timeout, "repeat": repeat, "number": 2,
+def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number: int) -> dict:
+    runner_kw = {"timeout": timeout, "repeat": repeat, "number": number,
                  "num_threads": target.num_threads}
     if dask:
         from .dask_runner import DaskRunner
@@ -123,7 +125,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                dask: Any = None, shapes: Mapping[str, Sequence[int]] | None = None,
                early_stopping: int | None = None, timeout: float = 10.0, repeat: int = 3,
                min_trials: int = 8, progress: bool = True, max_tasks: int | None = None,
-               seed: int = 0, log=print) -> TuneSummary:
+               seed: int = 0, time_budget: float | None = None, number: int = 2,
+               log=print) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -135,6 +138,9 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             for a path, else ``tune.jsonl``.
         dask: a dask scheduler address or ``distributed.Client``: measure on its workers.
         max_tasks: tune only the heaviest ``max_tasks`` tasks.
+        time_budget: stop measuring after this many seconds (the summary still follows).
+        timeout, repeat, number: per-candidate run time-out (s), timed repeats, calls per
+            repeat.
         log: where the summary lines go (``print``; ``None`` for silence).
 
     Returns:
@@ -157,7 +163,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     tasks = extract_tasks(mod, params, target, include_all=tuner == "search")
     if max_tasks:
         tasks = tasks[:max_tasks]
-    option = _make_option(target, dask, timeout, repeat)
+    option = _make_option(target, dask, timeout, repeat, number)
+    deadline = time.monotonic() + time_budget if time_budget else None
     history = list(load_records(records))
     summary = TuneSummary(records=records)
     if log:
@@ -167,7 +174,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         if tuner == "search":
             from .search import tune_tasks_search
             results = tune_tasks_search(tasks, trials, option, history, records, progress, seed,
-                                        target=target)
+                                        target=target, deadline=deadline)
         else:
             results = []
             for k, (info, n) in enumerate(zip(tasks, allocate_trials(tasks, trials, min_trials))):
@@ -176,7 +183,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 cbs = [log_to_file(records)]
                 if progress:
                     cbs.append(progress_bar(prefix=f"[{k + 1}/{len(tasks)}] {info.op[:28]}"))
-                tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs)
+                tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
+                         deadline=deadline)
                 results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task
@@ -184,6 +192,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 from .search import SearchTask
                 ref_task = SearchTask(info.func, target)
             ref = measure_reference(ref_task, option)
+            if ref.ok:
+                save_records(records, [(MeasureInput(target, ref_task, None), ref)])
             summary.tasks.append(TaskSummary(info.key, info.op, info.count, info.flop / 1e9,
                                              n, errors, ref.mean, best))
     finally:

@@ -1,8 +1,9 @@
 """Tuning records: one JSON object per line, one line per measured candidate.
 
 A line holds ``{"version": 1, "task": {"name", "args", "key"}, "target": "llvm ...",
-"config": {...}`` (a template configuration, ``ConfigEntity.to_json()``) or ``"trace": [...]``
-(a template-free search program), ``"costs": [seconds...], "error_no": 0, "error": "...",
+"config": {...}`` (a template configuration, ``ConfigEntity.to_json()``), ``"trace": [...]`` (a template-free
+search program) or ``"default": {}`` (the untuned kernel, measured for comparison, so a
+"tuned" program slower than the default is never applied), ``"costs": [seconds...], "error_no": 0, "error": "...",
 "all_cost": s, "timestamp": t}``. Files are appended to, so an interrupted run keeps what it
 measured, and a resumed run skips it (``Tuner.load_history``).
 """
@@ -28,7 +29,7 @@ class Record:
     task_args: list
     task_key: str
     target: str
-    kind: str            # "config" or "trace"
+    kind: str            # "config", "trace" or "default"
     config: object       # the JSON of the config or trace
     result: MeasureResult
 
@@ -43,8 +44,11 @@ class Record:
 
 def encode(inp: MeasureInput, res: MeasureResult) -> str:
     """The JSON line of one measurement."""
-    cfg = inp.config.to_json()
-    kind = "trace" if isinstance(cfg, list) else "config"
+    if inp.config is None:
+        kind, cfg = "default", {}
+    else:
+        cfg = inp.config.to_json()
+        kind = "trace" if isinstance(cfg, list) else "config"
     d = {"version": RECORD_VERSION, "task": inp.task.to_json(), "target": str(inp.task.target),
          kind: cfg, "costs": [float(c) for c in res.costs], "error_no": int(res.error_no),
          "error": res.error_msg[:500], "all_cost": round(float(res.all_cost), 6),
@@ -60,7 +64,7 @@ def decode(line: str) -> Record:
     """
     try:
         d = json.loads(line)
-        kind = "trace" if "trace" in d else "config"
+        kind = "trace" if "trace" in d else "default" if "default" in d else "config"
         t = d["task"]
         res = MeasureResult(list(d["costs"]), int(d["error_no"]), d.get("error", ""),
                             float(d.get("all_cost", 0)), float(d.get("timestamp", 0)))

@@ -47,13 +47,16 @@ def test_tune_model_resume_and_apply_history_best(tmp_path):
     lines = []
     s1 = tune.tune_model(model, trials=10, tuner="random", records=log, progress=False,
                          repeat=1, min_trials=2, log=lines.append)
-    n1 = len(list(load_records(log)))
+    recs = list(load_records(log))
+    n1 = sum(r.kind == "config" for r in recs)
     assert n1 == sum(t.trials for t in s1.tasks) == 10
+    # the untuned kernel of each task is recorded for comparison
+    assert sum(r.kind == "default" for r in recs) == len(s1.tasks)
     assert "speed-up" in lines[-2] and "all tasks" in lines[-2]
     # resume with the same budget: nothing left to measure
     s2 = tune.tune_model(model, trials=10, tuner="random", records=log, progress=False,
                          repeat=1, min_trials=2, log=None)
-    assert len(list(load_records(log))) == n1
+    assert sum(r.kind == "config" for r in load_records(log)) == n1
     assert sum(t.trials for t in s2.tasks) == 10
 
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype("float32")
@@ -78,3 +81,23 @@ def test_records_for_another_target_are_not_applied(tmp_path):
 def test_unknown_tuner_is_a_typed_error():
     with pytest.raises(ember.errors.TuningError, match="unknown tuner"):
         tune.tune_model(_small_model(), tuner="nope", log=None)
+
+
+def test_a_record_slower_than_the_default_kernel_is_not_applied(tmp_path):
+    from ember.frontend.onnx import from_onnx
+    from ember.tune import MeasureInput, MeasureResult, save_records
+    mod, params = from_onnx(_small_model())
+    task = tune.extract_tasks(mod, params, "llvm")[0].task
+    log = tmp_path / "slow.jsonl"
+    save_records(log, [(MeasureInput(task.target, task, task.config_space.get(1)),
+                        MeasureResult([2e-3], 0)),
+                       (MeasureInput(task.target, task, None), MeasureResult([1e-3], 0))])
+    assert [r.kind for r in load_records(log)] == ["config", "default"]
+    with tune.apply_history_best(log) as ctx:
+        ember.build(mod, "llvm", params)
+    assert ctx.applied == 0
+    save_records(log, [(MeasureInput(task.target, task, task.config_space.get(2)),
+                        MeasureResult([0.5e-3], 0))])
+    with tune.apply_history_best(log) as ctx:
+        ember.build(mod, "llvm", params)
+    assert ctx.applied == 1

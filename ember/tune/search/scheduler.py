@@ -15,6 +15,7 @@ dropped.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable, Sequence
 
 from ..measure import MeasureInput, create_measure_batch
@@ -79,8 +80,9 @@ class TaskScheduler:
                                 f"errors {p.errors}")
         return len(results)
 
-    def tune(self, n_trials: int) -> None:
-        """Measure up to ``n_trials`` candidates over all tasks."""
+    def tune(self, n_trials: int, deadline: float | None = None) -> None:
+        """Measure up to ``n_trials`` candidates over all tasks (stopping once
+        ``time.monotonic()`` passes ``deadline``)."""
         if self.progress:
             from tqdm import tqdm
             self.bars = [tqdm(total=None, desc=f"[{k + 1}/{len(self.policies)}] {lab[:28]}",
@@ -89,10 +91,10 @@ class TaskScheduler:
         left = n_trials
         try:
             for k in range(len(self.policies)):  # warm-up: one round each
-                if left <= 0:
+                if left <= 0 or (deadline is not None and time.monotonic() >= deadline):
                     break
                 left -= self._round(k, min(self.round_size, left))
-            while left > 0:
+            while left > 0 and (deadline is None or time.monotonic() < deadline):
                 live = [k for k in range(len(self.policies)) if not self.done[k]]
                 if not live:
                     break
@@ -106,7 +108,7 @@ class TaskScheduler:
 
 def tune_tasks_search(tasks, trials: int, option: dict, history, records: str | None,
                       progress: bool = True, seed: int = 0, round_size: int = 8,
-                      target="llvm"):
+                      target="llvm", deadline: float | None = None):
     """Template-free tuning of ``tasks`` (``TaskInfo``s) for ``tune_model``; returns
     ``[(trials, errors, best_cost)]`` per task (resumed records included)."""
     from ..callbacks import log_to_file
@@ -121,5 +123,5 @@ def tune_tasks_search(tasks, trials: int, option: dict, history, records: str | 
     sched = TaskScheduler(policies, [t.count for t in tasks], option, round_size=round_size,
                           callbacks=[log_to_file(records)] if records else [],
                           progress=progress, labels=[t.op for t in tasks])
-    sched.tune(left)
+    sched.tune(left, deadline)
     return [(p.trials + d, p.errors, p.best_cost) for p, d in zip(policies, done)]

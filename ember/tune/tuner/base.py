@@ -12,6 +12,7 @@ skipped and their results seed the tuner.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable, Iterable, Sequence
 
 from ...errors import TuningError
@@ -89,9 +90,11 @@ class Tuner:
 
     def tune(self, n_trial: int, measure_option: dict | None = None,
              early_stopping: int | None = None, callbacks: Sequence[Callable] = (),
-             batch_size: int | None = None) -> ConfigEntity | None:
-        """Measure up to ``n_trial`` new configurations; returns the best configuration found
-        (over this run and loaded history), or ``None`` when every candidate failed."""
+             batch_size: int | None = None, deadline: float | None = None
+             ) -> ConfigEntity | None:
+        """Measure up to ``n_trial`` new configurations (stopping early once
+        ``time.monotonic()`` passes ``deadline``); returns the best configuration found (over
+        this run and loaded history), or ``None`` when every candidate failed."""
         option = measure_option or globals()["measure_option"]()
         measure = create_measure_batch(option)
         if batch_size is None:
@@ -102,6 +105,9 @@ class Tuner:
                 cb.start(self, n_trial)
         try:
             while self.trials < n_trial and self.has_next():
+                if deadline is not None and time.monotonic() >= deadline:
+                    logger.info("tuning time budget spent")
+                    break
                 configs = self.next_batch(min(batch_size, n_trial - self.trials))
                 configs = [c for c in configs if c.index not in self.visited]
                 if not configs:

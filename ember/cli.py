@@ -70,11 +70,34 @@ def _parse_inputs(items, model) -> dict:
     return out
 
 
+def _pass_context(args):
+    """The PassContext the compile-like commands run under (opt level, disabled passes,
+    ``--dump-ir`` and ``--pass-times`` instruments)."""
+    from .graph.passes import PassContext
+    from .graph.passes.instrument import DumpIR, PassTimingInstrument
+    instruments = []
+    timing = None
+    if getattr(args, "dump_ir", None):
+        instruments.append(DumpIR(args.dump_ir))
+    if getattr(args, "pass_times", False):
+        timing = PassTimingInstrument()
+        instruments.append(timing)
+    ctx = PassContext(opt_level=args.opt_level, disabled_pass=args.disable_pass or (),
+                      instruments=instruments)
+    return ctx, timing
+
+
 def cmd_compile(args) -> int:
     import ember
+    ctx, timing = _pass_context(args)
     t0 = time.perf_counter()
-    model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape))
+    with ctx:
+        model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape))
     dt = time.perf_counter() - t0
+    if timing is not None:
+        print(timing.report())
+    if args.dump_ir:
+        print(f"IR before/after each pass written to {args.dump_ir}/")
     out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".ember"
     model.save(out)
     i = model.info
@@ -135,6 +158,25 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_graph(args) -> int:
+    from .frontend import from_onnx
+    from .graph.passes import PassContext
+    from .graph.passes.pipeline import optimize
+    from .graph.visualize import render, to_dot, to_text
+    mod, params = from_onnx(args.model, shapes=_parse_shapes(args.shape))
+    if not args.before:
+        with PassContext(opt_level=args.opt_level, disabled_pass=args.disable_pass or ()):
+            mod, params = optimize(mod, args.target, params)
+    if args.output:
+        path = render(mod, args.output, format=args.format, expand=args.expand)
+        print(f"wrote {path}")
+    elif args.format == "svg":
+        raise InputError("--format svg needs -o FILE.svg")
+    else:
+        print(to_text(mod) if args.format == "txt" else to_dot(mod, args.expand))
+    return 0
+
+
 def cmd_ops(args) -> int:
     from .frontend.converters import supported_onnx_ops
     rows = []
@@ -146,6 +188,12 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def _pass_args(p):
+    p.add_argument("--opt-level", type=int, default=2, help="graph optimization level 0-3 "
+                   "(default 2)")
+    p.add_argument("--disable-pass", action="append", metavar="NAME", help="skip a pass")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ember", description="ember deep-learning compiler")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -155,7 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", help="artifact path (default: MODEL.ember)")
     c.add_argument("--target", default="llvm")
     c.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    _pass_args(c)
+    c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after every pass")
+    c.add_argument("--pass-times", action="store_true", help="print time spent in each pass")
     c.set_defaults(fn=cmd_compile)
+
+    g = sub.add_parser("graph", help="draw a model's graph after (or before) the graph passes")
+    g.add_argument("model")
+    g.add_argument("--format", choices=["txt", "dot", "svg"], default="txt")
+    g.add_argument("-o", "--output", help="write to a file (needed for svg)")
+    g.add_argument("--before", action="store_true", help="the graph as imported, no passes")
+    g.add_argument("--expand", action="store_true", help="draw the operators inside fused groups")
+    g.add_argument("--target", default="llvm")
+    g.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    _pass_args(g)
+    g.set_defaults(fn=cmd_graph)
 
     r = sub.add_parser("run", help="run an ONNX model or .ember artifact")
     r.add_argument("model")

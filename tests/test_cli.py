@@ -59,3 +59,25 @@ def test_ops_lists_converters(capsys):
 def test_demo_checks_against_a_reference(capsys):
     assert main(["demo", "--repeat", "1"]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+def test_compile_dump_ir_and_pass_times(tiny_model, tmp_path, capsys):
+    dump = tmp_path / "ir"
+    assert main(["compile", str(tiny_model), "-o", str(tmp_path / "t.ember"), "--opt-level", "3",
+                 "--dump-ir", str(dump), "--pass-times"]) == 0
+    out = capsys.readouterr().out
+    assert "FuseOps" in out and "total" in out
+    files = sorted(p.name for p in dump.iterdir())
+    assert any(f.endswith("FuseOps.after.txt") for f in files)
+    # the dump after fusion parses back as IR text
+    from ember.graph.ir import IRModule
+    after = next(p for p in dump.iterdir() if p.name.endswith("FuseOps.after.txt"))
+    assert "def @main" in IRModule.from_text(after.read_text()).text()
+
+
+def test_graph_text_and_dot(tiny_model, tmp_path, capsys):
+    assert main(["graph", str(tiny_model), "--before"]) == 0
+    before = capsys.readouterr().out
+    assert "nn.relu" in before and "add" in before
+    assert main(["graph", str(tiny_model), "--format", "dot", "-o", str(tmp_path / "g.dot")]) == 0
+    assert (tmp_path / "g.dot").read_text().startswith("digraph")

@@ -11,7 +11,9 @@ default lowering. Knobs (``tiling.TileSpec``):
   scalar accumulator innermost;
 - ``inner_last``: which spatial loop is innermost in the block (vectorized);
 - ``parallel``: outer loops fused into the OpenMP loop (0 = serial);
-- ``vectorize``, ``unroll``: annotate the inner block loops.
+- ``vectorize``, ``unroll``: annotate the inner block loops;
+- ``hoist_pad`` (padded convolutions and pooling): read a padded copy of the input made once
+  per call instead of guarding every load (``ember.tune.padding``).
 
 Configurations whose accumulator block exceeds ``MAX_BLOCK`` elements are invalid.
 """
@@ -77,7 +79,15 @@ def define_tile_space(cfg, nest) -> None:
     cfg.define_knob("parallel", [1, 2, 0])
     cfg.define_knob("vectorize", [1, 0])
     cfg.define_knob("unroll", [1, 0])
+    if _has_guarded_input(nest):
+        cfg.define_knob("hoist_pad", [1, 0])
     cfg.add_flop(nest_flops(nest))
+
+
+def _has_guarded_input(nest) -> bool:
+    from .padding import hoist_padding
+    return hoist_padding(nest.update, nest.acc, list(nest.spatial) + list(nest.reduce)) \
+        is not None
 
 
 def tile_spec(cfg, nest) -> TileSpec:
@@ -89,7 +99,9 @@ def tile_spec(cfg, nest) -> TileSpec:
     order = [k for k in range(len(inner)) if k != last] + [last]
     return TileSpec(inner=inner, reduce_inside=bool(cfg["reduce_inside"].val),
                     inner_order=order, parallel=cfg["parallel"].val,
-                    vectorize=bool(cfg["vectorize"].val), unroll=bool(cfg["unroll"].val))
+                    vectorize=bool(cfg["vectorize"].val), unroll=bool(cfg["unroll"].val),
+                    hoist_pad=bool(cfg["hoist_pad"].val) if "hoist_pad" in cfg.space.knobs
+                    else False)
 
 
 @register_template("tile", reference=workload_func)

@@ -104,6 +104,8 @@ class TileSpec:
         parallel: number of outer loops fused into the parallel loop (0 = serial).
         vectorize: mark the innermost inner tile loop ``vectorized``.
         unroll: mark the other inner tile loops ``unrolled``.
+        hoist_pad: materialize a padded copy of a guarded input first and read it without
+            the guard (see ``ember.tune.padding``; ignored where it does not apply).
     """
 
     inner: Sequence[int]
@@ -115,6 +117,7 @@ class TileSpec:
     parallel: int = 1
     vectorize: bool = True
     unroll: bool = True
+    hoist_pad: bool = False
 
 
 def _replace_acc(stmt: Stmt, old: Buffer, new: Buffer, idx: tuple) -> Stmt:
@@ -181,7 +184,13 @@ def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:
             body = For(v, ext, body, kind)
         return body
 
-    upd = substitute_stmt(nest.update, vmap)
+    update, pad = nest.update, None
+    if spec.hoist_pad:
+        from .padding import hoist_padding
+        pad = hoist_padding(nest.update, nest.acc, list(nest.spatial) + list(nest.reduce))
+        if pad is not None:
+            update = pad[0]
+    upd = substitute_stmt(update, vmap)
     init = substitute_stmt(nest.init, vmap)
     epi = [substitute_stmt(s, vmap) for s in nest.epilogue]
     red = [nest.reduce[k] for k in rorder]
@@ -217,6 +226,10 @@ def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:
         c = max(1, min(spec.parallel, len(outer)))
         body = For(body.var, body.extent, body.body, "parallel",
                    {"collapse": c} if c > 1 else {})
+    if pad is not None:
+        from .padding import annotate_fill
+        body = Allocate(pad[1], seq([annotate_fill(pad[2], bool(spec.parallel), spec.vectorize),
+                                     body]))
     for ws in reversed(nest.workspaces):
         body = Allocate(ws, body)
     body = simplify_stmt(body)

@@ -87,3 +87,31 @@ def test_tile_template_candidates_compute_the_reference():
     ptr = lambda v: v.ctypes.data_as(ctypes.c_void_p)
     assert lib.ember_kernel(ptr(a), ptr(b), ptr(c)) == 0
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("workload", [
+    ["nn.conv", {"strides": [2, 2], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1},
+     [[[1, 4, 9, 9], "float32"], [[8, 4, 3, 3], "float32"]], [[[1, 8, 5, 5], "float32"]]],
+    ["nn.max_pool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     [[[1, 4, 9, 9], "float32"]], [[[1, 4, 5, 5], "float32"]]],
+], ids=["conv", "max_pool"])
+def test_hoisted_padding_computes_the_reference(workload):
+    """Configurations that read a padded copy of the input instead of guarded loads give the
+    untuned kernel's results (checked by the worker)."""
+    from ember.codegen.c import emit_c_function
+    task = tune.create_task("tile", workload)
+    space = task.config_space
+    assert "hoist_pad" in space.knobs
+    rng = np.random.default_rng(0)
+    cands = [c for c in (space.get(int(rng.integers(len(space)))) for _ in range(60))
+             if c["hoist_pad"].val and np.prod([c[k].size[1] for k in space.knobs
+                                                if k.startswith("tile_")]) <= 1024][:4]
+    src = emit_c_function(task.instantiate(cands[0]))
+    assert "ember_alloc" in src and src.count("?") == 1  # the guard is only in the copy
+    inputs = [tune.MeasureInput(task.target, task, c) for c in cands]
+    runner = tune.LocalRunner(repeat=1)
+    try:
+        results = runner.run(inputs, tune.LocalBuilder().build(inputs))
+    finally:
+        runner.close()
+    assert [r.error_no for r in results] == [0] * len(cands)

@@ -4,7 +4,8 @@ From a PrimFunc alone, ``generate_sketches(func)`` applies derivation rules:
 
 - ``multi_level_tiling`` (a single reduction stage): spatial loops split into outer and inner
   tiles, the reduction between them over an accumulator block written back once (cache-write),
-  reduction loops reordered, inner block unrolled and vectorized, outer tiles parallel;
+  reduction loops reordered, inner block unrolled and vectorized, outer tiles parallel, and a
+  padded input materialized once instead of guarded loads (when the kernel pads);
 - ``spatial_tiling`` (a single reduction stage): the same tiles with the reduction kept
   innermost on a scalar accumulator, the innermost reduction loop optionally split and unrolled;
 - ``annotate`` (any kernel; stages were inlined into their consumers at lowering): the
@@ -131,6 +132,9 @@ def generate_sketches(func: PrimFunc) -> list[Sketch]:
         if ns > 1:
             common[("outer_order", -1)] = _perms(ns)
         common[("parallel", -1)] = [1, 2, 0] if ns > 1 else [1, 0]
+        from ..padding import hoist_padding
+        if hoist_padding(nest.update, nest.acc, list(nest.spatial) + list(nest.reduce)):
+            common[("hoist_pad", -1)] = [True, False]
         mlt = dict(common)
         mlt[("inner_last", -1)] = list(range(ns))
         mlt[("vectorize", -1)] = [True, False]
@@ -233,7 +237,8 @@ def apply_trace(func: PrimFunc, trace: Trace) -> PrimFunc:
                         reduce_split=trace.get("reduce_split", -1, 1),
                         parallel=trace.get("parallel", -1, 1),
                         vectorize=bool(trace.get("vectorize", -1, True)),
-                        unroll=bool(trace.get("unroll", -1, True)))
+                        unroll=bool(trace.get("unroll", -1, True)),
+                        hoist_pad=bool(trace.get("hoist_pad", -1, False)))
         return tile_reduction_nest(nest, spec)
     if name == "annotate":
         return _annotate(func, trace)

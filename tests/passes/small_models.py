@@ -123,10 +123,26 @@ def small_attention(seed=2) -> onnx.ModelProto:
     return g.model([_vi("x", [1, S, D])], [_vi("y", [1, S, D])])
 
 
-MODELS = {"resnet": small_resnet, "inception": small_inception, "attention": small_attention}
+def _zoo(name):
+    from ember.testing import models as zoo
+    return {"resnet18": lambda: zoo.resnet18(image_size=32, num_classes=10),
+            "mobilenet_v2": lambda: zoo.mobilenet_v2(image_size=32, num_classes=10),
+            "bert": lambda: zoo.bert_encoder(num_layers=1, hidden=32, heads=2, seq=8,
+                                             vocab=50)}[name]()
+
+
+MODELS = {"resnet": small_resnet, "inception": small_inception, "attention": small_attention,
+          "resnet18": lambda: _zoo("resnet18"), "mobilenet_v2": lambda: _zoo("mobilenet_v2"),
+          "bert": lambda: _zoo("bert")}
+# the models every pass is checked on alone and disabled in turn (mobilenet_v2's reference
+# evaluation takes seconds: it is checked with all passes and natively only)
+MATRIX = ["resnet", "inception", "attention", "resnet18", "bert"]
 
 
 def inputs_for(model: onnx.ModelProto, seed=0) -> dict:
+    if any(vi.name == "input_ids" for vi in model.graph.input):
+        from ember.testing.models import bert_inputs
+        return bert_inputs(model, seed, pad=2)
     rng = np.random.default_rng(seed)
     out = {}
     for vi in model.graph.input:

@@ -51,7 +51,7 @@ def @main(%x: Tensor[(2, 3), float32], %w: Tensor[(3, 4), float32]) {
 }""", rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", ["resnet", "inception", "attention", "bert"])
 def test_float16_models_compile_and_stay_close(name):
     model = MODELS[name]()
     x = inputs_for(model)

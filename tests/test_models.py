@@ -42,6 +42,19 @@ def test_light_model_matches_shipped_output(name):
         assert_close(g, e, rtol, atol, f"{name} output {k}")
 
 
+def test_light_model_inputs_are_the_backend_runners():
+    from onnx.backend.test.runner import Runner
+    model = M.light_model("squeezenet")
+    feeds = M.light_model_inputs(model)
+    inits = {t.name for t in model.graph.initializer}
+    vis = [vi for vi in model.graph.input if vi.name not in inits]
+    assert list(feeds) == [vi.name for vi in vis]
+    for vi in vis:
+        want = Runner.generate_dummy_data(vi)
+        np.testing.assert_array_equal(feeds[vi.name], want)
+        assert feeds[vi.name].dtype == want.dtype == np.float32
+
+
 def onnxruntime_run(model: onnx.ModelProto, feeds: dict) -> list:
     """onnxruntime's outputs with its graph rewrites off (each node evaluated as specified)."""
     so = ort.SessionOptions()
@@ -88,6 +101,17 @@ def test_built_model_matches_onnxruntime(name):
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, 1e-4, 1e-5, f"{name} output {k}")
+
+
+@pytest.mark.slow
+def test_bert_base_matches_onnxruntime():
+    """The benchmark model (12 layers, hidden 768) is correct too."""
+    model = M.bert_base(seq=128)
+    feeds = M.bert_inputs(model, seed=1, pad=16)
+    want = onnxruntime_run(model, feeds)
+    got = ember.compile(model).run(feeds)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, 1e-4, 1e-5, f"bert_base output {k}")
 
 
 @pytest.mark.parametrize("opt_level", [0, 3])

@@ -82,3 +82,23 @@ class TuningError(EmberError):
 class PassError(EmberError):
     """A graph pass was misconfigured (unknown pass name or config key) or produced an invalid
     module; the message names the pass."""
+
+
+class RuntimeValueError(UnsupportedOpError):
+    """A converter needs the *value* of a tensor (reduce axes, Reshape shape, TopK k, Pad pads...)
+    that is only known at run time.
+
+    The static compiler (``ember.compile``) reports it as unsupported; the staged executor
+    (``ember.frontend.staging``) catches it and compiles a specialization for the run-time value.
+
+    Attributes:
+        value_name: the ONNX name of the tensor whose value is needed (``None`` when unknown).
+        node_index: index of the ONNX node (in graph order) whose converter needed it.
+    """
+
+    def __init__(self, message: str, op: str | None = None, node: str | None = None,
+                 opset: int | None = None, value_name: str | None = None,
+                 node_index: int | None = None):
+        super().__init__(message, op, node, opset)
+        self.value_name = value_name
+        self.node_index = node_index

@@ -17,7 +17,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..errors import EmberError, ModelLoadError, ShapeMismatchError, UnsupportedOpError
+from ..errors import (EmberError, ModelLoadError, RuntimeValueError, ShapeMismatchError,
+                      UnsupportedOpError)
 from ..graph.builder import FunctionBuilder, infer_call
 from ..graph.ir import Constant, IRModule, TensorType, Value, Var
 from ..ops import get_op
@@ -122,6 +123,18 @@ class ImportContext:
         """The numpy value of ``v`` when known at compile time, else ``None``."""
         return v.data if isinstance(v, Constant) else None
 
+    def require_constant(self, v, what: str) -> np.ndarray:
+        """The compile-time value of ``v``; raises ``RuntimeValueError`` (naming ``what``) when
+        it is only known at run time, which the staged executor answers by specializing."""
+        c = self.constant_value(v)
+        if c is None:
+            err = RuntimeValueError(f"{what} is computed at run time; the static compiler needs "
+                                    f"it known at compile time (the staged executor "
+                                    f"specializes on its value)")
+            err.value = v
+            raise err
+        return c
+
     @staticmethod
     def const(value, dtype: str | None = None) -> Constant:
         """A compile-time constant value."""
@@ -224,7 +237,7 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
     for node in g.node:
         for o in node.output:
             producers[o] = node
-    for node in g.node:
+    for node_index, node in enumerate(g.node):
         domain = node.domain or ""
         if domain == "ai.onnx":
             domain = ""
@@ -254,6 +267,13 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
             msg = str(e)
             if view.where not in msg:
                 msg = view.where + msg
+            if isinstance(e, RuntimeValueError):
+                value = getattr(e, "value", None)
+                name = e.value_name or next((n for n in node.input if n and env.get(n) is value),
+                                            None)
+                raise RuntimeValueError(msg, op=e.op or node.op_type, node=view.name,
+                                        opset=opset, value_name=name,
+                                        node_index=node_index) from None
             err = type(e)(msg) if not isinstance(e, UnsupportedOpError) else UnsupportedOpError(
                 msg, op=e.op or node.op_type, node=view.name, opset=opset)
             raise err from None

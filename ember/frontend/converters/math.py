@@ -137,10 +137,7 @@ def _reduce(op, axes_input_since):
             if a is None:
                 axes = None
             else:
-                c = ctx.constant_value(a)
-                if c is None:
-                    raise UnsupportedOpError("reduction axes computed at run time are not "
-                                             "supported yet (they must be constant)")
+                c = ctx.require_constant(a, "input 1 (axes)")
                 axes = [int(v) for v in c.reshape(-1)]
             if (axes is None or axes == []) and node.attr("noop_with_empty_axes", 0):
                 return [ctx.call("copy", [x])]

@@ -13,11 +13,7 @@ def _const_input(ctx, node, k, what):
     v = node.input(k)
     if v is None:
         return None
-    c = ctx.constant_value(v)
-    if c is None:
-        raise UnsupportedOpError(f"input {k} ({what}) is computed at run time; ember needs it "
-                                 f"known at compile time (static shapes)")
-    return c
+    return ctx.require_constant(v, f"input {k} ({what})")
 
 
 def reshape_target(in_shape, shape, allowzero: bool) -> list[int]:

@@ -1,0 +1,134 @@
+"""String operators on the host: StringNormalizer, StringConcat, StringSplit, RegexFullMatch, and
+string forms of Equal, Cast and CastLike."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from . import host_op
+
+
+def _str_array(x) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind == "S":
+        a = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(a)
+    return a.astype(object)
+
+
+@host_op("StringNormalizer")
+def string_normalizer(h, ins):
+    x = _str_array(ins[0])
+    case = h.attr("case_change_action", "NONE")
+    sensitive = h.attr("is_case_sensitive", 0)
+    stop = h.attr("stopwords") or []
+    shape = x.shape
+    flat = list(x.reshape(-1))
+    if stop:
+        if sensitive:
+            flat = [s for s in flat if s not in stop]
+        else:
+            low = {w.lower() for w in stop}
+            flat = [s for s in flat if s.lower() not in low]
+    if case == "LOWER":
+        flat = [s.lower() for s in flat]
+    elif case == "UPPER":
+        flat = [s.upper() for s in flat]
+    if len(shape) == 2 and shape[0] == 1:
+        out_shape = (1, len(flat)) if flat else (1, 1)
+    else:
+        out_shape = (len(flat),) if flat else (1,)
+    if not flat:
+        flat = [""]
+    return [np.array(flat, dtype=object).reshape(out_shape)]
+
+
+@host_op("StringConcat")
+def string_concat(h, ins):
+    a, b = _str_array(ins[0]), _str_array(ins[1])
+    return [np.array(np.char.add(a.astype(str), b.astype(str)), dtype=object)]
+
+
+@host_op("RegexFullMatch")
+def regex_full_match(h, ins):
+    x = _str_array(ins[0])
+    pat = re.compile(h.attr("pattern"))
+    return [np.vectorize(lambda s: pat.fullmatch(s) is not None, otypes=[bool])(x)
+            if x.size else np.zeros(x.shape, bool)]
+
+
+@host_op("StringSplit")
+def string_split(h, ins):
+    x = _str_array(ins[0])
+    sep = h.attr("delimiter")
+    maxsplit = h.attr("maxsplit")
+    parts = []
+    for s in x.reshape(-1):
+        if sep is None or sep == "":
+            p = s.split(None, maxsplit if maxsplit is not None else -1)
+        else:
+            p = s.split(sep, maxsplit if maxsplit is not None else -1)
+        parts.append(p)
+    width = max([len(p) for p in parts], default=0)
+    y = np.full(x.shape + (width,), "", dtype=object)
+    n = np.zeros(x.shape, np.int64)
+    for k, (idx, p) in enumerate(zip(np.ndindex(*x.shape), parts)):
+        y[idx + (slice(0, len(p)),)] = p
+        n[idx] = len(p)
+    return [y, n]
+
+
+@host_op("Equal", mode="fallback")
+def equal_str(h, ins):
+    a, b = _str_array(ins[0]), _str_array(ins[1])
+    return [np.asarray(a == b, dtype=bool)]
+
+
+def _to_string(x: np.ndarray) -> np.ndarray:
+    def fmt(v):
+        if isinstance(v, (float, np.floating)):
+            f = float(v)
+            if np.isnan(f):
+                return "NaN"
+            if np.isinf(f):
+                return "INF" if f > 0 else "-INF"
+            return repr(np.float32(f).item()) if x.dtype == np.float32 else repr(f)
+        return str(v)
+    return np.vectorize(fmt, otypes=[object])(x) if x.size else x.astype(object)
+
+
+def _from_string(x: np.ndarray, dt) -> np.ndarray:
+    flat = [str(s) for s in x.reshape(-1)]
+    if np.dtype(dt).kind == "f":
+        vals = []
+        for s in flat:
+            t = s.strip().lower()
+            vals.append(float("nan") if t == "nan" else float("inf") if t in ("inf", "+inf",
+                        "infinity") else float("-inf") if t in ("-inf", "-infinity") else float(s))
+        return np.array(vals, dtype=np.float64).astype(dt).reshape(x.shape)
+    return np.array([int(s) for s in flat], dtype=dt).reshape(x.shape)
+
+
+def cast_strings(x, to_dtype):
+    """Cast between string tensors and numeric tensors (ONNX Cast rules for strings)."""
+    x = np.asarray(x)
+    src_str = x.dtype.kind in "OUS"
+    if to_dtype == object:
+        return _str_array(x) if src_str else _to_string(x)
+    return _from_string(_str_array(x), to_dtype)
+
+
+@host_op("Cast", mode="fallback")
+def cast(h, ins):
+    from onnx import TensorProto, helper
+    to = h.attr("to")
+    dt = object if to == TensorProto.STRING else helper.tensor_dtype_to_np_dtype(to)
+    return [cast_strings(ins[0], dt)]
+
+
+@host_op("CastLike", mode="fallback")
+def cast_like(h, ins):
+    like = np.asarray(ins[1])
+    dt = object if like.dtype.kind in "OUS" else like.dtype
+    return [cast_strings(ins[0], dt)]

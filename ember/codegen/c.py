@@ -59,7 +59,7 @@ _FLOAT_HELPERS = "".join(
     f"static inline {t} ember_min_{n}({t} a, {t} b) {{ return (a < b || a != a) ? a : b; }}\n"
     f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ return floor{s}(a / b); }}\n"
     f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ {t} r = fmod{s}(a, b); "
-    f"return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}\n"
+    f"return r != 0 ? (((r < 0) != (b < 0)) ? r + b : r) : copysign{s}(0, b); }}\n"
     f"static inline {t} ember_sign_{n}({t} a) {{ return a != a ? a : (a > 0) - (a < 0); }}\n"
     f"static inline {t} ember_sigmoid_{n}({t} a) {{ return a >= 0 ? 1 / (1 + exp{s}(-a)) "
     f": exp{s}(a) / (1 + exp{s}(a)); }}\n"

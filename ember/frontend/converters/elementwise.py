@@ -1,0 +1,92 @@
+"""Converters for the rest of ONNX's elementwise operators: trigonometric and hyperbolic
+functions, activations with attributes, PRelu, IsInf, bitwise operators, BitShift, Mod and
+CastLike."""
+
+from __future__ import annotations
+
+from ...errors import ShapeMismatchError
+from . import converter
+
+_UNARY = {"Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh",
+          "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
+          "HardSwish": "nn.hard_swish", "Softplus": "nn.softplus", "Softsign": "nn.softsign",
+          "Mish": "nn.mish", "BitwiseNot": "bitwise_not"}
+
+# ONNX op: (graph op, {onnx attribute: graph attribute}, {graph attribute: default})
+_ACT = {"Elu": ("nn.elu", {"alpha": "alpha"}),
+        "Selu": ("nn.selu", {"alpha": "alpha", "gamma": "gamma"}),
+        "LeakyRelu": ("nn.leaky_relu", {"alpha": "alpha"}),
+        "HardSigmoid": ("nn.hard_sigmoid", {"alpha": "alpha", "beta": "beta"}),
+        "Gelu": ("nn.gelu", {"approximate": "approximate"}),
+        "Celu": ("nn.celu", {"alpha": "alpha"}),
+        "ThresholdedRelu": ("nn.thresholded_relu", {"alpha": "alpha"}),
+        "Shrink": ("nn.shrink", {"bias": "bias", "lambd": "lambd"}),
+        "Swish": ("nn.swish", {"alpha": "alpha"})}
+
+
+def _unary(op):
+    def convert(ctx, node):
+        return [ctx.call(op, [node.input(0)])]
+    return convert
+
+
+for _onnx, _op in _UNARY.items():
+    converter(_onnx, since=1)(_unary(_op))
+
+
+def _act(op, amap):
+    def convert(ctx, node):
+        attrs = {}
+        for k, g in amap.items():
+            v = node.attr(k)
+            if v is not None:
+                attrs[g] = v if isinstance(v, str) else float(v)
+        return [ctx.call(op, [node.input(0)], attrs)]
+    return convert
+
+
+for _onnx, (_op, _amap) in _ACT.items():
+    converter(_onnx, since=1)(_act(_op, _amap))
+
+
+@converter("PRelu", since=1)
+def prelu(ctx, node):
+    x, s = node.input(0), node.input(1)
+    if node.opset < 7 and s.type.ndim == 1 and x.type.ndim > 2 and s.type.shape[0] == x.type.shape[1]:
+        # opset 6 and earlier: a per-channel slope of shape (C,)
+        s = ctx.call("reshape", [s], {"newshape": [s.type.shape[0]] + [1] * (x.type.ndim - 2)})
+    return [ctx.call("nn.prelu", [x, s])]
+
+
+@converter("IsInf", since=10)
+def isinf(ctx, node):
+    return [ctx.call("isinf", [node.input(0)], {
+        "detect_positive": node.attr("detect_positive", 1),
+        "detect_negative": node.attr("detect_negative", 1)})]
+
+
+for _onnx, _op in (("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
+                   ("BitwiseXor", "bitwise_xor")):
+    converter(_onnx, since=18)((lambda o: lambda ctx, node: [
+        ctx.call(o, [node.input(0), node.input(1)])])(_op))
+
+
+@converter("BitShift", since=11)
+def bit_shift(ctx, node):
+    d = node.attr("direction")
+    if d not in ("LEFT", "RIGHT"):
+        raise ShapeMismatchError(f"BitShift direction must be LEFT or RIGHT, got {d!r}")
+    return [ctx.call(f"{d.lower()}_shift", [node.input(0), node.input(1)])]
+
+
+@converter("Mod", since=10)
+def mod(ctx, node):
+    return [ctx.call("mod", [node.input(0), node.input(1)], {"fmod": node.attr("fmod", 0)})]
+
+
+@converter("CastLike", since=15)
+def cast_like(ctx, node):
+    x, like = node.input(0), node.input(1)
+    if x.type.dtype == like.type.dtype:
+        return [ctx.call("copy", [x])]
+    return [ctx.call("cast", [x], {"dtype": like.type.dtype})]

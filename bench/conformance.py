@@ -193,6 +193,7 @@ def _error_kind(e: BaseException) -> str:
     op = getattr(e, "op", None)
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     msg = re.sub(r"^node '[^']*' \([^)]*\): ", "", msg)
+    msg = msg.split("; reached from")[0]
     msg = re.sub(r"graph input '[^']*'", "graph input", msg)
     msg = re.sub(r"'[^']*'", "'…'", msg)
     msg = re.sub(r"\d+", "N", msg)

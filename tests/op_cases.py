@@ -552,3 +552,5 @@ def matmul(draw, op):
     sb = (k,) if draw(st.integers(0, 4)) == 0 else bb + (k, n)
     dt = one_of(draw, FLOATS + ["int32", "int64"])
     return Case([values(r, sa, dt, "small"), values(r, sb, dt, "small")], {}, **NN_TOL)
+
+from op_cases_breadth import *  # noqa: E402,F401,F403  (cases of the ONNX-breadth operators)

@@ -146,7 +146,7 @@ class ImportContext:
             key = id(v)
             if key not in self._param_of_const:
                 p = self.fb.param(hint, v.type)
-                self.params[p.name] = np.ascontiguousarray(v.data)
+                self.params[p.name] = np.ascontiguousarray(v.data).reshape(v.data.shape)
                 self._param_of_const[key] = p
             return self._param_of_const[key]
         return v

@@ -36,7 +36,6 @@ CASES_DIR = _cases_dir()
 MISSING_OP = {
     "convtranspose_output_padding_bias": "ConvTranspose is not supported yet",
     "gatherelements_negative_indices": "GatherElements is not supported yet",
-    "mod_integer_floor_and_fmod_float": "Mod is not supported yet",
     "resize_nearest_asymmetric_ceil_int_scale": "Resize is not supported yet",
     "resize_nearest_half_pixel_scale_2p5": "Resize is not supported yet",
     "split18_uneven_num_outputs_and_split_input": "Split is not supported yet",

@@ -59,6 +59,8 @@ def test_float16_models_compile_and_stay_close(name):
     with PassContext(opt_level=3, required_pass=["ToMixedPrecision"]):
         m = ember.compile(model)
     assert "float16" in m.graph_text
+    header = m.graph_text.split("\n", 1)[0]  # def @main(...): weights are lifted parameters
+    assert "float16]" in header, "weights should be stored in float16"
     for g, w in zip(m.run(x), want):
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-2 * np.abs(w).max())

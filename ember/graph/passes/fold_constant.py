@@ -1,7 +1,10 @@
 """FoldConstant: evaluate bindings whose arguments are all constants (with the operators' NumPy
 references) and use the values instead.
 
-``add(const(...), const(...))`` becomes one ``const``. Results larger than
+``add(const(...), const(...))`` becomes one ``const``. A ``cast`` that widens a low-precision
+float constant (float16/bfloat16 -> float32, as ToMixedPrecision writes for weights) is kept: the
+weight stays stored in half precision and the consuming kernel converts it as it loads. Results
+larger than
 ``FoldConstant.max_elems`` elements (config; default 2**24) are left alone so a ``broadcast_to``
 of a scalar does not turn into a huge weight. Calls of module functions are not folded.
 """
@@ -22,6 +25,9 @@ MAX_ELEMS = register_config("FoldConstant.max_elems", int,
 def fold_function(func, max_elems: int = 1 << 24):
     def visit(b, args, rw):
         if b.call.is_function_call or not args or not all(isinstance(a, Constant) for a in args):
+            return None
+        if b.call.op == "cast" and args[0].type.dtype in ("float16", "bfloat16") and \
+                b.outputs[0].type.dtype in ("float32", "float64"):
             return None
         if any(o.type.dtype == "bfloat16" or not o.type.is_static or o.type.size > max_elems
                for o in b.outputs):

@@ -57,7 +57,10 @@ def mixed_precision_function(func: Function, low: str, allow, deny) -> Function:
             res = None
         elif op in allow:
             a16 = [_cast(rw, a, low) if f else a for a, f in zip(args, floats)]
-            a32 = [_cast(rw, a, hi) if f else a for a, f in zip(a16, floats)]
+            # a real cast even for constants: FoldConstant keeps widening casts of half-precision
+            # constants, so weights stay stored in the low dtype
+            a32 = [rw.emit("cast", [a], {"dtype": hi}) if f and a.type.dtype != hi else a
+                   for a, f in zip(a16, floats)]
             y = rw.emit(op, a32, b.call.attrs)
             res = [_cast(rw, y, low)]
         elif op in deny or get_op(op).pattern > OpPattern.INJECTIVE and op != "nn.max_pool":

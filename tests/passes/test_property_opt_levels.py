@@ -11,7 +11,8 @@ SHAPE = (1, 4, 5, 5)
 UNARY = ["nn.relu", "tanh", "sigmoid", "abs", "negative", "copy"]
 BINARY = ["add", "multiply", "subtract", "maximum", "minimum"]
 STEPS = ["unary", "binary", "scalar", "conv", "batch_norm", "reshape_back", "transpose_back",
-         "pad_conv", "reduce_broadcast", "concat_slice", "three_convs"]
+         "pad_conv", "reduce_broadcast", "concat_slice", "three_convs", "pool", "softmax",
+         "mean_scale", "dense", "matmul", "clip"]
 
 
 @st.composite
@@ -60,6 +61,27 @@ def graphs(draw):
             c = fb.call("concatenate", [v, vals[-1]], {"axis": 1})
             y = fb.call("strided_slice", [c], {"begin": [0, 2, 0, 0], "end": [1, 6, 5, 5],
                                                "strides": [1, 1, 1, 1]})
+        elif step == "pool":
+            kind = draw(st.sampled_from(["nn.max_pool", "nn.avg_pool"]))
+            attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+            if kind == "nn.avg_pool":
+                attrs["count_include_pad"] = draw(st.integers(0, 1))
+            y = fb.call(kind, [v], attrs)
+        elif step == "softmax":
+            y = fb.call("nn.softmax", [v], {"axis": 1})
+        elif step == "mean_scale":
+            m = fb.call("mean", [v], {"axes": [2, 3], "keepdims": 1})
+            y = fb.call("multiply", [v, m])
+        elif step == "dense":
+            f = fb.call("reshape", [v], {"newshape": [4, 25]})
+            g = fb.call("nn.gemm", [f, const(25, 25, scale=0.2), const(25)], {"trans_b": 1})
+            y = fb.call("reshape", [g], {"newshape": list(SHAPE)})
+        elif step == "matmul":
+            f = fb.call("reshape", [v], {"newshape": [20, 5]})
+            g = fb.call("matmul", [f, const(5, 5)])
+            y = fb.call("reshape", [fb.call("add", [g, const(5)])], {"newshape": list(SHAPE)})
+        elif step == "clip":
+            y = fb.call("clip", [v], {"min": 0.0, "max": draw(st.sampled_from([None, 1.0]))})
         else:  # three convolutions of one input, summed (CombineParallelConv2D)
             a, b, c = conv(v), conv(v), conv(v)
             y = fb.call("add", [fb.call("add", [a, b]), c])
@@ -68,7 +90,7 @@ def graphs(draw):
     return IRModule.from_function(fb.finish(vals[-n_out:]))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())
 def test_opt_level_0_and_3_agree(mod):
     x = {"x": np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)}

@@ -101,3 +101,22 @@ def test_a_record_slower_than_the_default_kernel_is_not_applied(tmp_path):
     with tune.apply_history_best(log) as ctx:
         ember.build(mod, "llvm", params)
     assert ctx.applied == 1
+
+
+def test_tune_cli_functions(tmp_path, capsys):
+    import argparse
+    from ember.tune.cli import add_tune_arguments, records_context, run_tune
+    path = tmp_path / "small.onnx"
+    onnx.save(_small_model(), path)
+    p = argparse.ArgumentParser()
+    add_tune_arguments(p)
+    args = p.parse_args([str(path), "--trials", "4", "--tuner", "grid", "--max-tasks", "1",
+                         "--records", str(tmp_path / "r.jsonl"), "--no-progress"])
+    assert run_tune(args) == 0
+    out = capsys.readouterr().out
+    assert "speed-up" in out and "tuned in" in out
+    with records_context(str(tmp_path / "r.jsonl")) as ctx:
+        ember.compile(str(path))
+    assert ctx.best
+    with records_context(None):
+        pass

@@ -1,0 +1,70 @@
+"""The ``ember tune`` sub-command, as functions for ``ember.cli`` to mount.
+
+    t = sub.add_parser("tune", help="auto-tune a model's kernels, writing tuning records")
+    add_tune_arguments(t)
+    t.set_defaults(fn=run_tune)
+
+and for ``ember compile --records FILE``: ``with records_context(args.records): ...compile...``.
+
+``ember tune MODEL --target T --trials N --tuner xgb|ga|random|grid|search --records FILE
+[--dask ADDRESS] [--time-budget S] [--max-tasks K]`` shows a progress bar per task (best GFLOP/s
+so far, trials, errors) and ends with the per-task summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+TUNER_CHOICES = ["xgb", "ga", "random", "grid", "search"]
+
+
+def add_tune_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``ember tune``'s arguments to ``p``."""
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("--target", default="llvm", help="target to tune for (default llvm)")
+    p.add_argument("--trials", type=int, default=200, help="total measurement budget "
+                   "over all tasks (default 200; resumed records count)")
+    p.add_argument("--tuner", choices=TUNER_CHOICES, default="xgb",
+                   help="xgb/ga/random/grid: template tuners; search: template-free")
+    p.add_argument("--records", help="JSON-lines records file to append to and resume from "
+                   "(default MODEL.tune.jsonl)")
+    p.add_argument("--dask", metavar="ADDRESS", help="measure on a dask distributed cluster "
+                   "(scheduler address, e.g. tcp://host:8786)")
+    p.add_argument("--time-budget", type=float, metavar="S", help="stop measuring after S s")
+    p.add_argument("--max-tasks", type=int, metavar="K", help="tune only the K heaviest tasks")
+    p.add_argument("--early-stopping", type=int, metavar="N",
+                   help="stop a task after N trials without improvement (template tuners)")
+    p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _shapes(items):
+    if not items:
+        return None
+    out = {}
+    for it in items:
+        name, _, dims = it.rpartition("=")
+        out[name] = tuple(int(d) for d in dims.split(",") if d)
+    return out
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """Run ``ember tune`` for parsed ``args``; returns the exit status (ember errors propagate
+    for ``ember.cli`` to print)."""
+    from .model import tune_model
+    summary = tune_model(args.model, target=args.target, trials=args.trials, tuner=args.tuner,
+                         records=args.records, dask=args.dask, shapes=_shapes(args.shape),
+                         early_stopping=args.early_stopping, time_budget=args.time_budget,
+                         max_tasks=args.max_tasks, progress=not args.no_progress,
+                         log=lambda s: print(s, file=sys.stdout))
+    return 0 if summary.tasks else 1
+
+
+def records_context(path: str | None):
+    """``apply_history_best(path)`` when ``path`` is given, else a no-op context."""
+    if not path:
+        return contextlib.nullcontext()
+    from .dispatch import apply_history_best
+    return apply_history_best(path)

@@ -16,7 +16,8 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from ...errors import TuningError
-from ..measure import MeasureInput, MeasureResult, create_measure_batch, measure_option
+from ..measure import (MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch,
+                       measure_option)
 from ..records import Record
 from ..space import ConfigEntity
 
@@ -27,7 +28,8 @@ class Tuner:
     """Base class: subclasses implement ``next_batch``, ``has_next`` and (optionally)
     ``update``. Attributes after tuning: ``best_config``, ``best_cost`` (seconds),
     ``best_flops`` (FLOP/s, or 1/cost when the task's FLOPs are unknown), ``trials`` (measured
-    in this run), ``errors``, ``history`` ([(config, result)] including resumed ones)."""
+    in this run; configurations the template rejects before building, ``invalid``, do not
+    count), ``errors``, ``history`` ([(config, result)] including resumed ones)."""
 
     def __init__(self, task):
         self.task = task
@@ -39,6 +41,7 @@ class Tuner:
         self.best_iter = 0
         self.trials = 0
         self.errors = 0
+        self.invalid = 0
         self.history: list[tuple[ConfigEntity, MeasureResult]] = []
 
     # to implement -----------------------------------------------------------------------------
@@ -70,7 +73,7 @@ class Tuner:
     def load_history(self, records: Iterable[Record]) -> int:
         """Seed the tuner with earlier measurements of this task (records of other tasks or
         targets are ignored); those configurations will not be measured again. Returns how
-        many records were taken."""
+        many of them count as trials (configurations the template rejected do not)."""
         inputs, results = [], []
         for r in records:
             if r.task_key != self.task.key or r.target != str(self.task.target) \
@@ -86,7 +89,7 @@ class Tuner:
             results.append(r.result)
         if inputs:
             self.update(inputs, results)
-        return len(inputs)
+        return sum(r.error_no != MeasureErrorNo.INSTANTIATION_ERROR for r in results)
 
     def tune(self, n_trial: int, measure_option: dict | None = None,
              early_stopping: int | None = None, callbacks: Sequence[Callable] = (),
@@ -115,8 +118,11 @@ class Tuner:
                 inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]
                 results = measure(inputs)
                 for c, r in zip(configs, results):
-                    self.trials += 1
-                    self.errors += not r.ok
+                    if r.error_no == MeasureErrorNo.INSTANTIATION_ERROR:
+                        self.invalid += 1  # rejected before building: costs no trial
+                    else:
+                        self.trials += 1
+                        self.errors += not r.ok
                     self._record(c, r, self.trials)
                     if not r.ok:
                         logger.debug("config %d failed: %s", c.index, r.error_msg)

@@ -166,3 +166,34 @@ def @main(%x: Tensor[(4,), float32]) {
         out = FuseOps()(IRModule.from_text(text))
     assert len(out.main.bindings) == 2
     assert len(FuseOps()(IRModule.from_text(text)).main.bindings) == 1
+
+
+def test_cast_read_by_a_conv_joins_the_conv_not_its_producer(check_pass):
+    H = "Tensor[(1, 2, 4, 4), float16]"
+    check_pass(FuseOps(), f"""
+def @main(%x: {T}, %w: Tensor[(2, 2, 3, 3), float32]) {{
+  %0 = nn.conv(%x, %w, {CONV}) : {T}
+  %1 = cast(%0, dtype="float16") : {H}
+  %2 = nn.relu(%1) : {H}
+  %3 = cast(%2, dtype="float32") : {T}
+  %4 = nn.conv(%3, %w, {CONV}) : {T}
+  return %4
+}}""", f"""
+def @main(%x: {T}, %w: Tensor[(2, 2, 3, 3), float32]) {{
+  %2 = @fused_nn_conv_cast_nn_relu_0(%x, %w) : {H}
+  %4 = @fused_cast_nn_conv_1(%2, %w) : {T}
+  return %4
+}}
+
+def @fused_nn_conv_cast_nn_relu_0(%p0: {T}, %p1: Tensor[(2, 2, 3, 3), float32]) attrs={{"primitive": 1}} {{
+  %0 = nn.conv(%p0, %p1, {CONV}) : {T}
+  %1 = cast(%0, dtype="float16") : {H}
+  %2 = nn.relu(%1) : {H}
+  return %2
+}}
+
+def @fused_cast_nn_conv_1(%p0: {H}, %p1: Tensor[(2, 2, 3, 3), float32]) attrs={{"primitive": 1}} {{
+  %3 = cast(%p0, dtype="float32") : {T}
+  %4 = nn.conv(%3, %p1, {CONV}) : {T}
+  return %4
+}}""", rtol=1e-2, atol=1e-2)

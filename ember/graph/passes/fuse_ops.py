@@ -221,6 +221,8 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
             if group_size_with(k, sink) > max_depth:
                 continue
             if gp == OpPattern.OUT_ELEMWISE_FUSABLE:
+                if _cast_into_anchor(nodes, sink):
+                    continue  # the cast goes with the conv/gemm that reads it (stored narrow)
                 if phase == 0 and d.pattern == OpPattern.ELEMWISE and \
                         check_path(k, sink, lambda kind, is_sink: kind <= OpPattern.BROADCAST):
                     commit(k, sink)
@@ -253,6 +255,15 @@ def _is_cast_group(nodes, g, k) -> bool:
     """True when node ``k``'s group is made of ``cast`` bindings only."""
     r = g.find(k)
     return all(nodes[j].binding.call.op == "cast" for j in range(k + 1) if g.find(j) == r)
+
+
+def _cast_into_anchor(nodes, k) -> bool:
+    """True when node ``k`` is a ``cast`` read only by one conv/gemm-like op (it will be fused
+    into that op's loads, so a producer group should end before it)."""
+    n = nodes[k]
+    if n.binding.call.op != "cast" or n.extern_ref or len(n.outputs) != 1:
+        return False
+    return nodes[n.outputs[0][0]].pattern == OpPattern.OUT_ELEMWISE_FUSABLE
 
 
 def _fused_name(ops: list[str], k: int) -> str:

@@ -138,7 +138,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             for a path, else ``tune.jsonl``.
         dask: a dask scheduler address or ``distributed.Client``: measure on its workers.
         max_tasks: tune only the heaviest ``max_tasks`` tasks.
-        time_budget: stop measuring after this many seconds (the summary still follows).
+        time_budget: stop measuring after this many seconds (the summary still follows); template
+            tuners give each task a share of the time in proportion to its trials.
         timeout, repeat, number: per-candidate run time-out (s), timed repeats, calls per
             repeat.
         log: where the summary lines go (``print``; ``None`` for silence).
@@ -177,14 +178,22 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                                         target=target, deadline=deadline)
         else:
             results = []
-            for k, (info, n) in enumerate(zip(tasks, allocate_trials(tasks, trials, min_trials))):
-                tnr = TUNERS[tuner](info.task, **({} if tuner == "grid" else {"seed": seed}))
+            alloc = allocate_trials(tasks, trials, min_trials)
+            for k, (info, n) in enumerate(zip(tasks, alloc)):
+                kw = {} if tuner == "grid" else {"seed": seed}
+                if tuner == "xgb":  # refit often enough for the model to steer small budgets
+                    kw["plan_size"] = min(32, max(8, n // 4))
+                tnr = TUNERS[tuner](info.task, **kw)
                 done = tnr.load_history(history)
+                task_deadline = deadline
+                if deadline is not None:  # the time left is shared like the trials
+                    share = max(0, n - done) / max(1, sum(alloc[k:]) - done)
+                    task_deadline = time.monotonic() + (deadline - time.monotonic()) * share
                 cbs = [log_to_file(records)]
                 if progress:
                     cbs.append(progress_bar(prefix=f"[{k + 1}/{len(tasks)}] {info.op[:28]}"))
                 tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
-                         deadline=deadline)
+                         deadline=task_deadline)
                 results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task

@@ -83,9 +83,24 @@ class MeasureResult:
         return sum(self.costs) / len(self.costs) if self.ok and self.costs else float("inf")
 
 
-def kernel_source(func) -> str:
-    """A standalone C translation unit exporting ``func`` as ``ember_kernel``."""
-    return C_PRELUDE + "\n" + emit_c_function(func, KERNEL_SYMBOL)
+def kernel_source(func, target=None) -> str:
+    """A standalone C translation unit exporting ``func`` as ``ember_kernel``, generated for
+    ``target`` (vector width, micro-kernels) as ``ember.build`` would."""
+    text, deps = emit_c_function(func, KERNEL_SYMBOL, target, with_deps=True)
+    return C_PRELUDE + "\n" + "\n".join(deps.values()) + "\n" + text
+
+
+def default_program(func, target):
+    """The kernel ``ember.build`` runs when nothing is tuned: ``func`` scheduled by the target's
+    default schedule rules when ember has them (``ember.tir.schedule.rules``), else ``func``."""
+    try:
+        from ..tir.schedule.rules import schedule_default
+    except ImportError:
+        return func
+    try:
+        return schedule_default(func, target)
+    except Exception:  # noqa: BLE001 - no default schedule: the plain kernel is the default
+        return func
 
 
 def kernel_specs(func) -> tuple[list, int]:
@@ -109,7 +124,7 @@ class LocalBuilder:
         if task.key not in self._refs:
             try:
                 ref = task.reference()
-                lib = str(build_library(kernel_source(ref), task.target.mcpu))
+                lib = str(build_library(kernel_source(ref, task.target), task.target.mcpu))
                 self._refs[task.key] = (lib, "")
             except Exception as e:  # noqa: BLE001 - no reference: candidates cannot be checked
                 self._refs[task.key] = (None, f"{type(e).__name__}: {e}")
@@ -123,7 +138,7 @@ class LocalBuilder:
         try:
             func = inp.task.instantiate(inp.config)
             specs, n_in = kernel_specs(func)
-            src = kernel_source(func)
+            src = kernel_source(func, inp.task.target)
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
             return BuildResult(error_no=MeasureErrorNo.INSTANTIATION_ERROR,
                                error_msg=f"{type(e).__name__}: {e}",
@@ -243,14 +258,15 @@ def create_measure_batch(option: dict) -> Callable[[Sequence[MeasureInput]], lis
 
 
 def measure_reference(task, option: dict) -> MeasureResult:
-    """Time the task's untuned reference kernel with ``option``'s runner (no correctness
-    check: it is the reference)."""
+    """Time what ``ember.build`` runs for the task's kernel when nothing is tuned
+    (``default_program`` of its reference) with ``option``'s runner, without a correctness
+    check."""
     runner = option["runner"]
     t0 = time.perf_counter()
     try:
-        func = task.reference()
+        func = default_program(task.reference(), task.target)
         specs, n_in = kernel_specs(func)
-        lib = str(build_library(kernel_source(func), task.target.mcpu))
+        lib = str(build_library(kernel_source(func, task.target), task.target.mcpu))
     except Exception as e:  # noqa: BLE001
         return MeasureResult([], MeasureErrorNo.COMPILE_HOST, f"{type(e).__name__}: {e}",
                              time.perf_counter() - t0, time.time())

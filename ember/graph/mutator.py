@@ -138,3 +138,31 @@ def producers(func: Function) -> dict[int, Binding]:
 def const_value(v) -> "object | None":
     """The numpy value of a ``Constant`` (``None`` for other values)."""
     return v.data if isinstance(v, Constant) else None
+
+
+def extract_function(bindings: Sequence[Binding], name: str, attrs: dict
+                     ) -> tuple[Function, list]:
+    """A function computing ``bindings`` (in order; the last one's value is the result): every
+    value read from outside them becomes a parameter ``%p0, %p1, ...`` (one per distinct value;
+    one-element constants stay inline as immediates).
+
+    Returns:
+        ``(function, call arguments)``: the outside values, in parameter order.
+    """
+    from .lower import is_immediate
+    inside = {id(o) for b in bindings for o in b.outputs}
+    params, call_args, pmap, body = [], [], {}, []
+    for b in bindings:
+        new_args = []
+        for a in b.call.args:
+            if (isinstance(a, Var) and id(a) in inside) or is_immediate(a):
+                new_args.append(a)
+                continue
+            if id(a) not in pmap:
+                p = Var(f"p{len(params)}", a.type)
+                pmap[id(a)] = p
+                params.append(p)
+                call_args.append(a)
+            new_args.append(pmap[id(a)])
+        body.append(Binding(b.outputs, Call(b.call.op, tuple(new_args), b.call.attrs)))
+    return Function(params, body, [bindings[-1].outputs[0]], name, dict(attrs)), call_args

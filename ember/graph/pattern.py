@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .ir import Binding, Call, Constant, Function, IRModule, Value, Var
-from .mutator import Rewriter, producers, users
+from .ir import Constant, Function, IRModule, Value, Var
+from .mutator import Rewriter, extract_function, producers, users
 
 
 class Pattern:
@@ -443,22 +443,5 @@ def partition(pattern: Pattern, mod: IRModule, name: str,
 
 def _region_function(m: Match, fname: str, composite: str) -> tuple[Function, list]:
     """The function computing a match's region, and the values to call it with."""
-    from .lower import is_immediate
     order = [b for b in m.func.bindings if any(b is x for x in m.bindings)]
-    inside = {id(o) for b in order for o in b.outputs}
-    params, call_args, pmap, body = [], [], {}, []
-    for b in order:
-        new_args = []
-        for a in b.call.args:
-            if (isinstance(a, Var) and id(a) in inside) or is_immediate(a):
-                new_args.append(a)
-                continue
-            if id(a) not in pmap:
-                p = Var(f"p{len(params)}", a.type)
-                pmap[id(a)] = p
-                params.append(p)
-                call_args.append(a)
-            new_args.append(pmap[id(a)])
-        body.append(Binding(b.outputs, Call(b.call.op, tuple(new_args), b.call.attrs)))
-    return Function(params, body, [order[-1].outputs[0]], fname,
-                    {"composite": composite}), call_args
+    return extract_function(order, fname, {"composite": composite})

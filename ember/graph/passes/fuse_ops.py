@@ -35,7 +35,7 @@ import re
 
 from ...ops import OpPattern, get_op
 from ..ir import Binding, Call, Function, IRModule, Var
-from ..lower import is_immediate
+from ..mutator import extract_function
 from .pass_manager import module_pass, register_config
 
 MAX_DEPTH = register_config("FuseOps.max_depth", int, "most bindings in one fused group")
@@ -300,31 +300,15 @@ def fuse_function(func: Function, mod: IRModule, max_depth: int = 256,
         if k != group[-1]:
             continue  # emitted at the group's last binding
         fbs = [func.bindings[i] for i in group]
-        inside = {id(o) for fb in fbs for o in fb.outputs}
-        params, call_args, pmap = [], [], {}
-        body = []
-        for fb in fbs:
-            new_args = []
-            for a in fb.call.args:
-                if (isinstance(a, Var) and id(a) in inside) or is_immediate(a):
-                    new_args.append(a)
-                    continue
-                key = id(a)
-                if key not in pmap:
-                    p = Var(f"p{len(params)}", a.type)
-                    pmap[key] = p
-                    params.append(p)
-                    call_args.append(sub.get(id(a), a) if isinstance(a, Var) else a)
-                new_args.append(pmap[key])
-            body.append(Binding(fb.outputs, Call(fb.call.op, tuple(new_args), fb.call.attrs)))
         while True:
             name = _fused_name([fb.call.op for fb in fbs], counter)
             counter += 1
             if name not in taken:
                 break
         taken.add(name)
+        fused, outside = extract_function(fbs, name, {"primitive": 1})
+        call_args = [sub.get(id(a), a) if isinstance(a, Var) else a for a in outside]
         root_out = fbs[-1].outputs[0]
-        fused = Function(params, body, [root_out], name, {"primitive": 1})
         new_funcs[name] = fused
         res = Var(root_out.name, root_out.type)
         sub[id(root_out)] = res

@@ -110,3 +110,11 @@ def test_build_honours_the_context():
     assert m0.info["opt_level"] == 0 and m3.info["opt_level"] == 3
     np.testing.assert_allclose(m0.run(x)[0], m3.run(x)[0], rtol=1e-6)
     np.testing.assert_allclose(m3.run(x)[0], np.exp(x["x"] + [4.0, 6.0]), rtol=1e-6)
+
+
+def test_a_crashing_pass_is_named_with_the_way_around_it():
+    @module_pass("Crashes", opt_level=0)
+    def crashes(mod, ctx):
+        return {}["missing"]
+    with pytest.raises(PassError, match=r"pass Crashes failed: KeyError.*disabled_pass"):
+        crashes()(IRModule.from_text(MOD))

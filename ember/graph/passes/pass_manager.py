@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from ...errors import PassError
+from ...errors import EmberError, PassError
 from ..ir import IRModule
 
 # config keys a PassContext accepts: name -> (type, description)
@@ -262,7 +262,14 @@ class PassContext:
             for ins in self.instruments:
                 if hasattr(ins, "run_before_pass"):
                     ins.run_before_pass(mod, p.info)
-        out = p.transform(mod, self)
+        try:
+            out = p.transform(mod, self)
+        except EmberError:
+            raise
+        except Exception as e:  # a bug in a pass: name it instead of a bare deep traceback
+            raise PassError(f"pass {p.name} failed: {type(e).__name__}: {e} (disable it with "
+                            f"PassContext(disabled_pass=[{p.name!r}]) to compile without "
+                            f"it)") from e
         if not isinstance(p, Sequential):
             for ins in self.instruments:
                 if hasattr(ins, "run_after_pass"):

@@ -82,3 +82,134 @@ def integer_binary(draw, op):
 def bitwise_not(draw, op):
     dt = one_of(draw, SIGNED + ["uint8", "uint16", "bool"])
     return Case([values(rng(draw), shape(draw, allow_empty=True), dt)])
+
+
+# indexing ---------------------------------------------------------------------------------------
+
+ANY = FLOATS + SIGNED + ["uint8", "bool"]
+
+
+def _axis(draw, rank):
+    return draw(st.integers(-rank, rank - 1), label="axis")
+
+
+@cases("gather_elements")
+def gather_elements(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    ax = _axis(draw, len(shp))
+    ishp = tuple(draw(st.integers(1, 4)) if a == ax % len(shp) else draw(st.integers(1, d))
+                 for a, d in enumerate(shp))
+    n = shp[ax]
+    ind = r.integers(-n, n, ishp).astype(one_of(draw, ["int32", "int64"]))
+    return Case([values(r, shp, one_of(draw, ANY)), ind], {"axis": ax})
+
+
+@cases("gather_nd")
+def gather_nd(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    b = draw(st.integers(0, len(shp) - 1))
+    m = draw(st.integers(1, len(shp) - b))
+    lead = tuple(shp[:b]) + tuple(shape(draw, 0, 2))
+    ind = np.stack([r.integers(-shp[b + k], shp[b + k], lead) for k in range(m)], -1)
+    return Case([values(r, shp, one_of(draw, ANY)), ind.astype(np.int64)], {"batch_dims": b})
+
+
+@cases("scatter_elements")
+def scatter_elements(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    ax = _axis(draw, len(shp))
+    ishp = tuple(draw(st.integers(1, d)) for d in shp)
+    n = shp[ax]
+    ind = r.integers(-n, n, ishp).astype(np.int64)
+    red = one_of(draw, ["none", "add", "mul", "max", "min"])
+    dt = one_of(draw, FLOATS + ["int32", "int64"])
+    if red == "none":  # duplicate targets make the result order-dependent: keep them unique
+        ind = np.zeros(ishp, np.int64) + np.arange(ishp[ax]).reshape(
+            [-1 if a == ax % len(shp) else 1 for a in range(len(shp))])
+    return Case([values(r, shp, dt), ind, values(r, ishp, dt, "small")],
+                {"axis": ax, "reduction": red})
+
+
+@cases("scatter_nd")
+def scatter_nd(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    m = draw(st.integers(1, len(shp)))
+    k = draw(st.integers(1, 4))
+    red = one_of(draw, ["none", "add", "mul", "max", "min"])
+    dt = one_of(draw, FLOATS + ["int32", "int64"])
+    keys = list(np.ndindex(*shp[:m]))
+    pick = r.choice(len(keys), size=min(k, len(keys)), replace=red != "none")
+    ind = np.array([keys[p] for p in pick], np.int64).reshape(len(pick), m)
+    upd = values(r, (len(pick),) + tuple(shp[m:]), dt, "small")
+    return Case([values(r, shp, dt), ind, upd], {"reduction": red})
+
+
+@cases("trilu")
+def trilu(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=2)
+    return Case([values(r, shp, one_of(draw, ANY))], {"k": draw(st.integers(-4, 4)),
+                                                      "upper": draw(st.integers(0, 1))})
+
+
+@cases("one_hot")
+def one_hot(draw, op):
+    r = rng(draw)
+    shp = shape(draw, 0, 3)
+    depth = draw(st.integers(1, 6))
+    ind = r.integers(-depth - 1, depth + 1, shp).astype(one_of(draw, ["int32", "int64"]))
+    dt = one_of(draw, FLOATS + ["int64"])
+    return Case([ind, values(r, (2,), dt)], {"depth": depth,
+                                             "axis": draw(st.integers(-len(shp) - 1, len(shp)))})
+
+
+@cases("tile")
+def tile(draw, op):
+    r = rng(draw)
+    shp = shape(draw, 0, 3)
+    reps = [draw(st.integers(0, 3)) for _ in shp]
+    return Case([values(r, shp, one_of(draw, ANY))], {"repeats": reps})
+
+
+@cases("argmax", "argmin", "nn.hardmax")
+def arg_reduce(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    dt = one_of(draw, FLOATS if op == "nn.hardmax" else FLOATS + SIGNED + ["uint8"])
+    x = values(r, shp, dt, "small")  # ties
+    attrs = {"axis": _axis(draw, len(shp))}
+    if op != "nn.hardmax":
+        attrs.update(keepdims=draw(st.integers(0, 1)), select_last_index=draw(st.integers(0, 1)))
+    return Case([x], attrs)
+
+
+@cases("topk")
+def topk(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    ax = _axis(draw, len(shp))
+    x = values(r, shp, one_of(draw, FLOATS + ["int32", "int64"]), "small")
+    return Case([x], {"k": draw(st.integers(0, shp[ax])), "axis": ax,
+                      "largest": draw(st.integers(0, 1))})
+
+
+@cases("cumsum", "cumprod")
+def cumulative(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    x = values(r, shp, one_of(draw, FLOATS + ["int32", "int64"]), "small")
+    return Case([x], {"axis": _axis(draw, len(shp)), "exclusive": draw(st.integers(0, 1)),
+                      "reverse": draw(st.integers(0, 1))}, rtol=1e-5, atol=1e-6)
+
+
+@cases("reverse_sequence")
+def reverse_sequence(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=2)
+    b = draw(st.integers(0, 1))
+    lens = r.integers(0, shp[1 - b] + 1, (shp[b],)).astype(np.int64)
+    return Case([values(r, shp, one_of(draw, ANY)), lens], {"batch_axis": b, "time_axis": 1 - b})

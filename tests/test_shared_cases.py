@@ -35,11 +35,8 @@ CASES_DIR = _cases_dir()
 # the mark expects exactly UnsupportedOpError, so a wrong answer is a failure, not an xfail
 MISSING_OP = {
     "convtranspose_output_padding_bias": "ConvTranspose is not supported yet",
-    "gatherelements_negative_indices": "GatherElements is not supported yet",
     "resize_nearest_asymmetric_ceil_int_scale": "Resize is not supported yet",
     "resize_nearest_half_pixel_scale_2p5": "Resize is not supported yet",
-    "split18_uneven_num_outputs_and_split_input": "Split is not supported yet",
-    "topk_ties_lower_index_first": "TopK is not supported yet",
 }
 
 

@@ -75,6 +75,8 @@ def _apply_op(call: Call, inputs: list, out_types: list, where: str) -> list:
     if opdef.compute is None:
         raise UnsupportedOpError(f"operator {call.op} has no native compute", op=call.op)
     outs = opdef.compute(inputs, call.attrs, out_types)
+    if len(outs) == 1 and isinstance(outs[0], PrimFunc):  # imperative (ember.ops.imperative)
+        return outs[0]
     for o, t in zip(outs, out_types):
         if tuple(o.shape) != tuple(t.shape) or o.dtype != t.dtype:
             raise LoweringError(f"{where}: compute produced {o.shape} {o.dtype}, type "
@@ -107,6 +109,9 @@ def compose_function(func: Function, inputs: Sequence[te.Tensor],
             outs = compose_function(mod[b.call.callee], args, mod)
         else:
             outs = _apply_op(b.call, args, types, where)
+            if isinstance(outs, PrimFunc):
+                raise LoweringError(f"{where}: an imperative kernel cannot be fused; its "
+                                    f"operator must have the OPAQUE pattern")
         for v, t in zip(b.outputs, outs):
             env[id(v)] = t
     result = []
@@ -139,7 +144,11 @@ def lower_binding(binding: Binding, name: str, mod: IRModule | None = None) -> P
             outs = compose_function(mod[call.callee], tensors, mod)
         else:
             outs = _apply_op(call, tensors, out_types, where)
-        func = te.create_prim_func(params + list(outs), name, num_outputs=len(outs))
+        if isinstance(outs, PrimFunc):
+            func = outs
+            func.name = name
+        else:
+            func = te.create_prim_func(params + list(outs), name, num_outputs=len(outs))
     except EmberError as e:
         if str(e).startswith(where) or str(e).startswith("@"):
             raise

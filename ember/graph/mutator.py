@@ -31,6 +31,7 @@ class Rewriter:
                                                         for o in b.outputs}
         self._counter = 0
         self._prod: dict[int, Binding] = {}
+        self._hint: str | None = None  # name of the binding being visited (for new values)
 
     def _append(self, b: Binding) -> None:
         self.bindings.append(b)
@@ -63,15 +64,16 @@ class Rewriter:
     def emit(self, op: str, args: Sequence[Value], attrs: dict | None = None,
              name: str | None = None):
         """Append ``op(args, attrs)`` with inferred types; returns its output ``Var`` (a tuple
-        for several outputs). Raises ``ShapeMismatchError``/``UnsupportedOpError``."""
+        for several outputs), named after ``name`` or else the binding being visited (``conv1``
+        gives ``conv1_0``). Raises ``ShapeMismatchError``/``UnsupportedOpError``."""
         attrs_n, types = infer_call(op, list(args), dict(attrs or {}), f"{op}: ")
-        outs = tuple(Var(self.fresh_name(name), t) for t in types)
+        outs = tuple(Var(self.fresh_name(name or self._hint), t) for t in types)
         self._append(Binding(outs, Call(op, tuple(args), attrs_n)))
         return outs[0] if len(outs) == 1 else outs
 
     def emit_call(self, callee: Function, args: Sequence[Value], name: str | None = None):
         """Append a call of module function ``callee``; returns its output(s)."""
-        outs = tuple(Var(self.fresh_name(name), t) for t in callee.output_types)
+        outs = tuple(Var(self.fresh_name(name or self._hint), t) for t in callee.output_types)
         self._append(Binding(outs, Call("@" + callee.name, tuple(args), {})))
         return outs[0] if len(outs) == 1 else outs
 
@@ -93,6 +95,8 @@ class Rewriter:
         """The rewritten function (see the module doc)."""
         for b in self.func.bindings:
             args = tuple(self.lookup(a) for a in b.call.args)
+            self._hint = b.outputs[0].name if b.outputs and not b.outputs[0].name.isdigit() \
+                else None
             res = visit(b, args, self)
             if res is None:
                 if any(x is not y for x, y in zip(args, b.call.args)):

@@ -10,7 +10,7 @@ from ember.graph.lower import lower_binding
 from ember.graph.passes import FuseOps
 from ember.tir.stmt import Allocate
 
-from conftest import random_inputs
+from pass_helpers import random_inputs
 
 CONV = "strides=null, pads=[1, 1, 1, 1], dilations=null, group=1"
 T = "Tensor[(1, 2, 4, 4), float32]"

@@ -8,7 +8,7 @@ from ember.graph.interpreter import run_reference
 from ember.graph.pattern import (PatternCallback, dominates, is_constant, is_op, is_output,
                                  is_var, match, optional, partition, rewrite, wildcard)
 
-from conftest import random_inputs
+from pass_helpers import random_inputs
 
 T = "Tensor[(1, 2, 4, 4), float32]"
 CONV = "strides=null, pads=[1, 1, 1, 1], dilations=null, group=1"

@@ -197,3 +197,21 @@ def @fused_cast_nn_conv_1(%p0: {H}, %p1: Tensor[(2, 2, 3, 3), float32]) attrs={{
   %4 = nn.conv(%3, %p1, {CONV}) : {T}
   return %4
 }}""", rtol=1e-2, atol=1e-2)
+
+
+def test_conv_bias_batch_norm_relu_is_one_group():
+    bn = ", ".join(f"%{n}" for n in ("s", "t", "m", "v"))
+    mod = FuseOps()(IRModule.from_text(f"""
+def @main(%x: {T}, %w: Tensor[(2, 2, 3, 3), float32], %b: Tensor[(2,), float32], %s: Tensor[(2,), float32], %t: Tensor[(2,), float32], %m: Tensor[(2,), float32], %v: Tensor[(2,), float32]) {{
+  %0 = nn.conv(%x, %w, %b, {CONV}) : {T}
+  %1 = nn.batch_norm(%0, {bn}, epsilon=0.001) : {T}
+  %2 = nn.relu(%1) : {T}
+  return %2
+}}"""))
+    (call,) = mod.main.bindings
+    assert [b.call.op for b in mod[call.call.callee].bindings] == ["nn.conv", "nn.batch_norm",
+                                                                   "nn.relu"]
+    x = random_inputs(mod.main)
+    x["v"] = np.abs(x["v"]) + 0.1
+    got = ember.build(mod, params={}).run(x)[0]
+    np.testing.assert_allclose(got, run_reference(mod, x)[0], rtol=1e-4, atol=1e-5)

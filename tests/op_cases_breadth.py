@@ -98,7 +98,7 @@ def gather_elements(draw, op):
     r = rng(draw)
     shp = shape(draw, min_rank=1)
     ax = _axis(draw, len(shp))
-    ishp = tuple(draw(st.integers(1, 4)) if a == ax % len(shp) else draw(st.integers(1, d))
+    ishp = tuple(draw(st.integers(1, 4)) if a == ax % len(shp) else d
                  for a, d in enumerate(shp))
     n = shp[ax]
     ind = r.integers(-n, n, ishp).astype(one_of(draw, ["int32", "int64"]))

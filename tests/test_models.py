@@ -81,6 +81,8 @@ BUILT = {
                                                          fused_layer_norm=True), 5),
     "bert_opset21": lambda: (M.bert_encoder(1, 96, 3, 16, seed=3, batch=3, opset=21), 0),
     "resnet18_opset15_64px": lambda: (M.resnet18(seed=4, batch=2, image_size=64, opset=15), None),
+    "resnet18_opset7_32px": lambda: (M.resnet18(seed=7, image_size=32, num_classes=10, opset=7),
+                                     None),
     "mobilenet_v2_opset21_96px": lambda: (M.mobilenet_v2(seed=5, image_size=96, opset=21), None),
 }
 

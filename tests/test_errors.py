@@ -359,3 +359,17 @@ def test_load_an_onnx_file_as_artifact(tmp_path):
     onnx.save(tiny_model(), path)
     with pytest.raises(ArtifactError):
         ember.load(path)
+
+
+def test_symbolic_input_dim_asks_for_shapes():
+    model = M.bert_encoder(1, 32, 2, 8)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "sequence"
+    with pytest.raises(ember.errors.ShapeMismatchError) as e:
+        ember.compile(model)
+    msg = str(e.value)
+    assert "input_ids" in msg and "sequence" in msg and "shapes=" in msg
+
+
+def test_shapes_of_the_wrong_rank_are_refused():
+    with pytest.raises(ember.errors.ShapeMismatchError, match="rank"):
+        ember.compile(tiny_model(), shapes={"x": (2, 3, 1)})

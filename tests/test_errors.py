@@ -373,3 +373,17 @@ def test_symbolic_input_dim_asks_for_shapes():
 def test_shapes_of_the_wrong_rank_are_refused():
     with pytest.raises(ember.errors.ShapeMismatchError, match="rank"):
         ember.compile(tiny_model(), shapes={"x": (2, 3, 1)})
+
+
+@pytest.mark.parametrize("opset", [1, 11, 13])
+def test_softmax_axis_out_of_range_is_typed(opset):
+    """Softmax-1/11 default to axis 1, out of range on a 1-D input: an error, not a guess."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    attrs = {} if opset < 13 else {"axis": 1}
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], name="sm", **attrs)], "g",
+                          [x], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    with pytest.raises(ember.errors.ShapeMismatchError, match="axis") as e:
+        ember.compile(model)
+    assert "sm" in str(e.value)

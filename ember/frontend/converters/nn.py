@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeMismatchError, UnsupportedOpError
+from ...ops.registry import normalize_axis
 from . import converter
 
 
@@ -114,8 +115,9 @@ def _softmax(op):
         if node.opset >= 13:
             return [ctx.call(op, [x], {"axis": node.attr("axis", -1)})]
         # opset < 13: coerce to 2-D [prod(shape[:axis]), prod(shape[axis:])] and normalise rows
-        axis = node.attr("axis", 1)
-        axis = axis + nd if axis < 0 else axis
+        # the accepted range is [-rank, rank-1] (onnxruntime refuses others too); a default
+        # axis 1 on a 1-D input is out of range, not a softmax over single elements
+        axis = normalize_axis(node.attr("axis", 1), nd, f"{node.op_type} axis: ")
         shape = x.type.shape
         rows = int(np.prod(shape[:axis])) if axis else 1
         flat = ctx.call("reshape", [x], {"newshape": [rows, int(np.prod(shape[axis:]))]})

@@ -23,7 +23,7 @@ from ..tir.arith import flat_index
 from ..tir.transform import lower_blocks
 
 C_TYPES = {
-    "float32": "float", "float64": "double", "float16": "_Float16",
+    "float32": "float", "float64": "double", "float16": "_Float16", "bfloat16": "uint16_t",
     "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
     "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
     "bool": "bool",
@@ -65,10 +65,21 @@ _FLOAT_HELPERS = "".join(
     f": exp{s}(a) / (1 + exp{s}(a)); }}\n"
     for n, t, s in [("float32", "float", "f"), ("float64", "double", "")])
 
+# bfloat16 is stored as its 16 bits (uint16_t) and computed in float: loads widen, stores and
+# casts round to nearest even (NaN stays NaN), as ml_dtypes does
+_BF16_HELPERS = (
+    "static inline float ember_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; "
+    "float f; memcpy(&f, &u, 4); return f; }\n"
+    "static inline uint16_t ember_f32_to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); "
+    "if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); "
+    "u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }\n"
+    "static inline float ember_bf16_round(float f) "
+    "{ return ember_bf16_to_f32(ember_f32_to_bf16(f)); }\n")
+
 C_PRELUDE = (
     "#include <math.h>\n#include <stdint.h>\n#include <stdbool.h>\n#include <stdlib.h>\n"
     "#include <string.h>\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
-    + _INT_HELPERS + _UINT_HELPERS + _FLOAT_HELPERS +
+    + _INT_HELPERS + _UINT_HELPERS + _FLOAT_HELPERS + _BF16_HELPERS +
     "static inline void* ember_alloc(size_t n) { void* p = NULL; "
     "if (posix_memalign(&p, 64, n ? n : 64)) return NULL; return p; }\n"
     "void ember_set_num_threads(int n) {\n#ifdef _OPENMP\n  if (n > 0) omp_set_num_threads(n);\n"
@@ -89,8 +100,13 @@ def c_type(dtype: str) -> str:
 
 
 def _compute_dtype(dtype: str) -> str:
-    """float16 arithmetic is done in float32."""
-    return "float32" if dtype == "float16" else dtype
+    """float16 and bfloat16 arithmetic is done in float32."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def _is_bf16_memory(buf) -> bool:
+    """A bfloat16 buffer held as raw bits (scalar locals are plain floats)."""
+    return buf.dtype == "bfloat16" and not (buf.scope == "local" and not buf.shape)
 
 
 def c_literal(value, dtype: str) -> str:
@@ -107,7 +123,7 @@ def c_literal(value, dtype: str) -> str:
             return f"{v}U"
         return f"(({c_type(dtype)}){v})" if v < 0 or dtype != "int32" else str(v)
     v = float(value)
-    ct = "float" if dtype in ("float32", "float16") else "double"
+    ct = "float" if dtype in ("float32", "float16", "bfloat16") else "double"
     if math.isnan(v):
         return f"(({ct})NAN)"
     if math.isinf(v):
@@ -152,6 +168,8 @@ class CFunctionPrinter:
             self.keep.append(e)
             return self.namer.get(e, "i")
         if isinstance(e, Load):
+            if isinstance(e.src, Buffer) and _is_bf16_memory(e.src):
+                return f"ember_bf16_to_f32({self.access(e.src, e.indices)})"
             return self.access(e.src, e.indices)
         if isinstance(e, AddressOf):
             return f"(&{self.access(e.src, e.indices)})"
@@ -164,6 +182,8 @@ class CFunctionPrinter:
             v = self.expr(e.value)
             if e.dtype == "bool":
                 return f"({v} != 0)"
+            if e.dtype == "bfloat16":
+                return f"ember_bf16_round((float)({v}))"
             return f"(({c_type(e.dtype)})({v}))"
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
@@ -249,14 +269,18 @@ class CFunctionPrinter:
             self.stmt(s.body, ind + 1)
             self.lines.append(f"{pad}}}")
         elif isinstance(s, Store):
-            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {self.expr(s.value)};")
+            val = self.expr(s.value)
+            if _is_bf16_memory(s.buffer):
+                val = f"ember_f32_to_bf16({val})"
+            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {val};")
         elif isinstance(s, Seq):
             for x in s.stmts:
                 self.stmt(x, ind)
         elif isinstance(s, Allocate):
             b = s.buffer
             name = self.buf_name(b)
-            ct = c_type(b.dtype)
+            ct = c_type(b.dtype) if b.dtype != "bfloat16" or b.shape or b.scope != "local" \
+                else "float"
             if b.scope == "local" and not b.shape:
                 self.lines.append(f"{pad}{ct} {name};")
                 self.stmt(s.body, ind)

@@ -51,19 +51,40 @@ def @main(%x: Tensor[(2, 3), float32], %w: Tensor[(3, 4), float32]) {
 }""", rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("dtype,tol", [("float16", 1e-2), ("bfloat16", 3e-2)])
 @pytest.mark.parametrize("name", ["resnet", "inception", "attention", "bert"])
-def test_float16_models_compile_and_stay_close(name):
+def test_low_precision_models_compile_and_stay_close(name, dtype, tol):
     model = MODELS[name]()
     x = inputs_for(model)
     want = onnxruntime_outputs(model, x)
-    with PassContext(opt_level=3, required_pass=["ToMixedPrecision"]):
+    with PassContext(opt_level=3, required_pass=["ToMixedPrecision"],
+                     config={"ToMixedPrecision.dtype": dtype}):
         m = ember.compile(model)
-    assert "float16" in m.graph_text
     header = m.graph_text.split("\n", 1)[0]  # def @main(...): weights are lifted parameters
-    assert "float16]" in header, "weights should be stored in float16"
+    assert f"{dtype}]" in header, f"weights should be stored in {dtype}"
     for g, w in zip(m.run(x), want):
         assert g.dtype == np.float32
-        np.testing.assert_allclose(g, w, rtol=0, atol=1e-2 * np.abs(w).max())
+        np.testing.assert_allclose(g, w, rtol=0, atol=tol * np.abs(w).max())
+
+
+def test_bfloat16_kernels_round_like_ml_dtypes():
+    import ml_dtypes
+    mod = IRModule.from_text("""
+def @main(%x: Tensor[(8,), float32]) {
+  %0 = cast(%x, dtype="bfloat16") : Tensor[(8,), bfloat16]
+  %1 = add(%0, %0) : Tensor[(8,), bfloat16]
+  %2 = cast(%1, dtype="float32") : Tensor[(8,), float32]
+  return %1, %2
+}""")
+    x = np.array([1.0, 1.00390625, 1.01171875, -3.3e-5, 65504.0, np.inf, np.nan, 3.4e38],
+                 np.float32)
+    with PassContext(opt_level=0):
+        bf, f32 = ember.build(mod).run({"x": x})
+    want = (x.astype(ml_dtypes.bfloat16) + x.astype(ml_dtypes.bfloat16))
+    assert bf.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(bf.view(np.uint16)[:6], want.view(np.uint16)[:6])
+    assert np.isnan(f32[6]) and np.isinf(f32[7]) and np.isinf(f32[5])
+    np.testing.assert_array_equal(f32[:6], want.astype(np.float32)[:6])
 
 
 def test_unknown_low_dtype_is_rejected():

@@ -65,7 +65,7 @@ def ranking_quality(records: str, tasks, min_records: int = 24) -> dict:
     from ember.tune.cost_model import XGBoostCostModel, pairwise_accuracy, top_k_recall
     by_key = {}
     for r in load_records(records):
-        if r.ok:
+        if r.ok and r.kind != "default":
             by_key.setdefault(r.task_args[0], []).append(r)
     accs, recalls, n_test = [], [], 0
     for info in tasks:

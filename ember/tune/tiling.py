@@ -35,8 +35,8 @@ from typing import Sequence
 
 from ..errors import ScheduleError
 from ..tir.arith import post_order, simplify_stmt, substitute, substitute_stmt
-from ..tir.expr import Const, Load, Var
-from ..tir.stmt import Allocate, Buffer, For, PrimFunc, Seq, Stmt, Store, seq
+from ..tir.expr import BinOp, Const, Load, Var
+from ..tir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
 
 
 @dataclass
@@ -71,6 +71,10 @@ def as_reduction_nest(func: PrimFunc) -> ReductionNest:
     func = lower_blocks(func)
     body = func.body
     spatial, inner = _for_chain(body)
+    if isinstance(inner, Allocate):
+        inner = _scalar_accumulator(inner)
+    elif isinstance(inner, Seq):
+        spatial, inner = _output_accumulator(spatial, inner)
     if not isinstance(inner, Allocate) or inner.buffer.scope != "local" or inner.buffer.shape:
         raise ScheduleError(f"tile: kernel {func.name} is not one reduction stage (expected "
                             f"spatial loops around a scalar accumulator)")
@@ -85,6 +89,89 @@ def as_reduction_nest(func: PrimFunc) -> ReductionNest:
     if any(lp.kind != "serial" for lp in spatial + reduce):
         raise ScheduleError(f"tile: kernel {func.name} is already scheduled")
     return ReductionNest(func, spatial, reduce, acc, stmts[0], upd, stmts[2:])
+
+
+def _scalar_accumulator(alloc: Allocate) -> Allocate:
+    """Rewrite the guarded-init form of a reduction, ``local acc[1]; for r..: { if (r == 0)
+    acc[0] = init; acc[0] = update }; epilogue``, to the scalar-accumulator form ``acc = init;
+    for r..: acc = update; epilogue`` (``lower_blocks`` emits the former where it cannot prove
+    the latter); other statements are returned unchanged."""
+    acc = alloc.buffer
+    if acc.scope != "local" or not acc.shape or any(n != 1 for n in acc.shape):
+        return alloc
+    stmts = alloc.body.stmts if isinstance(alloc.body, Seq) else [alloc.body]
+    reduce, inner = _for_chain(stmts[0])
+    if not reduce or not isinstance(inner, Seq) or len(inner.stmts) != 2:
+        return alloc
+    guard, upd = inner.stmts
+    if not (isinstance(guard, IfThenElse) and guard.else_ is None
+            and isinstance(guard.then, Store) and guard.then.buffer is acc
+            and isinstance(upd, Store) and upd.buffer is acc):
+        return alloc
+    from ..tir.arith import collect
+    rvars = {id(lp.var) for lp in reduce}
+    for term in _conjuncts(guard.cond):
+        if not (isinstance(term, BinOp) and term.op == "eq" and isinstance(term.b, Const)
+                and term.b.value == 0 and isinstance(term.a, Var) and id(term.a) in rvars):
+            return alloc
+    if any(collect(guard.then.value, lambda n: isinstance(n, Var) and id(n) in rvars)):
+        return alloc
+    scalar = Buffer(acc.name, (), acc.dtype, scope="local")
+    init = _replace_acc(guard.then, acc, scalar, ())
+    update: Stmt = _replace_acc(upd, acc, scalar, ())
+    for lp in reversed(reduce):
+        update = For(lp.var, lp.extent, update, lp.kind, dict(lp.annotations))
+    rest = [_replace_acc(x, acc, scalar, ()) for x in stmts[1:]]
+    return Allocate(scalar, Seq([init, update] + rest))
+
+
+def _output_accumulator(chain: list, inner: Seq) -> tuple[list, Stmt]:
+    """Rewrite a reduction that accumulates in its output, ``for s..: for r..: { if (r == 0)
+    out[s] = init; out[s] = update(out[s]) }``, to the scalar-accumulator form around the
+    spatial loops; returns ``(spatial loops, Allocate)``, or the input unchanged."""
+    from ..tir.arith import collect
+    from ..tir.transform import expr_equal
+    if len(inner.stmts) != 2:
+        return chain, inner
+    guard, upd = inner.stmts
+    if not (isinstance(guard, IfThenElse) and guard.else_ is None
+            and isinstance(guard.then, Store) and isinstance(upd, Store)
+            and guard.then.buffer is upd.buffer and upd.buffer.scope == "global"):
+        return chain, inner
+    gvars = []
+    for term in _conjuncts(guard.cond):
+        if not (isinstance(term, BinOp) and term.op == "eq" and isinstance(term.b, Const)
+                and term.b.value == 0 and isinstance(term.a, Var)):
+            return chain, inner
+        gvars.append(id(term.a))
+    nr = len(gvars)
+    if nr == 0 or nr >= len(chain) or {id(lp.var) for lp in chain[-nr:]} != set(gvars):
+        return chain, inner
+    spatial, reduce = chain[:-nr], chain[-nr:]
+    out, idx = upd.buffer, upd.indices
+    same = lambda a: len(a) == len(idx) and all(expr_equal(x, y) for x, y in zip(a, idx))  # noqa
+    rvars = set(gvars)
+    if not same(guard.then.indices) or any(
+            collect(i, lambda n: isinstance(n, Var) and id(n) in rvars) for i in idx):
+        return chain, inner
+    reads = collect(upd.value, lambda n: isinstance(n, Load) and n.src is out)
+    if any(not same(r.indices) for r in reads):
+        return chain, inner
+    acc = Buffer(f"acc_{out.name}", (), out.dtype, scope="local")
+    value = post_order(upd.value, lambda n: Load(acc, ()) if isinstance(n, Load)
+                       and n.src is out else n)
+    update: Stmt = Store(acc, (), value)
+    for lp in reversed(reduce):
+        update = For(lp.var, lp.extent, update, lp.kind, dict(lp.annotations))
+    body = Allocate(acc, Seq([Store(acc, (), guard.then.value), update,
+                              Store(out, idx, Load(acc, ()))]))
+    return spatial, body
+
+
+def _conjuncts(e):
+    if isinstance(e, BinOp) and e.op == "and":
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
 
 
 @dataclass

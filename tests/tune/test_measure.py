@@ -117,3 +117,21 @@ def test_hoisted_padding_computes_the_reference(workload):
     finally:
         runner.close()
     assert [r.error_no for r in results] == [0] * len(cands)
+
+
+def test_pointwise_conv_with_guarded_init_is_tunable():
+    """A 1x1 convolution lowers with its accumulator initialised under ``if (r == 0)``; the tile
+    template still recognizes it and its candidates compute the reference."""
+    from ember.tune.extract import is_tunable
+    from ember.tune.templates import workload_func
+    wl = ["nn.conv", {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1},
+          [[[1, 16, 6, 6], "float32"], [[8, 16, 1, 1], "float32"]], [[[1, 8, 6, 6], "float32"]]]
+    assert is_tunable(workload_func(*wl))
+    task = tune.create_task("tile", wl)
+    runner = tune.LocalRunner(repeat=1)
+    tuner = tune.RandomTuner(task, seed=1)
+    try:
+        tuner.tune(6, tune.measure_option(tune.LocalBuilder(), runner))
+    finally:
+        runner.close()
+    assert tuner.trials == 6 and tuner.errors == 0

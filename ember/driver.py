@@ -85,7 +85,8 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
 
 
 def _nbytes(slot: dict) -> int:
-    item = 2 if slot["dtype"] == "bfloat16" else np.dtype(slot["dtype"]).itemsize
+    from .dtypes import itemsize
+    item = itemsize(slot["dtype"])
     return int(np.prod(slot["shape"], dtype=np.int64)) * item
 
 

@@ -21,13 +21,16 @@ from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc,
                         Store)
 from ..tir.arith import flat_index
 from ..tir.transform import lower_blocks
+from ..dtypes import EXT_DTYPES, EXT_FLOAT, EXT_INT, itemsize
+from .dtype_support import ROUND_MODES, compute_dtype, storage_ctype, support_source
 
 C_TYPES = {
-    "float32": "float", "float64": "double", "float16": "_Float16", "bfloat16": "uint16_t",
+    "float32": "float", "float64": "double", "float16": "_Float16",
     "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
     "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
     "bool": "bool",
 }
+C_TYPES.update({t: storage_ctype(t) for t in EXT_DTYPES})  # narrow types: stored bits
 
 _INT_HELPERS = "".join(
     f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ {t} q = a / b; "
@@ -65,21 +68,10 @@ _FLOAT_HELPERS = "".join(
     f": exp{s}(a) / (1 + exp{s}(a)); }}\n"
     for n, t, s in [("float32", "float", "f"), ("float64", "double", "")])
 
-# bfloat16 is stored as its 16 bits (uint16_t) and computed in float: loads widen, stores and
-# casts round to nearest even (NaN stays NaN), as ml_dtypes does
-_BF16_HELPERS = (
-    "static inline float ember_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; "
-    "float f; memcpy(&f, &u, 4); return f; }\n"
-    "static inline uint16_t ember_f32_to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); "
-    "if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); "
-    "u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }\n"
-    "static inline float ember_bf16_round(float f) "
-    "{ return ember_bf16_to_f32(ember_f32_to_bf16(f)); }\n")
-
 C_PRELUDE = (
     "#include <math.h>\n#include <stdint.h>\n#include <stdbool.h>\n#include <stdlib.h>\n"
     "#include <string.h>\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
-    + _INT_HELPERS + _UINT_HELPERS + _FLOAT_HELPERS + _BF16_HELPERS +
+    + _INT_HELPERS + _UINT_HELPERS + _FLOAT_HELPERS +
     "static inline void* ember_alloc(size_t n) { void* p = NULL; "
     "if (posix_memalign(&p, 64, n ? n : 64)) return NULL; return p; }\n"
     "void ember_set_num_threads(int n) {\n#ifdef _OPENMP\n  if (n > 0) omp_set_num_threads(n);\n"
@@ -100,19 +92,25 @@ def c_type(dtype: str) -> str:
 
 
 def _compute_dtype(dtype: str) -> str:
-    """float16 and bfloat16 arithmetic is done in float32."""
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
+    """float16 and the narrow types of ember.dtypes compute in float32 / 8-bit integers."""
+    if dtype in EXT_DTYPES:
+        return compute_dtype(dtype)
+    return "float32" if dtype == "float16" else dtype
 
 
-def _is_bf16_memory(buf) -> bool:
-    """A bfloat16 buffer held as raw bits (scalar locals are plain floats)."""
-    return buf.dtype == "bfloat16" and not (buf.scope == "local" and not buf.shape)
+def _narrow_memory(buf) -> bool:
+    """A narrow-typed buffer held as its stored bits (a scalar local of a narrow float type,
+    such as a reduction accumulator, is a plain float instead)."""
+    return isinstance(buf, Buffer) and buf.dtype in EXT_DTYPES and not (
+        buf.scope == "local" and not buf.shape and buf.dtype in EXT_FLOAT)
 
 
 def c_literal(value, dtype: str) -> str:
     """A C literal of ``dtype`` with the exact value (hex floats for floating point)."""
     if dtype == "bool":
         return "1" if value else "0"
+    if dtype in EXT_DTYPES:
+        dtype = compute_dtype(dtype)
     if is_int(dtype):
         v = int(value)
         if dtype == "int64":
@@ -123,7 +121,7 @@ def c_literal(value, dtype: str) -> str:
             return f"{v}U"
         return f"(({c_type(dtype)}){v})" if v < 0 or dtype != "int32" else str(v)
     v = float(value)
-    ct = "float" if dtype in ("float32", "float16", "bfloat16") else "double"
+    ct = "float" if dtype in ("float32", "float16") else "double"
     if math.isnan(v):
         return f"(({ct})NAN)"
     if math.isinf(v):
@@ -168,8 +166,8 @@ class CFunctionPrinter:
             self.keep.append(e)
             return self.namer.get(e, "i")
         if isinstance(e, Load):
-            if isinstance(e.src, Buffer) and _is_bf16_memory(e.src):
-                return f"ember_bf16_to_f32({self.access(e.src, e.indices)})"
+            if _narrow_memory(e.src):
+                return self.narrow_load(e.src.dtype, self.access(e.src, e.indices))
             return self.access(e.src, e.indices)
         if isinstance(e, AddressOf):
             return f"(&{self.access(e.src, e.indices)})"
@@ -182,8 +180,8 @@ class CFunctionPrinter:
             v = self.expr(e.value)
             if e.dtype == "bool":
                 return f"({v} != 0)"
-            if e.dtype == "bfloat16":
-                return f"ember_bf16_round((float)({v}))"
+            if e.dtype in EXT_DTYPES:
+                return self.narrow_cast(e.dtype, v, e.value.dtype)
             return f"(({c_type(e.dtype)})({v}))"
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
@@ -217,7 +215,38 @@ class CFunctionPrinter:
             return f"ember_pow_{dt}({a}, {b})"
         raise LoweringError(f"binary op {op} has no C form")
 
+    # narrow types (ember.dtypes) ------------------------------------------------------------
+    def _support(self, dtype: str):
+        key = f"dtype_{dtype}"
+        if key not in self.deps:
+            self.deps[key] = support_source(dtype)
+
+    def narrow_load(self, dtype: str, bits: str) -> str:
+        self._support(dtype)
+        return f"ember_{'dec' if dtype in EXT_FLOAT else 'ld'}_{dtype}({bits})"
+
+    def narrow_store(self, dtype: str, value: str) -> str:
+        self._support(dtype)
+        if dtype == "float8_e8m0fnu":
+            return f"ember_enc_{dtype}({value}, 1, 0)"
+        if dtype in EXT_FLOAT:
+            return f"ember_enc_{dtype}({value}, 0)"
+        return f"ember_st_{dtype}((int64_t)({value}))"
+
+    def narrow_cast(self, dtype: str, value: str, src_dtype: str, sat: int = 1,
+                    mode: int = 0) -> str:
+        self._support(dtype)
+        if dtype in EXT_FLOAT:
+            return f"ember_cvt_{dtype}((float)({value}), {sat}, {mode})"
+        if is_float(src_dtype):
+            return f"ember_cvt_{dtype}((double)({value}))"
+        return f"ember_wrap_{dtype}((int64_t)({value}))"
+
     def call(self, e: Call) -> str:
+        if e.name == "cvt":  # cvt(x, saturate, round mode) to a narrow type
+            sat, mode = e.args[1].value, e.args[2].value
+            return self.narrow_cast(e.dtype, self.expr(e.args[0]), e.args[0].dtype, int(sat),
+                                    int(mode))
         args = [self.expr(a) for a in e.args]
         dt = _compute_dtype(e.args[0].dtype)
         name = e.name
@@ -269,18 +298,17 @@ class CFunctionPrinter:
             self.stmt(s.body, ind + 1)
             self.lines.append(f"{pad}}}")
         elif isinstance(s, Store):
-            val = self.expr(s.value)
-            if _is_bf16_memory(s.buffer):
-                val = f"ember_f32_to_bf16({val})"
-            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {val};")
+            v = self.expr(s.value)
+            if _narrow_memory(s.buffer):
+                v = self.narrow_store(s.buffer.dtype, v)
+            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {v};")
         elif isinstance(s, Seq):
             for x in s.stmts:
                 self.stmt(x, ind)
         elif isinstance(s, Allocate):
             b = s.buffer
             name = self.buf_name(b)
-            ct = c_type(b.dtype) if b.dtype != "bfloat16" or b.shape or b.scope != "local" \
-                else "float"
+            ct = c_type(b.dtype) if _narrow_memory(b) or b.dtype not in EXT_FLOAT else "float"
             if b.scope == "local" and not b.shape:
                 self.lines.append(f"{pad}{ct} {name};")
                 self.stmt(s.body, ind)
@@ -289,7 +317,7 @@ class CFunctionPrinter:
                 self.stmt(s.body, ind)
             else:
                 self.lines.append(f"{pad}{ct}* restrict {name} = ({ct}*)ember_alloc("
-                                  f"{b.alloc_size * np.dtype(_np_dtype(b.dtype)).itemsize});")
+                                  f"{b.alloc_size * itemsize(b.dtype)});")
                 self.lines.append(f"{pad}if (!{name}) return -1;")
                 self.stmt(s.body, ind)
                 self.lines.append(f"{pad}free({name});")

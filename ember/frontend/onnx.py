@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..dtypes import np_dtype
 from ..errors import (EmberError, ModelLoadError, RuntimeValueError, ShapeMismatchError,
                       UnsupportedOpError)
 from ..graph.builder import FunctionBuilder, infer_call
@@ -158,8 +159,8 @@ class ImportContext:
         if fold and args and all(isinstance(a, Constant) for a in args):
             attrs_n, types = infer_call(op, args, dict(attrs or {}), where)
             outs = get_op(op).reference([a.data for a in args], attrs_n)
-            res = [Constant(np.asarray(o).astype(t.dtype if t.dtype != "bfloat16" else o.dtype)
-                            .reshape(t.shape)) for o, t in zip(outs, types)]
+            res = [Constant(np.asarray(o).astype(np_dtype(t.dtype)).reshape(t.shape))
+                   for o, t in zip(outs, types)]
             return res[0] if len(res) == 1 else tuple(res)
         hint = (self.node.outputs[0] if self.node and self.node.outputs else op)
         args = [self._materialize(a, self.const_names.get(id(a), f"{hint}_c{k}"))

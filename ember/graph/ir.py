@@ -21,6 +21,7 @@ from typing import Iterable, Sequence, Union
 
 import numpy as np
 
+from ..dtypes import dtype_name, itemsize
 from ..errors import ShapeMismatchError
 
 Dim = Union[int, str]
@@ -36,8 +37,7 @@ class TensorType:
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) if isinstance(d, (int, np.integer)) else str(d)
                                                 for d in self.shape))
-        object.__setattr__(self, "dtype", str(np.dtype(self.dtype)) if self.dtype != "bfloat16"
-                           else "bfloat16")
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
     @property
     def ndim(self) -> int:
@@ -58,8 +58,7 @@ class TensorType:
     @property
     def nbytes(self) -> int:
         """Bytes of a dense tensor of this type (static shapes only)."""
-        item = 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
-        return self.size * item
+        return self.size * itemsize(self.dtype)
 
     def __str__(self):
         dims = ", ".join(str(d) for d in self.shape)
@@ -106,8 +105,7 @@ class Constant(Value):
 
 
 def _dtype_name(dt) -> str:
-    name = str(np.dtype(dt))
-    return name
+    return dtype_name(dt)
 
 
 @dataclass(eq=False)

@@ -12,7 +12,8 @@ import numpy as np
 from .. import te
 from ..errors import ShapeMismatchError
 from ..graph.ir import TensorType
-from ..tir.expr import Expr, binop, cast, is_float
+from ..dtypes import EXT_FLOAT, finfo_max
+from ..tir.expr import Call, Expr, binop, cast, is_float
 from .registry import REQUIRED, OpPattern, broadcast_shapes, np_dtype, register_op
 
 
@@ -214,14 +215,49 @@ def _cast_type(types, attrs):
 
 
 def _cast_ref(xs, attrs):
-    return [xs[0].astype(np_dtype(attrs["dtype"]))]
+    x, to = xs[0], attrs["dtype"]
+    if to == "float8_e8m0fnu":
+        return [_to_e8m0(x, attrs["saturate"], attrs["round_mode"])]
+    if attrs["saturate"] and to.startswith("float8"):  # clamp to the finite range first
+        m = finfo_max(to)
+        f = np.asarray(x).astype(np.float32)
+        with np.errstate(invalid="ignore"):
+            x = np.where(np.isnan(f), f, np.clip(f, -m, m))
+    return [np.asarray(x).astype(np_dtype(to))]
+
+
+def _to_e8m0(x, saturate, mode):
+    """ONNX Cast to float8_e8m0fnu: the float32 exponent, rounded up/down/nearest."""
+    f = np.asarray(x, np.float32)
+    u = f.view(np.uint32)
+    e = ((u >> 23) & 0xFF).astype(np.uint32)
+    special = e == 0xFF
+    if mode == "up":
+        up = (u & 0x7FFFFF) > 0
+    elif mode == "nearest":
+        g, r, st = (u & 0x400000) > 0, (u & 0x200000) > 0, (u & 0x1FFFFF) > 0
+        up = g & (r | st | (e > 0))
+    else:
+        up = np.zeros(e.shape, bool)
+    if saturate:
+        up &= e != 0xFE
+    out = np.where(special, 0xFF, (e + up) & 0xFF).astype(np.uint8)
+    return out.view(np_dtype("float8_e8m0fnu"))
 
 
 def _cast_compute(inputs, attrs, out_types):
     x = inputs[0]
-    return [te.compute(x.shape, lambda *i: cast(attrs["dtype"], x[i]), name="y")]
+    to = attrs["dtype"]
+    if to in EXT_FLOAT and (not attrs["saturate"] or attrs["round_mode"] != "up"):
+        sat = te.const(int(attrs["saturate"]), "int32")
+        mode = te.const({"up": 0, "down": 1, "nearest": 2}[attrs["round_mode"]], "int32")
+        return [te.compute(x.shape, lambda *i: Call("cvt", [x[i], sat, mode], to), name="y")]
+    return [te.compute(x.shape, lambda *i: cast(to, x[i]), name="y")]
 
 
 register_op("cast", infer_type=_cast_type, reference=_cast_ref, compute=_cast_compute,
-            pattern=OpPattern.ELEMWISE, attrs={"dtype": REQUIRED},
-            doc="convert to attrs['dtype'] with C conversion rules (ONNX Cast)")
+            pattern=OpPattern.ELEMWISE, attrs={"dtype": REQUIRED, "saturate": 1,
+                                               "round_mode": "up"},
+            doc="convert to attrs['dtype'] with C conversion rules; to float8 types saturate "
+                "(clamp to the finite range) unless saturate=0; to float8_e8m0fnu round the "
+                "exponent up/down/nearest (round_mode) (ONNX Cast)")

@@ -209,7 +209,5 @@ def normalize_axis(axis: int, ndim: int, where: str = "") -> int:
 
 def np_dtype(dtype: str):
     """numpy dtype object for an ember dtype name (bfloat16 through ml_dtypes)."""
-    if dtype == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(dtype)
+    from ..dtypes import np_dtype as _np_dtype
+    return _np_dtype(dtype)

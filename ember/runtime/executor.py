@@ -27,10 +27,8 @@ ALIGN = 64
 
 
 def _dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
+    from ..dtypes import np_dtype
+    return np_dtype(name)
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:

@@ -8,6 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..dtypes import EXT_FLOAT, EXT_INT, np_dtype
 from ..codegen.build import load_library
 from .executor import GraphExecutor, benchmark
 
@@ -72,13 +73,16 @@ class CompiledModel:
         rng = np.random.default_rng(seed)
         out = {}
         for d in self.plan["inputs"]:
-            dt = np.dtype(d["dtype"]) if d["dtype"] != "bfloat16" else np.dtype("float32")
+            dt = np.dtype("float32") if d["dtype"] in EXT_FLOAT else \
+                np.dtype("int8") if d["dtype"] in EXT_INT else np.dtype(d["dtype"])
             if dt.kind == "f":
                 out[d["name"]] = rng.standard_normal(d["shape"]).astype(dt)
             elif dt.kind == "b":
                 out[d["name"]] = rng.integers(0, 2, d["shape"]).astype(bool)
             else:
                 out[d["name"]] = rng.integers(0, 10, d["shape"]).astype(dt)
+            if d["dtype"] in EXT_FLOAT or d["dtype"] in EXT_INT:
+                out[d["name"]] = out[d["name"]].astype(np_dtype(d["dtype"]))
         return out
 
     def save(self, path: "str | os.PathLike") -> None:

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..dtypes import is_ext
 from .expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Reduce, Select, Unary, Var,
                    is_float, is_int)
 from .stmt import Allocate, Block, Buffer, For, IfThenElse, KernelCall, Seq, Stmt, Store, seq
@@ -231,7 +232,7 @@ def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
             return e.f
         return e
     if isinstance(e, Cast) and isinstance(e.value, Const) and not is_float(e.value.dtype) \
-            and e.dtype != "bfloat16":
+            and not is_ext(e.dtype):
         return Const(np.array(e.value.value).astype(e.dtype).item(), e.dtype)
     if isinstance(e, Cast) and e.value.dtype == e.dtype:
         return e.value

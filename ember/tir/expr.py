@@ -14,10 +14,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..dtypes import EXT_FLOAT, EXT_INT, np_dtype
 from ..errors import LoweringError
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+FLOAT_DTYPES = ("float16", "float32", "float64") + EXT_FLOAT  # EXT_FLOAT: bfloat16, float8...
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64") + EXT_INT
 ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 INDEX_DTYPE = "int64"
 
@@ -36,8 +37,8 @@ def _rank(dtype: str) -> tuple[int, int]:
     if dtype == "bool":
         return (0, 1)
     if is_float(dtype):
-        return (2, np.dtype("float16" if dtype == "bfloat16" else dtype).itemsize)
-    return (1, np.dtype(dtype).itemsize)
+        return (2, 2 if dtype in EXT_FLOAT else np.dtype(dtype).itemsize)
+    return (1, 1 if dtype in EXT_INT else np.dtype(dtype).itemsize)
 
 
 def promote(a: str, b: str) -> str:
@@ -275,7 +276,11 @@ def cast(dtype: str, v: Any) -> Expr:
     if v.dtype == dtype:
         return v
     if isinstance(v, Const):
-        return Const(np.array(v.value).astype(dtype if dtype != "bfloat16" else "float32").item(), dtype)
+        if dtype in EXT_FLOAT or dtype in EXT_INT:
+            return Const(float(np.array(v.value).astype(np_dtype(dtype)).astype(np.float64))
+                         if dtype in EXT_FLOAT else
+                         int(np.array(v.value).astype(np_dtype(dtype)).astype(np.int64)), dtype)
+        return Const(np.array(v.value).astype(dtype).item(), dtype)
     return Cast(dtype, v)
 
 

@@ -114,7 +114,8 @@ def _count_ops(e: Expr) -> tuple[int, list]:
 
 
 def _itemsize(dtype: str) -> int:
-    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    from ...dtypes import itemsize
+    return itemsize(dtype)
 
 
 class _Access:

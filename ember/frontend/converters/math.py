@@ -114,7 +114,11 @@ def cast(ctx, node):
         to = {"FLOAT": 1, "INT64": 7, "INT32": 6, "BOOL": 9, "FLOAT16": 10,
               "DOUBLE": 11}.get(to.upper(), -1)
     dtype = onnx_dtype(to, "Cast to: ")
-    return [ctx.call("cast", [node.input(0)], {"dtype": dtype})]
+    attrs = {"dtype": dtype}
+    if node.opset >= 19:
+        attrs["saturate"] = node.attr("saturate", 1)
+        attrs["round_mode"] = node.attr("round_mode", "up")
+    return [ctx.call("cast", [node.input(0)], attrs)]
 
 
 @converter("Where", since=9)

@@ -13,6 +13,7 @@ from typing import Mapping
 import numpy as np
 
 from ..ir import Constant, Function, IRModule, Var
+from ...dtypes import np_dtype
 
 LIFT_LIMIT = 16  # constants with more elements become parameters (the frontend's limit)
 
@@ -29,8 +30,7 @@ def bind_params(mod: IRModule, params: Mapping[str, np.ndarray] | None) -> IRMod
         if p.name in params:
             arr = np.asarray(params[p.name])
             if arr.dtype.kind != "V":
-                arr = arr.astype(np.dtype(p.type.dtype) if p.type.dtype != "bfloat16"
-                                 else arr.dtype, copy=False)
+                arr = arr.astype(np_dtype(p.type.dtype), copy=False)
             sub[id(p)] = Constant(arr.reshape(p.type.shape), name_hint=p.name)
         else:
             keep.append(p)

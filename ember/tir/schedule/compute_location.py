@@ -145,7 +145,8 @@ def _prod(xs):
 
 def _itemsize(dtype: str) -> int:
     import numpy as np
-    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    from ...dtypes import itemsize
+    return itemsize(dtype)
 
 
 def compute_at(sch, block: str, loop) -> None:

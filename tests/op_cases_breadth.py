@@ -213,3 +213,23 @@ def reverse_sequence(draw, op):
     b = draw(st.integers(0, 1))
     lens = r.integers(0, shp[1 - b] + 1, (shp[b],)).astype(np.int64)
     return Case([values(r, shp, one_of(draw, ANY)), lens], {"batch_axis": b, "time_axis": 1 - b})
+
+
+# narrow floats --------------------------------------------------------------------------------
+
+NARROW_FLOATS = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                 "float8_e8m0fnu"]
+
+
+@cases("narrow_cast")
+def narrow_cast(draw, op):
+    r = rng(draw)
+    to = one_of(draw, NARROW_FLOATS, "to")
+    x = values(r, shape(draw, allow_empty=True), one_of(draw, ["float32", "float16"]), "special")
+    x = (x * np.asarray(one_of(draw, [1, 100, 1e4, 1e6]), x.dtype)).astype(x.dtype)
+    if to == "float8_e8m0fnu":
+        x = np.abs(x)
+    attrs = {"dtype": to, "saturate": draw(st.integers(0, 1))}
+    if to == "float8_e8m0fnu":
+        attrs["round_mode"] = one_of(draw, ["up", "down", "nearest"])
+    return Case([x], attrs)

@@ -10,7 +10,19 @@ from onnx import TensorProto
 from test_op_references import ONNX_DTYPE, ONNX_OPS, ORT_INSTEAD, SAME, i64, onnx_op
 
 ONNX_DTYPE.update({"uint16": TensorProto.UINT16, "uint32": TensorProto.UINT32,
-                   "uint64": TensorProto.UINT64, "int16": TensorProto.INT16})
+                   "uint64": TensorProto.UINT64, "int16": TensorProto.INT16,
+                   "bfloat16": TensorProto.BFLOAT16, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN,
+                   "float8_e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
+                   "float8_e5m2": TensorProto.FLOAT8E5M2,
+                   "float8_e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ,
+                   "float8_e8m0fnu": TensorProto.FLOAT8E8M0, "int4": TensorProto.INT4,
+                   "uint4": TensorProto.UINT4, "float4_e2m1fn": TensorProto.FLOAT4E2M1})
+
+
+@onnx_op("narrow_cast", "Cast", 25)
+def _narrow_cast(xs, a):
+    return xs, {"to": ONNX_DTYPE[a["dtype"]], "saturate": a["saturate"],
+                "round_mode": a["round_mode"]}
 
 _SIMPLE = {"tan": "Tan", "asin": "Asin", "acos": "Acos", "atan": "Atan", "sinh": "Sinh",
            "cosh": "Cosh", "asinh": "Asinh", "acosh": "Acosh", "atanh": "Atanh",

@@ -216,9 +216,10 @@ def _cast_type(types, attrs):
 
 def _cast_ref(xs, attrs):
     x, to = xs[0], attrs["dtype"]
+    sat, mode = attrs.get("saturate", 1), attrs.get("round_mode", "up")
     if to == "float8_e8m0fnu":
-        return [_to_e8m0(x, attrs["saturate"], attrs["round_mode"])]
-    if attrs["saturate"] and to.startswith("float8"):  # clamp to the finite range first
+        return [_to_e8m0(x, sat, mode)]
+    if sat and to.startswith("float8"):  # clamp to the finite range first
         m = finfo_max(to)
         f = np.asarray(x).astype(np.float32)
         with np.errstate(invalid="ignore"):
@@ -247,17 +248,37 @@ def _to_e8m0(x, saturate, mode):
 
 def _cast_compute(inputs, attrs, out_types):
     x = inputs[0]
-    to = attrs["dtype"]
-    if to in EXT_FLOAT and (not attrs["saturate"] or attrs["round_mode"] != "up"):
-        sat = te.const(int(attrs["saturate"]), "int32")
-        mode = te.const({"up": 0, "down": 1, "nearest": 2}[attrs["round_mode"]], "int32")
-        return [te.compute(x.shape, lambda *i: Call("cvt", [x[i], sat, mode], to), name="y")]
-    return [te.compute(x.shape, lambda *i: cast(to, x[i]), name="y")]
+    return [te.compute(x.shape, lambda *i: cast(attrs["dtype"], x[i]), name="y")]
 
 
 register_op("cast", infer_type=_cast_type, reference=_cast_ref, compute=_cast_compute,
-            pattern=OpPattern.ELEMWISE, attrs={"dtype": REQUIRED, "saturate": 1,
-                                               "round_mode": "up"},
+            pattern=OpPattern.ELEMWISE, attrs={"dtype": REQUIRED},
             doc="convert to attrs['dtype'] with C conversion rules; to float8 types saturate "
-                "(clamp to the finite range) unless saturate=0; to float8_e8m0fnu round the "
-                "exponent up/down/nearest (round_mode) (ONNX Cast)")
+                "(clamp to the finite range), to float8_e8m0fnu round the exponent up (ONNX Cast "
+                "with its default saturate=1, round_mode='up')")
+
+
+def _narrow_cast_type(types, attrs):
+    if attrs["dtype"] not in EXT_FLOAT:
+        raise ShapeMismatchError(f"narrow_cast converts to a narrow float type, not "
+                                 f"{attrs['dtype']}")
+    if attrs["round_mode"] not in ("up", "down", "nearest"):
+        raise ShapeMismatchError(f"narrow_cast round_mode {attrs['round_mode']!r} is not up, "
+                                 f"down or nearest")
+    return [TensorType(types[0].shape, attrs["dtype"])]
+
+
+def _narrow_cast_compute(inputs, attrs, out_types):
+    x = inputs[0]
+    sat = te.const(int(attrs["saturate"]), "int32")
+    mode = te.const({"up": 0, "down": 1, "nearest": 2}[attrs["round_mode"]], "int32")
+    return [te.compute(x.shape, lambda *i: Call("cvt", [x[i], sat, mode], attrs["dtype"]),
+                       name="y")]
+
+
+register_op("narrow_cast", infer_type=_narrow_cast_type, reference=_cast_ref,
+            compute=_narrow_cast_compute, pattern=OpPattern.ELEMWISE,
+            attrs={"dtype": REQUIRED, "saturate": 1, "round_mode": "up"},
+            doc="convert to a narrow float type (float8/float4/bfloat16) with ONNX Cast's "
+                "saturate (0: overflow gives inf/NaN) and round_mode (float8_e8m0fnu: up, down, "
+                "nearest) (ONNX Cast, saturate=0 or round_mode != 'up')")

@@ -89,8 +89,5 @@ def cast_like(ctx, node):
     x, like = node.input(0), node.input(1)
     if x.type.dtype == like.type.dtype:
         return [ctx.call("copy", [x])]
-    attrs = {"dtype": like.type.dtype}
-    if node.opset >= 19:
-        attrs["saturate"] = node.attr("saturate", 1)
-        attrs["round_mode"] = node.attr("round_mode", "up")
-    return [ctx.call("cast", [x], attrs)]
+    from .math import cast_to
+    return [cast_to(ctx, node, x, like.type.dtype)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...errors import ShapeMismatchError, UnsupportedOpError
 from . import converter
+from ...dtypes import EXT_FLOAT
 from ..dtypes import onnx_dtype
 
 
@@ -114,11 +115,16 @@ def cast(ctx, node):
         to = {"FLOAT": 1, "INT64": 7, "INT32": 6, "BOOL": 9, "FLOAT16": 10,
               "DOUBLE": 11}.get(to.upper(), -1)
     dtype = onnx_dtype(to, "Cast to: ")
-    attrs = {"dtype": dtype}
-    if node.opset >= 19:
-        attrs["saturate"] = node.attr("saturate", 1)
-        attrs["round_mode"] = node.attr("round_mode", "up")
-    return [ctx.call("cast", [node.input(0)], attrs)]
+    return [cast_to(ctx, node, node.input(0), dtype)]
+
+
+def cast_to(ctx, node, x, dtype: str):
+    """``cast`` of ``x`` to ``dtype``; ``narrow_cast`` when the node asks for non-default
+    float8 conversion (saturate=0, round_mode other than 'up')."""
+    sat, mode = node.attr("saturate", 1), node.attr("round_mode", "up")
+    if dtype in EXT_FLOAT and (not sat or mode != "up"):
+        return ctx.call("narrow_cast", [x], {"dtype": dtype, "saturate": sat, "round_mode": mode})
+    return ctx.call("cast", [x], {"dtype": dtype})
 
 
 @converter("Where", since=9)

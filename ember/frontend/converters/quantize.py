@@ -75,7 +75,9 @@ def quantize(ctx, x_scaled, out: str, zp, saturate: int = 1):
         r = ctx.call("clip", [r], {"min": float(lo), "max": float(hi)})
         return ctx.call("cast", [r], {"dtype": out})
     if out in FLOAT8:
-        return ctx.call("cast", [x_scaled], {"dtype": out, "saturate": saturate})
+        if not saturate:
+            return ctx.call("narrow_cast", [x_scaled], {"dtype": out, "saturate": 0})
+        return ctx.call("cast", [x_scaled], {"dtype": out})
     if out == "float4_e2m1fn":
         if zp is not None:
             x_scaled = ctx.call("add", [x_scaled, ctx.call("cast", [zp], {

@@ -114,7 +114,7 @@ def _count_ops(e: Expr) -> tuple[int, list]:
 
 
 def _itemsize(dtype: str) -> int:
-    from ...dtypes import itemsize
+    from ..dtypes import itemsize
     return itemsize(dtype)
 
 

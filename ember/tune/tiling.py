@@ -208,25 +208,9 @@ class TileSpec:
 
 
 def _replace_acc(stmt: Stmt, old: Buffer, new: Buffer, idx: tuple) -> Stmt:
-    def fe(e):
-        def f(n):
-            if isinstance(n, Load) and n.src is old:
-                return Load(new, idx)
-            return n
-        return post_order(e, f)
-
-    def fs(s):
-        if isinstance(s, Store):
-            buf, ind = (new, idx) if s.buffer is old else (s.buffer, s.indices)
-            return Store(buf, tuple(fe(i) for i in ind), fe(s.value))
-        if isinstance(s, For):
-            return For(s.var, s.extent, fs(s.body), s.kind, dict(s.annotations))
-        if isinstance(s, Seq):
-            return Seq([fs(x) for x in s.stmts])
-        if isinstance(s, Allocate):
-            return Allocate(s.buffer, fs(s.body))
-        raise ScheduleError(f"tile: cannot rewrite {type(s).__name__} inside a reduction stage")
-    return fs(stmt)
+    """``stmt`` with every access of ``old`` turned into ``new[idx]``."""
+    from ..tir.arith import map_accesses
+    return map_accesses(stmt, lambda b, i: (new, idx) if b is old else (b, i))
 
 
 def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:

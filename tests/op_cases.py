@@ -186,8 +186,14 @@ def binary(draw, op):
         if b.ndim == bb.ndim and b.shape == bb.shape:
             m = r.random(b.shape) < 0.3
             b[m] = bb[m]
-    if op == "divide" and dt == "int8":
-        a = (a // 2).astype(dt)  # avoid -128 / -1
+    if op == "divide" and dt in INTS and b.size and draw(st.booleans(), label="zero divisors"):
+        # C leaves x / 0 and MIN / -1 undefined (a trap); ember's kernels give 0 and MIN
+        b = b.copy()
+        b.reshape(-1)[r.integers(0, b.size, 2)] = 0
+        if dt != "uint8" and a.size:
+            a = a.copy()
+            a.reshape(-1)[0] = np.iinfo(dt).min
+            b.reshape(-1)[-1] = -1
     return Case([a, b])
 
 
@@ -261,7 +267,7 @@ def cast(draw, op):
 @cases("sum", "mean", "max", "min", "prod")
 def reduce_(draw, op):
     r = rng(draw)
-    shp = shape(draw, min_rank=1, allow_empty=op in ("sum", "prod"))
+    shp = shape(draw, min_rank=1, allow_empty=True)  # empty domains: the identity
     dt = one_of(draw, FLOATS + ["int32", "int64"], "dtype")
     nd = len(shp)
     how = draw(st.integers(0, 3), label="axes form")
@@ -542,6 +548,8 @@ def gemm(draw, op):
 def matmul(draw, op):
     r = rng(draw)
     m, k, n = (draw(st.integers(1, 6)) for _ in range(3))
+    if draw(st.integers(0, 9)) == 0:
+        k = 0  # an empty inner dimension: zeros
     batch = shape(draw, max_rank=2, max_side=3)
     ba, bb = broadcastable(draw, batch), broadcastable(draw, batch)
     if draw(st.booleans()):

@@ -32,11 +32,18 @@ C_TYPES = {
 }
 C_TYPES.update({t: storage_ctype(t) for t in EXT_DTYPES})  # narrow types: stored bits
 
+# Integer division and remainder never trap: x / 0 and x % 0 give 0 (NumPy's convention) and
+# MIN / -1 wraps to MIN, where C leaves both undefined (a SIGFPE/SIGILL that kills the process).
+# With a constant divisor the guards fold away.
 _INT_HELPERS = "".join(
-    f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ {t} q = a / b; "
+    f"static inline {t} ember_div_{n}({t} a, {t} b) {{ return b == 0 ? 0 : (b == -1 ? "
+    f"({t})(({u})0 - ({u})a) : a / b); }}\n"
+    f"static inline {t} ember_mod_{n}({t} a, {t} b) {{ return (b == 0 || b == -1) ? 0 : a % b; }}\n"
+    f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ if (b == 0) return 0; "
+    f"if (b == -1) return ({t})(({u})0 - ({u})a); {t} q = a / b; "
     f"return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }}\n"
-    f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ {t} r = a % b; "
-    f"return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}\n"
+    f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ if (b == 0 || b == -1) return 0; "
+    f"{t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}\n"
     f"static inline {t} ember_max_{n}({t} a, {t} b) {{ return a > b ? a : b; }}\n"
     f"static inline {t} ember_min_{n}({t} a, {t} b) {{ return a < b ? a : b; }}\n"
     f"static inline {t} ember_abs_{n}({t} a) {{ return a < 0 ? -a : a; }}\n"
@@ -44,11 +51,13 @@ _INT_HELPERS = "".join(
     f"static inline {t} ember_pow_{n}({t} a, {t} b) {{ {t} r = 1; if (b < 0) return a == 1 ? 1 "
     f": (a == -1 ? ((b & 1) ? -1 : 1) : 0); while (b) {{ if (b & 1) r *= a; a *= a; b >>= 1; }} "
     f"return r; }}\n"
-    for n, t in [("int8", "int8_t"), ("int16", "int16_t"), ("int32", "int32_t"),
-                 ("int64", "int64_t")])
+    for n, t, u in [("int8", "int8_t", "uint8_t"), ("int16", "int16_t", "uint16_t"),
+                    ("int32", "int32_t", "uint32_t"), ("int64", "int64_t", "uint64_t")])
 _UINT_HELPERS = "".join(
-    f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ return a / b; }}\n"
-    f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ return a % b; }}\n"
+    f"static inline {t} ember_div_{n}({t} a, {t} b) {{ return b == 0 ? 0 : a / b; }}\n"
+    f"static inline {t} ember_mod_{n}({t} a, {t} b) {{ return b == 0 ? 0 : a % b; }}\n"
+    f"static inline {t} ember_floordiv_{n}({t} a, {t} b) {{ return b == 0 ? 0 : a / b; }}\n"
+    f"static inline {t} ember_floormod_{n}({t} a, {t} b) {{ return b == 0 ? 0 : a % b; }}\n"
     f"static inline {t} ember_max_{n}({t} a, {t} b) {{ return a > b ? a : b; }}\n"
     f"static inline {t} ember_min_{n}({t} a, {t} b) {{ return a < b ? a : b; }}\n"
     f"static inline {t} ember_abs_{n}({t} a) {{ return a; }}\n"
@@ -81,6 +90,11 @@ C_PRELUDE = (
 _FLOAT_FUNCS = {"exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan",
                 "sinh", "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "fmod",
                 "pow", "atan2", "exp2", "log2", "fabs"}
+
+
+def _safe_divisor(b: Expr) -> bool:
+    """A constant integer divisor other than 0 and -1: plain C ``/`` and ``%`` cannot trap."""
+    return isinstance(b, Const) and b.value not in (0, -1)
 
 
 def c_type(dtype: str) -> str:
@@ -202,11 +216,15 @@ class CFunctionPrinter:
                 return f"({a} {op2} {b})"
             return f"({a} {simple[op]} {b})"
         if op == "div":
-            return f"({a} / {b})"
+            if is_float(dt) or _safe_divisor(e.b):
+                return f"({a} / {b})"
+            return f"ember_div_{dt}({a}, {b})"
         if op == "mod":
             if is_float(dt):
                 return f"fmod{'f' if dt == 'float32' else ''}({a}, {b})"
-            return f"({a} % {b})"
+            if _safe_divisor(e.b):
+                return f"({a} % {b})"
+            return f"ember_mod_{dt}({a}, {b})"
         if op in ("floordiv", "floormod", "min", "max"):
             return f"ember_{op}_{dt}({a}, {b})"
         if op == "pow":

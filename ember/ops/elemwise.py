@@ -95,10 +95,15 @@ for _name, (_ref, _fn, _fo, _doc) in UNARY.items():
 
 def _np_div(a, b):
     if a.dtype.kind in "iu":
-        # C semantics: truncate toward zero (what ONNX Div means for integers)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.trunc(a.astype(np.float64) / b.astype(np.float64))
-        return q.astype(a.dtype)
+        # C semantics: truncate toward zero (what ONNX Div means for integers); where C is
+        # undefined, ember's kernels give x / 0 = 0 and MIN / -1 = MIN (wrapping) instead of
+        # trapping, and so does this reference
+        a, b = np.broadcast_arrays(a, b.astype(a.dtype))
+        safe = np.where(b == 0, 1, b)
+        with np.errstate(all="ignore"):
+            q = a // safe
+            q = q + ((q * safe != a) & ((a < 0) != (safe < 0))).astype(a.dtype)
+        return np.where(b == 0, 0, q).astype(a.dtype)
     return np.divide(a, b)
 
 

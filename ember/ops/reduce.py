@@ -48,6 +48,10 @@ def _reduce_ref(kind):
                 info = np.iinfo(x.dtype)
                 fill = info.min if kind == "max" else info.max
             return [np.full(shape, fill, x.dtype)]
+        if kind == "mean" and x.dtype.kind in "iu" and any(x.shape[a] == 0 for a in axes):
+            # an integer mean over nothing: the kernel's 0 / 0 is 0 (see codegen's ember_div)
+            shape = _reduce_type([TensorType(x.shape, str(x.dtype))], attrs)[0].shape
+            return [np.zeros(shape, x.dtype)]
         acc = np.float64 if (x.dtype.kind == "f" and kind in ("sum", "mean", "prod")) else None
         y = _NP[kind](x, axis=axes, keepdims=kd, dtype=acc) if acc else \
             _NP[kind](x, axis=axes, keepdims=kd)

@@ -89,6 +89,10 @@ def compute(shape: Sequence[int], fcompute: Callable[..., Any], name: str = "",
         if isinstance(body, Reduce):
             raise LoweringError(f"compute {name}: reduction dtype {body.dtype} != {dtype}")
         body = cast(dtype, body)
+    if isinstance(body, Reduce) and any(ax.extent == 0 for ax in body.axis):
+        # an empty reduce domain: every element is the combiner's identity (sum 0, prod 1,
+        # max -inf...), whatever loop form the reduction would later be lowered or scheduled to
+        body = body.identity()
     return Tensor(shape, body.dtype, name, ComputeOp(axis, body))
 
 

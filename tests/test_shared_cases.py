@@ -35,8 +35,6 @@ CASES_DIR = _cases_dir()
 # the mark expects exactly UnsupportedOpError, so a wrong answer is a failure, not an xfail
 MISSING_OP = {
     "convtranspose_output_padding_bias": "ConvTranspose is not supported yet",
-    "resize_nearest_asymmetric_ceil_int_scale": "Resize is not supported yet",
-    "resize_nearest_half_pixel_scale_2p5": "Resize is not supported yet",
 }
 
 

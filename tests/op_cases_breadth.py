@@ -233,3 +233,59 @@ def narrow_cast(draw, op):
     if to == "float8_e8m0fnu":
         attrs["round_mode"] = one_of(draw, ["up", "down", "nearest"])
     return Case([x], attrs)
+
+
+# nn extras ------------------------------------------------------------------------------------
+
+NN_TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@cases("nn.conv_transpose")
+def conv_transpose(draw, op):
+    r = rng(draw)
+    nsp = draw(st.integers(1, 2))
+    g = draw(st.integers(1, 2))
+    cg, mg = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    sp = [draw(st.integers(1, 4)) for _ in range(nsp)]
+    k = [draw(st.integers(1, 3)) for _ in range(nsp)]
+    s = [draw(st.integers(1, 3)) for _ in range(nsp)]
+    d = [draw(st.integers(1, 2)) for _ in range(nsp)]
+    p = [draw(st.integers(0, 1)) for _ in range(2 * nsp)]
+    opad = [draw(st.integers(0, s[i] - 1)) for i in range(nsp)]
+    for i in range(nsp):  # keep the output non-empty
+        full = s[i] * (sp[i] - 1) + opad[i] + (k[i] - 1) * d[i] + 1
+        if full - p[i] - p[nsp + i] < 1:
+            p[i] = p[nsp + i] = 0
+    x = values(r, (draw(st.integers(1, 2)), cg * g, *sp), "float32")
+    w = values(r, (cg * g, mg, *k), "float32")
+    ins = [x, w] + ([values(r, (mg * g,), "float32")] if draw(st.booleans()) else [])
+    return Case(ins, {"strides": s, "pads": p, "dilations": d, "group": g,
+                      "output_padding": opad}, **NN_TOL)
+
+
+def _window(draw, nsp, xshape):
+    k = [draw(st.integers(1, min(3, xshape[2 + i]))) for i in range(nsp)]
+    s = [draw(st.integers(1, 2)) for _ in range(nsp)]
+    p = [draw(st.integers(0, k[i] - 1)) for i in range(nsp)] * 2
+    return {"kernel_shape": k, "strides": s, "pads": p}
+
+
+@cases("nn.lp_pool", "nn.max_pool_with_indices")
+def lp_pool(draw, op):
+    r = rng(draw)
+    nsp = draw(st.integers(1, 2))
+    xshape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)),
+              *[draw(st.integers(2, 5)) for _ in range(nsp)])
+    attrs = _window(draw, nsp, xshape)
+    if op == "nn.lp_pool":
+        attrs["p"] = draw(st.integers(1, 3))
+    return Case([values(r, xshape, one_of(draw, FLOATS))], attrs, **NN_TOL)
+
+
+@cases("nn.lp_normalize")
+def lp_normalize(draw, op):
+    r = rng(draw)
+    shp = shape(draw, min_rank=1)
+    return Case([values(r, shp, one_of(draw, FLOATS))], {
+        "axis": draw(st.integers(-len(shp), len(shp) - 1)), "p": draw(st.integers(1, 2))},
+        **NN_TOL)

@@ -34,7 +34,6 @@ CASES_DIR = _cases_dir()
 # cases that fail today for want of an operator (issue 3 adds them and removes these marks);
 # the mark expects exactly UnsupportedOpError, so a wrong answer is a failure, not an xfail
 MISSING_OP = {
-    "convtranspose_output_padding_bias": "ConvTranspose is not supported yet",
 }
 
 

@@ -61,7 +61,23 @@ def schema_function(node: onnx.NodeProto, opset: int, input_types: list) -> onnx
 _uid = itertools.count()
 
 
-def inline_body(node: onnx.NodeProto, f: onnx.FunctionProto) -> list[onnx.NodeProto]:
+def schema_defaults(node: onnx.NodeProto, opset: int) -> dict:
+    """``{attribute name: AttributeProto}`` of the defaults the operator's schema declares."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return {}
+    out = {}
+    for name, a in schema.attributes.items():
+        d = a.default_value
+        if d is not None and d.type != onnx.AttributeProto.UNDEFINED:
+            out[name] = d
+    return out
+
+
+def inline_body(node: onnx.NodeProto, f: onnx.FunctionProto,
+                defaults: dict | None = None) -> list[onnx.NodeProto]:
     """``f``'s nodes with formal inputs/outputs renamed to ``node``'s, internal values given
     unique names and attribute references resolved from ``node``'s attributes (or ``f``'s
     defaults)."""
@@ -73,7 +89,7 @@ def inline_body(node: onnx.NodeProto, f: onnx.FunctionProto) -> list[onnx.NodePr
         actual = node.output[k] if k < len(node.output) else ""
         rename[name] = actual or prefix + name
     attrs = {a.name: a for a in node.attribute}
-    defaults = {a.name: a for a in f.attribute_proto}
+    defaults = dict(defaults or {}) | {a.name: a for a in f.attribute_proto}
     out = []
     for n in f.node:
         m = onnx.NodeProto()
@@ -151,7 +167,7 @@ def expand_functions(model: onnx.ModelProto) -> onnx.ModelProto:
                         if d not in opsets:
                             opsets[d] = o.version
                             m.opset_import.append(helper.make_opsetid(o.domain, o.version))
-                    nodes.extend(inline_body(n, f))
+                    nodes.extend(inline_body(n, f, schema_defaults(n, opsets.get(domain, 1))))
                     changed = True
                     continue
             nodes.append(n)

@@ -61,12 +61,13 @@ def conv(ctx, node):
 def _pool(kind):
     def convert(ctx, node):
         x = node.input(0)
-        if len(node.outputs) > 1 and node.outputs[1]:
-            raise UnsupportedOpError("MaxPool's Indices output is not supported")
         kernel = list(node.attr("kernel_shape"))
         strides, dilations, pads = _spatial(node, x, kernel)
         attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads,
                  "dilations": dilations, "ceil_mode": node.attr("ceil_mode", 0)}
+        if len(node.outputs) > 1 and node.outputs[1]:  # MaxPool with Indices
+            attrs["storage_order"] = node.attr("storage_order", 0)
+            return list(ctx.call("nn.max_pool_with_indices", [x], attrs))
         if kind == "avg":
             attrs["count_include_pad"] = node.attr("count_include_pad", 0)
         if node.attr("storage_order", 0):
@@ -128,15 +129,6 @@ def _softmax(op):
 
 converter("Softmax", since=1)(_softmax("nn.softmax"))
 converter("LogSoftmax", since=1)(_softmax("nn.log_softmax"))
-
-
-@converter("LayerNormalization", since=17)
-def layer_norm(ctx, node):
-    if any(o for o in node.outputs[1:]):
-        raise UnsupportedOpError("LayerNormalization Mean/InvStdDev outputs are not supported")
-    args = [node.input(0), node.input(1)] + ([node.input(2)] if node.input(2) is not None else [])
-    return [ctx.call("nn.layer_norm", args, {"axis": node.attr("axis", -1),
-                                             "epsilon": float(node.attr("epsilon", 1e-5))})]
 
 
 @converter("Gemm", since=1)

@@ -21,16 +21,10 @@ from ..graph.builder import FunctionBuilder, infer_call
 from ..graph.ir import Constant, IRModule, TensorType
 from ..graph.passes import PassContext
 from ..ops import get_op
-from ..ops.registry import np_dtype
+from ..dtypes import dtype_name, is_ext_float, is_ext_int
 
 __all__ = ["op_module", "run_op", "reference_op", "assert_matches_reference", "assert_close",
            "default_tolerance"]
-
-
-def _dtype_name(a: np.ndarray) -> str:
-    if a.dtype.name == "bfloat16":
-        return "bfloat16"
-    return str(a.dtype)
 
 
 def op_module(op_name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None = None
@@ -43,7 +37,7 @@ def op_module(op_name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None 
         type-check.
     """
     fb = FunctionBuilder("main")
-    params = [fb.param(f"x{k}", TensorType(np.shape(a), _dtype_name(np.asarray(a))))
+    params = [fb.param(f"x{k}", TensorType(np.shape(a), dtype_name(np.asarray(a).dtype)))
               for k, a in enumerate(inputs)]
     out = fb.call(op_name, params, dict(attrs or {}), where=f"{op_name}: ")
     outs = list(out) if isinstance(out, tuple) else [out]
@@ -89,10 +83,14 @@ def _reference_and_types(op_name, inputs, attrs):
 
 def default_tolerance(dtype) -> tuple[float, float]:
     """``(rtol, atol)`` for comparing a compiled result of ``dtype`` with a float64-accumulated
-    reference: exact for integers and bool, a few ulps (scaled) for floats."""
-    dt = np.dtype(dtype) if str(dtype) != "bfloat16" else None
-    if dt is None:
-        return 1e-2, 1e-2
+    reference: exact for integers and bool, a few ulps (scaled) for floats; one step of the
+    format for the narrow floats (bfloat16, float8...)."""
+    name = dtype_name(dtype)
+    if is_ext_int(name):
+        return 0.0, 0.0
+    if is_ext_float(name):
+        return (1e-2, 1e-2) if name == "bfloat16" else (0.25, 0.25)
+    dt = np.dtype(name)
     if dt.kind in "iub":
         return 0.0, 0.0
     if dt == np.float16:
@@ -162,8 +160,3 @@ def assert_matches_reference(op_name: str, inputs: Sequence[np.ndarray],
         assert_close(g, e, r if rtol is None else rtol, a if atol is None else atol,
                      f"{op_name} output {k}")
     return got
-
-
-def as_dtype(name: str) -> np.dtype:
-    """numpy dtype of an ember dtype name."""
-    return np_dtype(name)

@@ -107,8 +107,9 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     target = Target(target)
     t0 = time.perf_counter()
     num_imported = len(mod.main.bindings)
-    output_names = [o.name if isinstance(o, Var) else f"output{k}"
-                    for k, o in enumerate(mod.main.outputs)]
+    output_names = list(mod.main.attrs.get("output_names") or
+                        [o.name if isinstance(o, Var) else f"output{k}"
+                         for k, o in enumerate(mod.main.outputs)])
     mod, params = optimize(mod, target, params)
     t_passes = time.perf_counter()
     func = mod.main

@@ -296,7 +296,12 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
             raise ModelLoadError(f"graph output {vi.name!r} is not produced by any node")
         outputs.append(env[vi.name])
     func = ctx.fb.finish(outputs)
-    _rename_outputs(func, [vi.name for vi in g.output])
+    names = [vi.name for vi in g.output]
+    _rename_outputs(func, names)
+    if [o.name if isinstance(o, Var) else None for o in func.outputs] != names:
+        # an output that is a graph input, a constant or another output's value keeps its own
+        # ONNX name here (what CompiledModel.output_names reports)
+        func.attrs["output_names"] = names
     return IRModule.from_function(func), ctx.params
 
 

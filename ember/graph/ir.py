@@ -145,7 +145,9 @@ class Function:
     """A typed SSA function: parameters, bindings in order, outputs.
 
     ``attrs`` holds function attributes: ``primitive`` (1 for a fused group, lowered to one
-    kernel), ``composite`` (the pattern name of a ``partition``-ed subgraph).
+    kernel), ``composite`` (the pattern name of a ``partition``-ed subgraph), ``output_names``
+    (the model's names of the outputs, set by the ONNX importer when they are not the output
+    variables' names: an output that is an input, a constant or a repeated value).
     """
 
     params: list

@@ -1,0 +1,92 @@
+"""Run-time invariants of compiled models: runs are independent of each other, never modify the
+caller's inputs, return fresh arrays, and agree across thread counts; graph outputs that are
+inputs or constants come back right."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.testing import assert_close
+from ember.testing import models as M
+
+
+def _bert_feeds(model, seed):
+    return M.bert_inputs(model, seed=seed, pad=seed % 3)
+
+
+CASES = {
+    "mobilenet_v2": (lambda: M.mobilenet_v2(seed=2, image_size=32),
+                     lambda m, s: {"input": np.random.default_rng(s).standard_normal(
+                         (1, 3, 32, 32)).astype(np.float32)}),
+    "bert": (lambda: M.bert_encoder(2, 32, 2, 8, seed=3), _bert_feeds),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def compiled(request):
+    build, feeds = CASES[request.param]
+    model = build()
+    return ember.compile(model), model, feeds
+
+
+def test_runs_are_independent(compiled):
+    m, model, feeds = compiled
+    a, b = feeds(model, 1), feeds(model, 2)
+    ya = m.run(a)
+    yb = m.run(b)
+    ya2 = m.run(a)
+    for x, y in zip(ya, ya2):
+        np.testing.assert_array_equal(x, y)
+    assert any(not np.array_equal(x, y) for x, y in zip(ya, yb))
+
+
+def test_inputs_are_not_modified_and_outputs_are_fresh(compiled):
+    m, model, feeds = compiled
+    x = feeds(model, 4)
+    before = {k: v.copy() for k, v in x.items()}
+    y1 = m.run(x)
+    for k in x:
+        np.testing.assert_array_equal(x[k], before[k])
+    keep = [o.copy() for o in y1]
+    for o in y1:
+        o[...] = 0  # the caller owns its outputs
+    y2 = m.run(x)
+    for a, b in zip(y2, keep):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(y1, y2):
+        assert not np.shares_memory(a, b)
+
+
+def test_thread_counts_agree(compiled):
+    _, model, feeds = compiled
+    x = feeds(model, 5)
+    one = ember.compile(model, target="llvm -num-threads=1").run(x)
+    two = ember.compile(model, target="llvm -num-threads=2").run(x)
+    for a, b in zip(one, two):
+        assert_close(b, a, 1e-6, 1e-6, "2 threads vs 1")
+
+
+def test_outputs_that_are_inputs_constants_or_repeated():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+            for n in ("same", "c", "r1", "r2")]
+    c = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "cinit")
+    nodes = [helper.make_node("Identity", ["x"], ["same"]),
+             helper.make_node("Identity", ["cinit"], ["c"]),
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Identity", ["r"], ["r1"]),
+             helper.make_node("Identity", ["r"], ["r2"])]
+    g = helper.make_graph(nodes, "g", [x], outs, [c])
+    m = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert m.output_names == ["same", "c", "r1", "r2"]
+    xv = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    same, cv, r1, r2 = m.run({"x": xv})
+    np.testing.assert_array_equal(same, xv)
+    assert not np.shares_memory(same, xv)
+    np.testing.assert_array_equal(cv, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(r1, np.maximum(xv, 0))
+    np.testing.assert_array_equal(r2, np.maximum(xv, 0))
+    assert not np.shares_memory(r1, r2)
+    cv[...] = -1
+    assert m.run({"x": xv})[1][0, 1] == 1  # a constant output is not the model's own buffer

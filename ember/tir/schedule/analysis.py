@@ -249,17 +249,13 @@ def region(index_tuples: Iterable[tuple], inner: Sequence[For], shape: Sequence[
 
 
 def _const_diff(a: Expr, b: Expr) -> int | None:
-    """``a - b`` when it is a constant."""
-    d = simplify(binop("sub", a, b))
-    if isinstance(d, Const):
-        return int(d.value)
-    # structural: a = b + c or equal terms
-    aa = affine(a, _vars(a) + _vars(b))
-    bb = affine(b, _vars(a) + _vars(b))
-    if aa is None or bb is None or aa[0] != bb[0]:
+    """``a - b`` when it is a constant (sums compared term by term)."""
+    from ..arith import linear_terms
+    lt = linear_terms(binop("sub", a, b))
+    if lt is None:
         return None
-    r = simplify(binop("sub", aa[1], bb[1]))
-    return int(r.value) if isinstance(r, Const) else None
+    terms, c = lt
+    return c if not terms else None
 
 
 def _vars(e: Expr) -> list[Var]:

@@ -116,7 +116,7 @@ def _compact(sch, buf: Buffer, loop_var: Var, reg) -> None:
     loop = loop_path[-1]
     total = sum(1 for k, b, _ in _all_accesses(sch.body) if b is buf)
     inside = sum(1 for k, b, _ in _all_accesses(loop.body) if b is buf)
-    if total != inside or any(s is loop for s in alloc_path):
+    if total != inside:
         return
     shape = [ext for _, ext in reg]
     origin = [base for base, _ in reg]
@@ -129,6 +129,10 @@ def _compact(sch, buf: Buffer, loop_var: Var, reg) -> None:
     inner = map_accesses(loop.body, lambda b, idx: (nb, idx) if b is buf else (b, idx))
     sch.body = replace_node(body, loop, For(loop.var, loop.extent, Allocate(nb, inner),
                                             loop.kind, dict(loop.annotations)))
+
+
+def _inside(root: Stmt, node: Stmt) -> bool:
+    return any(x is node for x in walk_stmt(root))
 
 
 def _all_accesses(s):
@@ -154,8 +158,7 @@ def compute_at(sch, block: str, loop) -> None:
     blk, bpath = sch.find_block(block, prim)
     f, lpath = sch.find_loop(loop, prim)
     where = f"{prim} of block {block!r} at loop {f.var.name}"
-    if any(s is f for s in bpath):
-        raise ScheduleError(f"{where}: the block is already inside that loop")
+    hoist = any(s is f for s in bpath)  # already inside: move it up to that loop's level
     st, buf = _single_store_block(blk, where)
     if _is_param(sch, buf):
         raise ScheduleError(f"{where}: the block writes function output {buf.name}; computing "
@@ -173,10 +176,22 @@ def compute_at(sch, block: str, loop) -> None:
             raise ScheduleError(f"{where}: consumer block {r.name!r} of {buf.name} is not "
                                 f"inside loop {f.var.name}")
     nest = exclusive_nest(bpath)
+    if nest is f:
+        raise ScheduleError(f"{where}: the loop holds only this block")
     order = preorder_index(sch.body)
-    if order[id(nest)] > order[id(f)]:
-        raise ScheduleError(f"{where}: the block comes after the loop in program order")
-    _check_inputs_ready(sch, blk, nest, f, where)
+    if not hoist:
+        if order[id(nest)] > order[id(f)]:
+            raise ScheduleError(f"{where}: the block comes after the loop in program order")
+        _check_inputs_ready(sch, blk, nest, f, where)
+    else:
+        k = next(i for i, s in enumerate(bpath) if s is f)
+        for s in bpath[k + 1:]:
+            if isinstance(s, For) and s is not nest and not _inside(nest, s):
+                for r in readers:
+                    rp = find_path(s, lambda x: x is r)
+                    if rp is None:
+                        raise ScheduleError(f"{where}: loop {s.var.name} between holds the block "
+                                            f"but not its consumer {r.name!r}")
     # the region of buf the consumers read in one iteration of f
     tuples, inner = [], []
     for r in readers:
@@ -185,8 +200,8 @@ def compute_at(sch, block: str, loop) -> None:
         for t in block_access_indices(r, buf, "read"):
             tuples.append((t, loops_in))
     outer_bounds = loop_bounds(lpath)
-    reg = _union_region(tuples, buf.shape, outer_bounds)
     sp = [iv for iv in blk.iter_vars if iv.kind == "spatial"]
+    reg = _union_region(tuples, [iv.extent for iv in sp], outer_bounds)
     _BOUNDS.value = outer_bounds
     new_nest = _build_nest(blk, [(iv, base, ext) for iv, (base, ext) in zip(sp, reg)])
     check_in_scope(sch.body, _without(new_nest, buf), lpath, where)
@@ -278,7 +293,7 @@ def reverse_compute_at(sch, block: str, loop) -> None:
         for t in block_access_indices(p, buf, "write"):
             tuples.append((t, loops_in))
     outer_bounds = loop_bounds(lpath)
-    reg = _union_region(tuples, buf.shape, outer_bounds)
+    reg = _union_region(tuples, [iv.extent for iv in dim_iv], outer_bounds)
     _BOUNDS.value = outer_bounds
     new_nest = _build_nest(blk, [(iv, base, ext) for iv, (base, ext) in zip(dim_iv, reg)])
     check_in_scope(sch.body, _without(new_nest, buf), lpath, where)

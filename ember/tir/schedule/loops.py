@@ -112,8 +112,21 @@ def reorder(sch, loops) -> None:
         s = s.body
     innermost_body = chain[-1].body
     if len(blocks_in(innermost_body)) > 1:
-        raise ScheduleError(f"reorder of loops [{names}]: the loops hold more than one block; "
-                            f"reordering is only proven safe around a single block")
+        # several blocks: only data-parallel loops whose iterations share no buffer commute
+        for c in chain:
+            if id(c) not in want:
+                continue
+            for b in blocks_in(innermost_body):
+                for iv, bind in zip(b.iter_vars, b.bindings):
+                    if iv.kind == "reduce" and id(c.var) in loop_vars_used(bind):
+                        raise ScheduleError(f"reorder of loops [{names}]: the loops hold more "
+                                            f"than one block and loop {c.var.name} drives "
+                                            f"reduction iterator {iv.var.name} of block "
+                                            f"{b.name!r}")
+        try:
+            _check_private(chain[-1], f"reorder of loops [{names}]")
+        except ScheduleError as e:
+            raise ScheduleError(f"{e} (the loops hold more than one block)") from None
     for c in chain:
         if c.kind != "serial" and id(c) in want:
             raise ScheduleError(f"reorder of loops [{names}]: loop {c.var.name} is {c.kind}")

@@ -1,0 +1,217 @@
+"""The packed-GEMM rule: dense, matmul, batch matmul and convolution in NHWC (1x1 and KxK,
+any stride, padding materialized by its own block) as a register-blocked micro-kernel.
+
+A kernel qualifies when it has one reduction block ``C[.., m, n] += A[..] * B[..]`` whose output's
+last dim ``n`` indexes ``B`` but not ``A``. Then:
+
+- ``B`` is packed into panels ``[n // nr, <reduction dims>, n % nr]`` (``transform_layout``; the
+  driver packs constant weights once at compile time); an activation ``B`` is used in place when
+  it is contiguous along ``n``;
+- the output's ``m`` (second-to-last) and ``n`` dims are split into ``mr x nr`` register tiles,
+  the tile loops go inside, the outer loops (``n`` tiles first, so a ``B`` panel stays in cache
+  while all rows stream past it) are fused and run in parallel;
+- the reduction is computed per tile (``compute_at`` into the tile loop; its buffer becomes a
+  ``mr x nr`` local tile) and tensorized with the ``gemm`` micro-kernel; the fused elementwise
+  epilogue (bias, folded batch norm, activation, residual add) reads the tile and is vectorized.
+"""
+
+from __future__ import annotations
+
+from ....errors import ScheduleError
+from ....target import Target
+from ...arith import linear_terms, flat_index, simplify
+from ...expr import Var
+from ...stmt import Block, For, PrimFunc
+from ..analysis import block_reads, block_writes, blocks_in, find_path
+from ..layout import IndexMap
+from ..schedule import Schedule
+from ..tensorize import MAX_ACCUMULATORS, _match_update
+from .generic import finish_generic
+
+ISA_NAMES = {"avx512", "avx2", "scalar"}
+
+
+def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | None:
+    """``(mr, nr)`` register block for an ``m x n`` output: ``mr`` divides ``m``, ``nr``
+    divides ``n``; maximizes modelled FMA throughput (lane use x latency hiding x load/FMA
+    balance)."""
+    best, best_score = None, 0.0
+    ncands = [d for d in range(1, min(n, 4 * lanes) + 1) if n % d == 0]
+    for nr in ncands:
+        nv = -(-nr // lanes)
+        lane_eff = nr / (nv * lanes)
+        for mr in range(1, min(m, 28) + 1):
+            if m % mr or mr * nv > max_acc:
+                continue
+            acc = mr * nv
+            score = lane_eff * min(1.0, acc / 10.0) * acc / max(acc, mr + nv)
+            score *= 1.0 + 0.01 * nr + 0.001 * mr  # tie-break: wider panels, fewer calls
+            if score > best_score:
+                best, best_score = (mr, nr), score
+    return best
+
+
+def _plain_ivs(indices, ivs) -> list | None:
+    """The iter var of each index when every index is a distinct plain iter var."""
+    out = []
+    for i in indices:
+        m = [iv for iv in ivs if iv.var is i]
+        if not m:
+            return None
+        out.append(m[0])
+    return out if len({id(x) for x in out}) == len(out) else None
+
+
+def analyze(func: PrimFunc):
+    """The GEMM structure of ``func`` or ``None``: a dict with the reduction block, its
+    operands, the ``m``/``n`` iter vars and the epilogue block."""
+    blocks = blocks_in(func.body)
+    reds = [b for b in blocks if b.init is not None]
+    if len(reds) != 1:
+        return None
+    R = reds[0]
+    try:
+        st, la, lb = _match_update(R, "gemm rule")
+    except ScheduleError:
+        return None
+    if st.buffer.dtype != "float32":
+        return None
+    sp = [iv for iv in R.iter_vars if iv.kind == "spatial"]
+    rd = [iv for iv in R.iter_vars if iv.kind == "reduce"]
+    if not rd or len(st.indices) != len(sp) or not all(
+            i is iv.var for i, iv in zip(st.indices, sp)):
+        return None
+    n_iv = sp[-1]
+
+    def uses(ld, iv):
+        from ...arith import collect
+        return any(v is iv.var for i in ld.indices for v in collect(i, lambda x: x is iv.var))
+    if uses(la, n_iv) and not uses(lb, n_iv):
+        la, lb = lb, la
+    if uses(la, n_iv) or not uses(lb, n_iv):
+        return None
+    m_iv = sp[-2] if len(sp) >= 2 else None
+    if m_iv is not None and not uses(la, m_iv):
+        m_iv = None
+    # reduction order: A's element stride, largest first (the contiguous one innermost)
+    flat = flat_index(la.src, la.indices)
+    lt = linear_terms(flat)
+    coef = {}
+    if lt is not None:
+        for atom, c in lt[0].values():
+            if isinstance(atom, Var):
+                coef[id(atom)] = c
+    rd_sorted = sorted(rd, key=lambda iv: -abs(coef.get(id(iv.var), 0)))
+    others = [b for b in blocks if b is not R]
+    epi = [b for b in others if any(r is st.buffer for r in block_reads(b))]
+    return {"R": R, "C": st.buffer, "A": la, "B": lb, "n": n_iv, "m": m_iv, "sp": sp,
+            "rd": rd_sorted, "epi": epi[0] if len(epi) == 1 else None, "others": others}
+
+
+def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
+    """Packed GEMM with a register-blocked micro-kernel (see the module doc)."""
+    g = analyze(func)
+    if g is None or target.isa not in ISA_NAMES:
+        return None
+    R, n_iv, m_iv = g["R"], g["n"], g["m"]
+    lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[target.isa]
+    tile = choose_tile(m_iv.extent if m_iv is not None else 1, n_iv.extent, lanes,
+                       MAX_ACCUMULATORS[target.isa])
+    if tile is None:
+        return None
+    mr, nr = tile
+    if mr * nr < 16 and n_iv.extent * (m_iv.extent if m_iv is not None else 1) < 64:
+        return None  # too small to be worth a micro-kernel
+    sch = Schedule(func)
+    params = {id(p) for p in func.params}
+    B = g["B"]
+    bivs = _plain_ivs(B.indices, R.iter_vars)
+    if id(B.src) in params and bivs is not None:
+        # pack B as [batch dims..., n // nr, reduction dims in loop order, n % nr]
+        pos = {id(iv): d for d, iv in enumerate(bivs)}
+        nd = pos[id(n_iv)]
+        red_dims = [pos[id(iv)] for iv in g["rd"] if id(iv) in pos]
+        rest = [d for d in range(len(bivs)) if d != nd and d not in red_dims]
+
+        def fmap(*i):
+            return tuple([i[d] for d in rest] + [i[nd] // nr] + [i[d] for d in red_dims]
+                         + [i[nd] % nr])
+        reads = block_reads(R)
+        sch.transform_layout(R.name, ("read", [id(b) for b in reads].index(id(B.src))),
+                             IndexMap.from_func(len(bivs), fmap))
+    # the output loops
+    out_block = g["epi"].name if g["epi"] is not None else R.name
+    sp_loops = _spatial_loops(sch, out_block, g)
+    if sp_loops is None:
+        return None
+    if m_iv is not None:
+        outer, lm, ln = sp_loops[:-2], sp_loops[-2], sp_loops[-1]
+    else:
+        outer, lm, ln = sp_loops[:-1], None, sp_loops[-1]
+    outer = [x for x in outer if x is not None]
+    if ln is None:
+        return None
+    no, ni = sch.split(ln, [None, nr])
+    if lm is not None and mr > 1:
+        mo, mi = sch.split(lm, [None, mr])
+        order = [no] + list(outer) + [mo, mi, ni]
+    else:
+        mi = None
+        if lm is not None:
+            outer = outer + [lm]
+        order = [no] + list(outer) + [ni]
+    sch.reorder(*order)
+    fused_outer = [x for x in order[:-2 if mi is not None else -1]]
+    par = sch.fuse(*fused_outer) if len(fused_outer) > 1 else fused_outer[0]
+    if g["epi"] is not None:
+        sch.compute_at(R.name, par)
+        rloops = sch.get_loops(R.name)
+        k = rloops.index(par)
+        inner = rloops[k + 1:]
+        # inner: spatial region loops (iter var order) then reduction loops (iter var order)
+        nsp = len([iv for iv in R.iter_vars if iv.kind == "spatial"])
+        sp_in, rd_in = inner[:nsp], inner[nsp:]
+        rd_order = [rd_in[[iv for iv in R.iter_vars if iv.kind == "reduce"].index(iv)]
+                    for iv in g["rd"]]
+        sp_m = sp_in[[iv for iv in R.iter_vars if iv.kind == "spatial"].index(m_iv)] \
+            if m_iv is not None else None
+        sp_n = sp_in[-1]
+        sch.reorder(*(rd_order + ([sp_m] if sp_m is not None else []) + [sp_n]))
+        sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32")
+        eloops = sch.get_loops(g["epi"].name)
+        sch.vectorize(eloops[-1])
+    else:
+        rloops = sch.get_loops(R.name)
+        k = rloops.index(par)
+        inner = rloops[k + 1:]  # mi?, ni, reduction loops (iter var order)
+        tile_loops = inner[:2] if mi is not None else inner[:1]
+        rd_in = inner[len(tile_loops):]
+        rd_order = [rd_in[[iv for iv in R.iter_vars if iv.kind == "reduce"].index(iv)]
+                    for iv in g["rd"]]
+        sch.reorder(*(rd_order + tile_loops))
+        sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32")
+    sch.parallel(par)
+    finish_generic(sch, target, skip={R.name} | ({g["epi"].name} if g["epi"] else set()))
+    return sch
+
+
+def _spatial_loops(sch: Schedule, block: str, g) -> list | None:
+    """Per output spatial dim, the loop bound 1:1 to it (``None`` for a unit dim without a
+    loop); ``None`` when the loops are not in that simple form."""
+    from ..schedule import LoopRV
+    from ...expr import Const
+    blk, path = sch.find_block(block, "gemm rule")
+    loops = {id(s.var): s for s in path if isinstance(s, For)}
+    sp_ivs = [iv for iv in blk.iter_vars if iv.kind == "spatial"]
+    binds = [b for iv, b in zip(blk.iter_vars, blk.bindings) if iv.kind == "spatial"]
+    if len(sp_ivs) != len(g["sp"]):
+        return None
+    out = []
+    for iv, b in zip(sp_ivs, binds):
+        if isinstance(b, Var) and id(b) in loops and loops[id(b)].extent == iv.extent:
+            out.append(LoopRV(b))
+        elif isinstance(b, Const) and iv.extent == 1:
+            out.append(None)
+        else:
+            return None
+    return out

@@ -15,15 +15,22 @@ from .codegen.build import build_library
 from .codegen.module import generate_c_module
 from .graph.ir import Constant, IRModule, Var
 from .graph.lower import kernel_args, lower_binding
-from .graph.passes import PassContext, optimize
+from .graph.passes import PassContext, optimize, register_config
 from .runtime.memory_plan import plan_memory
 from .runtime.module import CompiledModel
+from .errors import LoweringError
 from .target import Target
 from .tune.dispatch import apply_best_schedules
 
 
+SCHEDULE_LEVEL = register_config(
+    "schedule.level", int,
+    "default schedules: 0 = naive loop nests, 1 = rules with scalar micro-kernels (tiling, "
+    "packed weights, parallel loops), 2 = rules with SIMD micro-kernels (the default)")
+
+
 def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
-          output_names: Sequence[str] | None = None):
+          output_names: Sequence[str] | None = None, kernels: Sequence | None = None):
     """Execution plan for ``func`` whose i-th binding runs kernel ``symbols[i]``; graph outputs
     are named ``output_names`` (the names before the passes) when given."""
     slots: list[dict] = []
@@ -62,6 +69,8 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
             first[s] = k
             last[s] = k
         args = [slot(a) for a in kernel_args(b)]
+        if kernels is not None:
+            args = _packed_args(kernels[k], args, slots, bound)
         for s in args:
             if s in last:
                 last[s] = max(last[s], k)
@@ -81,7 +90,65 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
         slots[s]["offset"] = off
     plan = {"inputs": inputs, "outputs": outputs, "slots": slots, "steps": steps,
             "arena_bytes": total}
+    used = {slots[a]["param"] for st in steps for a in st["args"]} | \
+        {slots[o["slot"]]["param"] for o in outputs}
+    for s in slots:  # weights only their packed copies use are dropped
+        if s["kind"] == "param" and s["param"] not in used:
+            s["kind"], s["param"] = "unused", None
+    bound = {k: v for k, v in bound.items() if k in used}
     return plan, bound
+
+
+def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
+    """``args`` with each weight the kernel's schedule re-laid out (``param_layouts``) replaced
+    by a slot holding the packed copy (packed once, here, at compile time)."""
+    layouts = kernel.attrs.get("param_layouts") if kernel is not None else None
+    if not layouts:
+        return args
+    from .tir.schedule import IndexMap
+    args = list(args)
+    for j, lay in sorted(layouts.items()):
+        j = int(j)
+        src = slots[args[j]]
+        if src["kind"] != "param":
+            raise LoweringError(f"kernel {kernel.name}: its schedule re-lays out argument {j}, "
+                                f"which is not a compile-time constant")
+        name = f"{src['param']}@packed{abs(hash(lay['index_map'])) % 10**10}"
+        if name not in bound:
+            imap = IndexMap.from_json(lay["index_map"])
+            bound[name] = imap.apply_numpy(np.asarray(bound[src["param"]]))
+        shape = list(np.shape(bound[name]))
+        found = [i for i, s in enumerate(slots) if s["kind"] == "param" and s["param"] == name]
+        if found:
+            args[j] = found[0]
+        else:
+            slots.append({"shape": shape, "dtype": src["dtype"], "kind": "param",
+                          "offset": None, "param": name})
+            args[j] = len(slots) - 1
+    return args
+
+
+def _constant_args(binding, params) -> list[int]:
+    """Positions of ``binding``'s kernel arguments that are compile-time constants."""
+    out = []
+    for k, a in enumerate(kernel_args(binding)):
+        if isinstance(a, Constant) or (isinstance(a, Var) and a.name in params):
+            out.append(k)
+    return out
+
+
+def schedule_kernels(kernels: list, bindings, params, target: Target, level: int) -> list:
+    """Each kernel scheduled by the target's default rules (``level``: see ``schedule.level``);
+    kernels already scheduled by tuning records are kept."""
+    from .tir.schedule.rules import schedule_default
+    if level <= 0:
+        return kernels
+    tgt = target if level >= 2 else Target(str(target) + " -isa=scalar")
+    out = []
+    for k, b in zip(kernels, bindings):
+        k.attrs["constant_params"] = _constant_args(b, params)
+        out.append(schedule_default(k, tgt))
+    return out
 
 
 def _nbytes(slot: dict) -> int:
@@ -114,14 +181,21 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     t_passes = time.perf_counter()
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
-    kernels = apply_best_schedules(kernels, target)  # tuning records, when a context is active
+    tuned = apply_best_schedules(kernels, target)  # tuning records, when a context is active
+    ctx = PassContext.current()
+    level = ctx.config.get(SCHEDULE_LEVEL, 2)
+    rest = [i for i, (a, t) in enumerate(zip(kernels, tuned)) if a is t]
+    sched = schedule_kernels([kernels[i] for i in rest], [func.bindings[i] for i in rest],
+                             params, target, level)
+    kernels = list(tuned)
+    for i, s_ in zip(rest, sched):
+        kernels[i] = s_
     t_lower = time.perf_counter()
     source, symbols = generate_c_module(kernels, target)
     t_codegen = time.perf_counter()
     lib = build_library(source, target.mcpu)
     t_cc = time.perf_counter()
-    plan, bound = _plan(func, params, symbols, output_names)
-    ctx = PassContext.current()
+    plan, bound = _plan(func, params, symbols, output_names, kernels)
     info = {"num_bindings": num_imported, "num_kernels": len(kernels), "opt_level": ctx.opt_level,
             "passes_s": t_passes - t0,
             "num_unique_kernels": len(set(symbols)), "arena_bytes": plan["arena_bytes"],

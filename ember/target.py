@@ -2,8 +2,10 @@
 
 ``Target("llvm -mcpu=native")`` is the host CPU (the kind keeps TVM's spelling ``llvm``; ``cpu``
 and ``c`` name the same target: ember generates C and builds it with the system compiler).
-Options: ``-mcpu=NAME`` (passed to the C compiler as ``-march=NAME``; ``native`` by default) and
-``-num-threads=N`` (OpenMP threads; default: the OpenMP runtime's choice).
+Options: ``-mcpu=NAME`` (passed to the C compiler as ``-march=NAME``; ``native`` by default),
+``-num-threads=N`` (OpenMP threads; default: the OpenMP runtime's choice) and ``-isa=NAME``
+(``avx512``, ``avx2`` or ``scalar``: cap the SIMD instruction set that schedules and micro-kernels
+use below what ``-mcpu`` allows).
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ class Target:
             if not p.startswith("-") or "=" not in p:
                 raise TargetError(f"bad target option {p!r}: expected -key=value")
             k, v = p.lstrip("-").split("=", 1)
-            if k not in ("mcpu", "num-threads"):
-                raise TargetError(f"unknown target option -{k} (known: -mcpu, -num-threads)")
+            if k not in ("mcpu", "num-threads", "isa"):
+                raise TargetError(f"unknown target option -{k} (known: -mcpu, -num-threads, "
+                                  f"-isa)")
+            if k == "isa" and v not in ("avx512", "avx2", "scalar"):
+                raise TargetError(f"unknown -isa={v}: use avx512, avx2 or scalar")
             self.options[k] = v
 
     @property
@@ -60,11 +65,13 @@ class Target:
         """The SIMD instruction set code generation uses: ``"avx512"``, ``"avx2"`` or
         ``"scalar"``."""
         f = self.features
-        if "avx512f" in f:
-            return "avx512"
-        if "avx2" in f and "fma" in f:
-            return "avx2"
-        return "scalar"
+        best = "avx512" if "avx512f" in f else ("avx2" if "avx2" in f and "fma" in f
+                                                else "scalar")
+        cap = self.options.get("isa")
+        order = ["scalar", "avx2", "avx512"]
+        if cap and order.index(cap) < order.index(best):
+            return cap
+        return best
 
     @property
     def vector_lanes(self) -> int:

@@ -168,6 +168,7 @@ class CFunctionPrinter:
         self.func = lower_blocks(func)
         self.target = Target(target or "llvm")
         self.deps: dict[str, str] = {}  # support code (micro-kernels, vector helpers) by name
+        self.bounds: dict = {}  # ranges of the enclosing loop variables (index simplification)
         self.namer = _Namer()
         self.lines: list[str] = []
         self.keep: list = []  # keep objects alive so ids stay unique
@@ -292,7 +293,7 @@ class CFunctionPrinter:
         if len(indices) != len(buf.shape):
             raise LoweringError(f"buffer {buf.name} of rank {len(buf.shape)} accessed with "
                                 f"{len(indices)} indices")
-        return f"{name}[{self.expr(flat_index(buf, indices))}]"
+        return f"{name}[{self.expr(flat_index(buf, indices, self.bounds))}]"
 
     def buf_name(self, buf: Buffer) -> str:
         self.keep.append(buf)
@@ -313,7 +314,9 @@ class CFunctionPrinter:
             elif s.kind == "unrolled":
                 self.lines.append(f"{pad}#pragma GCC unroll {min(s.extent, 64)}")
             self.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {s.extent}; ++{v}) {{")
+            self.bounds[s.var] = (0, s.extent - 1)
             self.stmt(s.body, ind + 1)
+            del self.bounds[s.var]
             self.lines.append(f"{pad}}}")
         elif isinstance(s, Store):
             v = self.expr(s.value)

@@ -236,6 +236,9 @@ def _val_equal(x, y, vmap) -> bool:
 
 
 def _attrs_equal(a: dict, b: dict) -> bool:
+    # an attribute set to None means "not given": equal to leaving it out
+    a = {k: v for k, v in a.items() if v is not None}
+    b = {k: v for k, v in b.items() if v is not None}
     if set(a) != set(b):
         return False
     return all(_attr_value_equal(a[k], b[k]) for k in a)

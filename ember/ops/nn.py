@@ -30,6 +30,58 @@ def _in_bounds(conds: list, e: Expr, extent: int, lo_pad: int, hi_pad: int):
         conds.append(te.lt(e, extent))
 
 
+# layouts ----------------------------------------------------------------------------------------
+
+def channels_last(attrs, ndim: int, op: str = "") -> bool:
+    """True when ``attrs["data_layout"]`` puts channels last (``"NHWC"``, ``"NWC"``,
+    ``"NDHWC"``); ``None`` or a channels-first string (``"NCHW"``...) gives False.
+
+    Raises:
+        ShapeMismatchError: a layout string of the wrong rank or an unknown form.
+    """
+    lay = attrs.get("data_layout")
+    if lay is None:
+        return False
+    if len(lay) != ndim or lay[0] != "N" or ("C" not in lay) or lay.index("C") not in (1, ndim - 1):
+        raise ShapeMismatchError(f"{op}: data_layout {lay!r} does not fit a rank-{ndim} input "
+                                 f"(use e.g. 'NCHW' or 'NHWC')")
+    return lay.index("C") == ndim - 1 and ndim > 2
+
+
+def to_channels_first(a: np.ndarray) -> np.ndarray:
+    """``(N, *sp, C) -> (N, C, *sp)``."""
+    return np.moveaxis(a, -1, 1)
+
+
+def to_channels_last(a: np.ndarray) -> np.ndarray:
+    """``(N, C, *sp) -> (N, *sp, C)``."""
+    return np.moveaxis(a, 1, -1)
+
+
+def _cf_type(t: TensorType) -> TensorType:
+    return TensorType((t.shape[0], t.shape[-1]) + tuple(t.shape[1:-1]), t.dtype)
+
+
+def _cl_type(t: TensorType) -> TensorType:
+    return TensorType((t.shape[0],) + tuple(t.shape[2:]) + (t.shape[1],), t.dtype)
+
+
+def _layout_aware(infer, ref, name):
+    """Wrap a channels-first type inference and reference so they also take channels-last
+    inputs (``data_layout`` ending in C): transpose in, run, transpose out."""
+    def infer2(types, attrs):
+        if not channels_last(attrs, types[0].ndim, name):
+            return infer(types, attrs)
+        return [_cl_type(t) for t in infer([_cf_type(types[0])] + list(types[1:]), attrs)]
+
+    def ref2(xs, attrs):
+        if not channels_last(attrs, xs[0].ndim, name):
+            return ref(xs, attrs)
+        return [np.ascontiguousarray(to_channels_last(y))
+                for y in ref([to_channels_first(xs[0])] + list(xs[1:]), attrs)]
+    return infer2, ref2
+
+
 # convolution -----------------------------------------------------------------------------------
 
 def conv_out_dim(size: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
@@ -121,11 +173,64 @@ def _conv_compute(inputs, attrs, out_types):
     return [y]
 
 
-register_op("nn.conv", infer_type=_conv_type, reference=_conv_ref, compute=_conv_compute,
+def _conv_compute_cl(inputs, attrs, out_types):
+    """Channels-last convolution: x (N, *sp, C), y (N, *osp, M); padding is a materialized
+    ``pad`` stage so the reduction reads plain loads (what the GEMM schedule tensorizes)."""
+    x, w = inputs[0], inputs[1]
+    nsp = x.ndim - 2
+    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
+    p = _sp(attrs["pads"], 2 * nsp, 0)
+    g = attrs["group"]
+    M, Cg = w.shape[0], w.shape[1]
+    Mg = M // g
+    out_shape = out_types[0].shape
+    if any(p):
+        psh = (x.shape[0],) + tuple(x.shape[1 + i] + p[i] + p[nsp + i] for i in range(nsp)) + \
+            (x.shape[-1],)
+
+        def fpad(n, *r):
+            sp_, c = r[:-1], r[-1]
+            conds: list = []
+            pos = []
+            for i in range(nsp):
+                e = sp_[i] - p[i]
+                _in_bounds(conds, e, x.shape[1 + i], p[i], p[nsp + i])
+                pos.append(e)
+            return te.select(te.all_of(*conds), x[(n, *pos, c)], te.const(0, x.dtype))
+        xp = te.compute(psh, fpad, name="pad", materialize=True)
+    else:
+        xp = x
+    rc = te.reduce_axis(Cg, "rc")
+    rk = [te.reduce_axis(w.shape[2 + i], f"rk{i}") for i in range(nsp)]
+
+    def f(n, *r):
+        o, m = r[:-1], r[-1]
+        pos = [o[i] * s[i] + rk[i].var * d[i] for i in range(nsp)]
+        c = rc.var if g == 1 else (m // Mg) * Cg + rc.var
+        return te.sum(xp[(n, *pos, c)] * w[(m, rc.var, *[q.var for q in rk])], axis=[rc] + rk)
+
+    y = te.compute(out_shape, f, name="conv")
+    if len(inputs) == 3:
+        b = inputs[2]
+        y = te.compute(out_shape, lambda n, *r: y[(n, *r)] + b[r[-1]], name="conv_bias")
+    return [y]
+
+
+def _conv_compute_any(inputs, attrs, out_types):
+    if channels_last(attrs, inputs[0].ndim, "nn.conv"):
+        return _conv_compute_cl(inputs, attrs, out_types)
+    return _conv_compute(inputs, attrs, out_types)
+
+
+_conv_type_l, _conv_ref_l = _layout_aware(_conv_type, _conv_ref, "nn.conv")
+register_op("nn.conv", infer_type=_conv_type_l, reference=_conv_ref_l, compute=_conv_compute_any,
             pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 3),
-            attrs={"strides": None, "pads": None, "dilations": None, "group": 1},
+            attrs={"strides": None, "pads": None, "dilations": None, "group": 1,
+                   "data_layout": None},
             doc="N-d convolution (cross-correlation) of x (N, C, *sp) with w (M, C/group, *k) "
-                "plus optional bias (M,), explicit pads (ONNX Conv)")
+                "plus optional bias (M,), explicit pads (ONNX Conv); data_layout 'NHWC' (any "
+                "channels-last string) takes and gives channels-last activations, weights stay "
+                "(M, C/group, *k)")
 
 
 # pooling ---------------------------------------------------------------------------------------
@@ -197,11 +302,33 @@ def _avg_pool_ref(xs, attrs):
     return [y.astype(x.dtype)]
 
 
+class _CFView:
+    """A channels-last tensor read with channels-first indices ``(n, c, *sp)``."""
+
+    def __init__(self, t):
+        self.t = t
+        self.shape = (t.shape[0], t.shape[-1]) + tuple(t.shape[1:-1])
+        self.dtype = t.dtype
+        self.ndim = t.ndim
+
+    def __getitem__(self, idx):
+        return self.t[(idx[0], *idx[2:], idx[1])]
+
+
+def _out(cl: bool, cf_shape, fbody, name):
+    """``te.compute`` of a channels-first body ``fbody(n, c, *sp)`` in the output layout."""
+    if not cl:
+        return te.compute(cf_shape, fbody, name=name)
+    shape = (cf_shape[0],) + tuple(cf_shape[2:]) + (cf_shape[1],)
+    return te.compute(shape, lambda n, *r: fbody(n, r[-1], *r[:-1]), name=name)
+
+
 def _pool_compute(kind):
     def compute(inputs, attrs, out_types):
-        x = inputs[0]
+        cl = channels_last(attrs, inputs[0].ndim, f"nn.{kind}_pool")
+        x = _CFView(inputs[0]) if cl else inputs[0]
         nsp, k, s, d, p, out = _pool_geom(x.shape, attrs)
-        oshape = out_types[0].shape
+        oshape = (x.shape[0], x.shape[1]) + tuple(out)
 
         def window(o, rk, lo_pads, hi_pads):
             conds, pos = [], []
@@ -220,13 +347,13 @@ def _pool_compute(kind):
             def fmax(n, c, *o):
                 cond, pos = window(o, rk, None, None)
                 return te.max(x[(n, c, *pos)], axis=rk, where=cond)
-            return [te.compute(oshape, fmax, name="maxpool")]
+            return [_out(cl, oshape, fmax, "maxpool")]
         acc_dt = x.dtype
 
         def fsum(n, c, *o):
             cond, pos = window(o, rk, None, None)
             return te.sum(x[(n, c, *pos)], axis=rk, where=cond)
-        total = te.compute(oshape, fsum, name="poolsum")
+        total = _out(cl, oshape, fsum, "poolsum")
         rk2 = [te.reduce_axis(k[i], f"ck{i}") for i in range(nsp)]
         include = bool(attrs["count_include_pad"])
 
@@ -234,17 +361,26 @@ def _pool_compute(kind):
             cond, _ = window(o, rk2, True if include else None, True if include else None)
             return te.sum(te.const(1, acc_dt), axis=rk2, where=cond)
         count = te.compute(oshape[2:], lambda *o: fcount(0, 0, *o), name="poolcount")
+        if cl:
+            return [te.compute(out_types[0].shape,
+                               lambda n, *r: total[(n, *r)] / count[r[:-1]], name="avgpool")]
         return [te.compute(oshape, lambda n, c, *o: total[(n, c, *o)] / count[o], name="avgpool")]
     return compute
 
 
 _POOL_ATTRS = {"kernel_shape": REQUIRED, "strides": None, "pads": None, "dilations": None,
                "ceil_mode": 0}
-register_op("nn.max_pool", infer_type=_pool_type, reference=_max_pool_ref,
-            compute=_pool_compute("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-            attrs=dict(_POOL_ATTRS), doc="N-d max pooling, explicit pads (ONNX MaxPool)")
-register_op("nn.avg_pool", infer_type=_pool_type, reference=_avg_pool_ref,
-            compute=_pool_compute("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+_POOL_ATTRS["data_layout"] = None
+_max_t, _max_r = _layout_aware(_pool_type, _max_pool_ref, "nn.max_pool")
+_avg_t, _avg_r = _layout_aware(_pool_type, _avg_pool_ref, "nn.avg_pool")
+register_op("nn.max_pool", infer_type=_max_t, reference=_max_r,
+            compute=_pool_compute("max"),
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+            attrs=dict(_POOL_ATTRS), doc="N-d max pooling, explicit pads (ONNX MaxPool); "
+                                         "data_layout as nn.conv")
+register_op("nn.avg_pool", infer_type=_avg_t, reference=_avg_r,
+            compute=_pool_compute("avg"),
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
             attrs=dict(_POOL_ATTRS, count_include_pad=0),
             doc="N-d average pooling; the divisor counts input positions, plus pad positions "
                 "when count_include_pad (never ceil-mode overhang) (ONNX AveragePool)")
@@ -259,27 +395,39 @@ def _global_pool_type(types, attrs):
 
 def _global_pool_compute(kind):
     def compute(inputs, attrs, out_types):
-        x = inputs[0]
+        cl = channels_last(attrs, inputs[0].ndim, f"nn.global_{kind}_pool")
+        x = _CFView(inputs[0]) if cl else inputs[0]
         rk = [te.reduce_axis(n, f"gk{i}") for i, n in enumerate(x.shape[2:])]
         red = te.max if kind == "max" else te.sum
-        y = te.compute(out_types[0].shape,
-                       lambda n, c, *o: red(x[(n, c, *[r.var for r in rk])], axis=rk), name="gpool")
+        cf_shape = x.shape[:2] + (1,) * (x.ndim - 2)
+        y = _out(cl, cf_shape, lambda n, c, *o: red(x[(n, c, *[r.var for r in rk])], axis=rk),
+                 "gpool")
         if kind == "avg":
             cnt = float(np.prod(x.shape[2:]))
-            y = te.compute(out_types[0].shape, lambda *i: y[i] / te.const(cnt, x.dtype), name="gavg")
+            y = te.compute(out_types[0].shape, lambda *i: y[i] / te.const(cnt, x.dtype),
+                           name="gavg")
         return [y]
     return compute
 
 
-register_op("nn.global_avg_pool", infer_type=_global_pool_type,
-            reference=lambda xs, a: [xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True,
-                                                dtype=np.float64).astype(xs[0].dtype)],
-            compute=_global_pool_compute("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-            doc="mean over all spatial dims, keeping them as 1 (ONNX GlobalAveragePool)")
-register_op("nn.global_max_pool", infer_type=_global_pool_type,
-            reference=lambda xs, a: [xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True)],
-            compute=_global_pool_compute("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-            doc="max over all spatial dims, keeping them as 1 (ONNX GlobalMaxPool)")
+_gavg_t, _gavg_r = _layout_aware(
+    _global_pool_type,
+    lambda xs, a: [xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True,
+                              dtype=np.float64).astype(xs[0].dtype)], "nn.global_avg_pool")
+_gmax_t, _gmax_r = _layout_aware(
+    _global_pool_type,
+    lambda xs, a: [xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True)],
+    "nn.global_max_pool")
+register_op("nn.global_avg_pool", infer_type=_gavg_t, reference=_gavg_r,
+            compute=_global_pool_compute("avg"),
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, attrs={"data_layout": None},
+            doc="mean over all spatial dims, keeping them as 1 (ONNX GlobalAveragePool); "
+                "data_layout as nn.conv")
+register_op("nn.global_max_pool", infer_type=_gmax_t, reference=_gmax_r,
+            compute=_global_pool_compute("max"),
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, attrs={"data_layout": None},
+            doc="max over all spatial dims, keeping them as 1 (ONNX GlobalMaxPool); "
+                "data_layout as nn.conv")
 
 
 # normalization --------------------------------------------------------------------------------

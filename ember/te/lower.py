@@ -70,7 +70,7 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
     out_ids = {id(t) for t in outputs}
     inlinable = {id(t) for t in stages
                  if inline and isinstance(t.op, ComputeOp) and id(t) not in out_ids
-                 and not isinstance(t.op.body, Reduce)}
+                 and not isinstance(t.op.body, Reduce) and not t.op.materialize}
 
     buffers: dict[int, Buffer] = {}
     params = []

@@ -30,9 +30,10 @@ class PlaceholderOp(Operation):
 class ComputeOp(Operation):
     """``tensor[axis...] = body``; ``body`` may be a top-level ``Reduce``."""
 
-    def __init__(self, axis: Sequence[IterVar], body: Expr):
+    def __init__(self, axis: Sequence[IterVar], body: Expr, materialize: bool = False):
         self.axis = tuple(axis)
         self.body = body
+        self.materialize = materialize
 
     @property
     def inputs(self) -> list["Tensor"]:
@@ -75,11 +76,13 @@ def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "") ->
 
 
 def compute(shape: Sequence[int], fcompute: Callable[..., Any], name: str = "",
-            dtype: str | None = None) -> Tensor:
+            dtype: str | None = None, materialize: bool = False) -> Tensor:
     """A tensor of ``shape`` whose element ``(i0, i1, ...)`` is ``fcompute(i0, i1, ...)``.
 
     ``fcompute`` gets one ``Var`` per dimension and returns an expression (or a Python scalar).
-    ``dtype`` casts the result when given.
+    ``dtype`` casts the result when given. ``materialize`` keeps an injective stage as its own
+    loop nest and buffer instead of inlining it into its consumers (e.g. a padded copy that a
+    tensorized consumer reads without bounds checks).
     """
     name = name or f"t{next(_names)}"
     axis = [IterVar(s, f"{name}_i{k}") for k, s in enumerate(shape)]
@@ -93,7 +96,7 @@ def compute(shape: Sequence[int], fcompute: Callable[..., Any], name: str = "",
         # an empty reduce domain: every element is the combiner's identity (sum 0, prod 1,
         # max -inf...), whatever loop form the reduction would later be lowered or scheduled to
         body = body.identity()
-    return Tensor(shape, body.dtype, name, ComputeOp(axis, body))
+    return Tensor(shape, body.dtype, name, ComputeOp(axis, body, materialize))
 
 
 def reduce_axis(extent: int, name: str = "k") -> IterVar:

@@ -514,13 +514,13 @@ def canonical(e: Expr, bounds: Bounds | None = None) -> Expr:
     return out
 
 
-def flat_index(buf: Buffer, indices) -> Expr:
+def flat_index(buf: Buffer, indices, bounds: Bounds | None = None) -> Expr:
     """The element offset of ``buf[indices]``: ``buf.origin`` subtracted, ``buf``'s strides
-    applied, in linear canonical form."""
+    applied, in linear canonical form (simplified with the variable ``bounds`` when given)."""
     from .expr import binop
     if buf.origin is not None:
         indices = [binop("sub", i, o) for i, o in zip(indices, buf.origin)]
     flat: Expr = Const(0, "int64")
     for i, st in zip(indices, buf.elem_strides()):
         flat = binop("add", flat, binop("mul", i, Const(st, "int64")))
-    return canonical(flat)
+    return canonical(flat, bounds)

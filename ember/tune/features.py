@@ -191,6 +191,8 @@ def _store_features(store: Store, loops: list[For]) -> tuple[np.ndarray, float, 
 
 def loop_features(func) -> np.ndarray:
     """The feature vector of a PrimFunc (see the module doc); ``FEATURE_NAMES`` names it."""
+    from ..tir.transform import lower_blocks
+    func = lower_blocks(func)
     best, best_key = None, -1.0
     n_stores, total_iters, total_flops, n_loops = 0, 0.0, 0.0, 0
 
@@ -232,6 +234,8 @@ def loop_features(func) -> np.ndarray:
 def count_flops(func) -> float:
     """Floating-point operations of one run of a PrimFunc (per-statement operations times
     their iterations, summed)."""
+    from ..tir.transform import lower_blocks
+    func = lower_blocks(func)
     total = 0.0
 
     def walk(s, iters):

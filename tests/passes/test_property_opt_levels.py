@@ -98,6 +98,8 @@ def test_opt_level_0_and_3_agree(mod):
         m0 = ember.build(mod)
     with ember.PassContext(opt_level=3):
         m3 = ember.build(mod)
-    assert m3.info["num_kernels"] <= m0.info["num_kernels"]
+    # fusion never adds kernels; ConvertLayout adds layout transposes by design, not counted
+    n3 = sum(1 for st in m3.plan["steps"] if st["op"] != "transpose")
+    assert n3 <= m0.info["num_kernels"]
     for a, b in zip(m0.run(x), m3.run(x)):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)

@@ -12,8 +12,9 @@ from ..ir import IRModule
 from .pass_manager import PassContext, Sequential, get_pass, _PASSES
 
 # level: 0 InferType | 1 SimplifyInference SimplifyExpr FoldExplicitPadding EliminateDeadCode
-# FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic | 3 EliminateCommonSubexpr
-# FoldScaleAxis CombineParallelConv2D CombineParallelDense ConvertLayout | 4 ToMixedPrecision
+# FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout | 3
+# EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
+# ToMixedPrecision
 PIPELINES: dict[str, list[str]] = {
     "llvm": [
         "InferType",

@@ -80,7 +80,9 @@ class IndexMap:
         grids = np.indices(shape, sparse=True)
         new = self.eval_numpy(list(grids))
         flat = np.ravel_multi_index([np.asarray(x).ravel() for x in new], nshape)
-        return len(np.unique(flat)) == int(np.prod(shape))
+        hit = np.zeros(int(np.prod(nshape)), dtype=bool)
+        hit[flat] = True
+        return int(np.count_nonzero(hit)) == int(np.prod(shape))
 
     def to_json(self) -> str:
         pos = {id(v): k for k, v in enumerate(self.src)}

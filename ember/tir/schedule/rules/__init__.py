@@ -37,6 +37,11 @@ def schedule_default(func: PrimFunc, target: "Target | str" = "llvm",
             sch = rule(func, target)
         except ScheduleError:
             sch = None
+        except (IndexError, KeyError, ValueError, AttributeError, TypeError) as e:
+            # a rule bug must not break compilation: record it and fall through
+            func.attrs.setdefault("schedule_notes", []).append(
+                f"{rule.__name__}: {type(e).__name__}: {e}")
+            sch = None
         if sch is not None:
             out = sch.func
             out.attrs["schedule_rule"] = rule.__name__

@@ -44,7 +44,7 @@ def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | N
             if m % mr or mr * nv > max_acc:
                 continue
             acc = mr * nv
-            score = lane_eff * min(1.0, acc / 10.0) * acc / max(acc, mr + nv)
+            score = lane_eff * min(1.0, acc / 24.0) * acc / max(acc, mr + nv)
             score *= 1.0 + 0.01 * nr + 0.001 * mr  # tie-break: wider panels, fewer calls
             if score > best_score:
                 best, best_score = (mr, nr), score
@@ -123,7 +123,8 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
     if mr * nr < 16 and n_iv.extent * (m_iv.extent if m_iv is not None else 1) < 64:
         return None  # too small to be worth a micro-kernel
     sch = Schedule(func)
-    params = {id(p) for p in func.params}
+    consts = func.attrs.get("constant_params")
+    params = {id(p) for k, p in enumerate(func.params) if consts is None or k in consts}
     B = g["B"]
     bivs = _plain_ivs(B.indices, R.iter_vars)
     if id(B.src) in params and bivs is not None:
@@ -165,34 +166,30 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
     par = sch.fuse(*fused_outer) if len(fused_outer) > 1 else fused_outer[0]
     if g["epi"] is not None:
         sch.compute_at(R.name, par)
-        rloops = sch.get_loops(R.name)
-        k = rloops.index(par)
-        inner = rloops[k + 1:]
-        # inner: spatial region loops (iter var order) then reduction loops (iter var order)
-        nsp = len([iv for iv in R.iter_vars if iv.kind == "spatial"])
-        sp_in, rd_in = inner[:nsp], inner[nsp:]
-        rd_order = [rd_in[[iv for iv in R.iter_vars if iv.kind == "reduce"].index(iv)]
-                    for iv in g["rd"]]
-        sp_m = sp_in[[iv for iv in R.iter_vars if iv.kind == "spatial"].index(m_iv)] \
-            if m_iv is not None else None
-        sp_n = sp_in[-1]
-        sch.reorder(*(rd_order + ([sp_m] if sp_m is not None else []) + [sp_n]))
-        sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32")
+    sp_m = _loop_of(sch, R.name, m_iv) if m_iv is not None else None
+    sp_n = _loop_of(sch, R.name, n_iv)
+    rd_order = [x for x in (_loop_of(sch, R.name, iv) for iv in g["rd"]) if x is not None]
+    if sp_n is None or not rd_order:
+        return None
+    sch.reorder(*(rd_order + ([sp_m] if sp_m is not None else []) + [sp_n]))
+    sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32")
+    if g["epi"] is not None:
         eloops = sch.get_loops(g["epi"].name)
         sch.vectorize(eloops[-1])
-    else:
-        rloops = sch.get_loops(R.name)
-        k = rloops.index(par)
-        inner = rloops[k + 1:]  # mi?, ni, reduction loops (iter var order)
-        tile_loops = inner[:2] if mi is not None else inner[:1]
-        rd_in = inner[len(tile_loops):]
-        rd_order = [rd_in[[iv for iv in R.iter_vars if iv.kind == "reduce"].index(iv)]
-                    for iv in g["rd"]]
-        sch.reorder(*(rd_order + tile_loops))
-        sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32")
     sch.parallel(par)
     finish_generic(sch, target, skip={R.name} | ({g["epi"].name} if g["epi"] else set()))
     return sch
+
+
+def _loop_of(sch: Schedule, block: str, iv):
+    """The loop whose variable is ``iv``'s binding in ``block`` (``None`` if it has none)."""
+    from ..schedule import LoopRV
+    blk, path = sch.find_block(block, "gemm rule")
+    b = blk.bindings[[id(x) for x in blk.iter_vars].index(id(iv))]
+    from ..analysis import loop_vars_used
+    used = loop_vars_used(b)
+    loops = [s for s in path if isinstance(s, For) and id(s.var) in used]
+    return LoopRV(loops[-1].var) if loops else None
 
 
 def _spatial_loops(sch: Schedule, block: str, g) -> list | None:

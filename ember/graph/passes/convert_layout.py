@@ -1,0 +1,131 @@
+"""ConvertLayout: run 2-D convolutions and the operators around them channels-last (NHWC).
+
+ONNX activations are NCHW; ember's fast convolution schedule (``ember.tir.schedule.rules.gemm``)
+wants the channels contiguous (``data_layout="NHWC"``), which is also the layout pooling and the
+per-channel epilogues vectorize best in. The pass walks the bindings in order and keeps, per
+value, its NCHW and/or NHWC form:
+
+- ``nn.conv`` (2-D), ``nn.max_pool``, ``nn.avg_pool``, ``nn.global_avg_pool``,
+  ``nn.global_max_pool`` on a rank-4 input take the NHWC form of their input (a ``transpose``
+  is emitted only when the value exists in NCHW alone) and produce NHWC;
+- elementwise and broadcasting operators whose rank-4 operands are available in NHWC run in NHWC;
+  lower-rank operands that broadcast against NCHW (a ``(C, 1, 1)`` bias) are reshaped to rank 4
+  and transposed -- constants, so ``FoldConstant`` folds them at compile time;
+- ``concatenate`` along the channel axis of NHWC inputs concatenates along axis 3;
+- every other operator, and the function's outputs, read the NCHW form (a ``transpose`` back is
+  emitted where a value exists only in NHWC).
+
+Convolution weights keep their (M, C/group, kh, kw) layout here; the schedule packs them once at
+compile time. Transposes of constants are folded by the ``FoldConstant`` that follows in the
+pipeline, so only activations are ever transposed at run time: the network input once, and
+values leaving the NHWC region (e.g. before a flatten).
+"""
+
+from __future__ import annotations
+
+from ...ops import get_op
+from ...ops.registry import OpPattern
+from ..ir import Binding, Call, Function, Var
+from ..mutator import Rewriter
+from .pass_manager import function_pass
+
+LAYOUT_OPS = ("nn.conv", "nn.max_pool", "nn.avg_pool", "nn.global_avg_pool",
+              "nn.global_max_pool")
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+_AXIS_ATTRS = ("axis", "axes", "perm", "shape", "pads", "starts")
+
+
+def _rank(v) -> int:
+    return v.type.ndim if hasattr(v, "type") and v.type is not None else -1
+
+
+def _is_elementwise(op: str, attrs: dict) -> bool:
+    if op.startswith("@") or op == "nn.batch_norm":
+        return False
+    try:
+        od = get_op(op)
+    except Exception:  # noqa: BLE001 - an unknown op is simply not converted
+        return False
+    return od.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST) and not any(
+        k in attrs for k in _AXIS_ATTRS)
+
+
+def convert_function(func: Function) -> Function:
+    """``func`` with 2-D convolutions and their neighbours in NHWC (see the module doc)."""
+    if not any(b.call.op == "nn.conv" and b.call.args[0].type.ndim == 4
+               and b.call.attrs.get("data_layout") is None for b in func.bindings):
+        return func
+    rw = Rewriter(func)
+    cf: dict[int, object] = {}   # id(original value) -> its NCHW form in the new function
+    cl: dict[int, object] = {}   # id(original value) -> its NHWC form
+
+    def get_cf(v):
+        if id(v) in cf:
+            return cf[id(v)]
+        if id(v) in cl:
+            cf[id(v)] = rw.emit("transpose", [cl[id(v)]], {"perm": list(TO_NCHW)})
+            return cf[id(v)]
+        return rw.lookup(v)
+
+    def get_cl(v):
+        if id(v) in cl:
+            return cl[id(v)]
+        x = get_cf(v)
+        cl[id(v)] = rw.emit("transpose", [x], {"perm": list(TO_NHWC)})
+        return cl[id(v)]
+
+    def broadcast_cl(v):
+        """A lower-rank operand broadcasting against NCHW, as a rank-4 NHWC operand."""
+        r = _rank(v)
+        if r <= 0 or r == 4:
+            return get_cl(v) if r == 4 else get_cf(v)
+        x = get_cf(v)
+        shape = [1] * (4 - r) + list(v.type.shape)
+        x = rw.emit("reshape", [x], {"newshape": shape})
+        return rw.emit("transpose", [x], {"perm": list(TO_NHWC)})
+
+    for b in func.bindings:
+        call = b.call
+        op, attrs = call.op, dict(call.attrs)
+        out = b.outputs[0]
+        single = len(b.outputs) == 1
+        if (op in LAYOUT_OPS and single and _rank(call.args[0]) == 4
+                and attrs.get("data_layout") is None):
+            attrs["data_layout"] = "NHWC"
+            args = [get_cl(call.args[0])] + [get_cf(a) for a in call.args[1:]]
+            cl[id(out)] = rw.emit(op, args, attrs, name=out.name)
+            continue
+        if (single and _rank(out) == 4 and _is_elementwise(op, attrs)
+                and any(_rank(a) == 4 and id(a) in cl for a in call.args)
+                and all(_rank(a) <= 4 for a in call.args)):
+            args = [broadcast_cl(a) for a in call.args]
+            cl[id(out)] = rw.emit(op, args, attrs, name=out.name)
+            continue
+        if (op == "concatenate" and single and _rank(out) == 4
+                and attrs.get("axis") in (1, -3)
+                and all(_rank(a) == 4 for a in call.args)
+                and any(id(a) in cl for a in call.args)):
+            attrs["axis"] = 3
+            cl[id(out)] = rw.emit(op, [get_cl(a) for a in call.args], attrs, name=out.name)
+            continue
+        args = tuple(get_cf(a) if isinstance(a, Var) else a for a in call.args)
+        if all(x is y for x, y in zip(args, call.args)):
+            rw.emit_binding(b)
+        else:
+            rw.emit_binding(Binding(b.outputs, Call(op, args, call.attrs)))
+        for o in b.outputs:
+            cf[id(o)] = o
+    for o in func.outputs:
+        if isinstance(o, Var) and (id(o) in cl or id(o) in cf):
+            rw.replace(o, get_cf(o))
+    return rw.finish()
+
+
+@function_pass("ConvertLayout", opt_level=2)
+def ConvertLayout(func, mod, ctx):
+    """Run 2-D convolutions, pooling and their elementwise neighbours in NHWC."""
+    return convert_function(func)
+
+
+__all__ = ["ConvertLayout", "convert_function"]

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .codegen.aot import AOT_SYMBOL, generate_aot_entry
 from .codegen.build import build_library
 from .codegen.module import generate_c_module
 from .graph.ir import Constant, IRModule, Var
@@ -21,6 +22,7 @@ from .runtime.module import CompiledModel
 from .errors import LoweringError
 from .target import Target
 from .tune.dispatch import apply_best_schedules
+from .tune.features import count_flops
 
 
 SCHEDULE_LEVEL = register_config(
@@ -181,6 +183,7 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     t_passes = time.perf_counter()
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
+    flops = [count_flops(k) for k in kernels]
     tuned = apply_best_schedules(kernels, target)  # tuning records, when a context is active
     ctx = PassContext.current()
     level = ctx.config.get(SCHEDULE_LEVEL, 2)
@@ -192,10 +195,15 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
         kernels[i] = s_
     t_lower = time.perf_counter()
     source, symbols = generate_c_module(kernels, target)
+    plan, bound = _plan(func, params, symbols, output_names, kernels)
+    for st, fl in zip(plan["steps"], flops):
+        st["flops"] = fl
+        st["bytes"] = sum(_nbytes(plan["slots"][a]) for a in st["args"])
+    source += "\n" + generate_aot_entry(plan)
+    plan["aot"] = AOT_SYMBOL
     t_codegen = time.perf_counter()
     lib = build_library(source, target.mcpu)
     t_cc = time.perf_counter()
-    plan, bound = _plan(func, params, symbols, output_names, kernels)
     info = {"num_bindings": num_imported, "num_kernels": len(kernels), "opt_level": ctx.opt_level,
             "passes_s": t_passes - t0,
             "num_unique_kernels": len(set(symbols)), "arena_bytes": plan["arena_bytes"],

@@ -20,6 +20,7 @@ from ..tir.expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select,
 from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
                         Store)
 from ..tir.arith import flat_index
+from .threadpool import THREADPOOL_C
 from ..tir.transform import lower_blocks
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, EXT_INT, itemsize
 from .dtype_support import ROUND_MODES, compute_dtype, storage_ctype, support_source
@@ -83,8 +84,7 @@ C_PRELUDE = (
     + _INT_HELPERS + _UINT_HELPERS + _FLOAT_HELPERS +
     "static inline void* ember_alloc(size_t n) { void* p = NULL; "
     "if (posix_memalign(&p, 64, n ? n : 64)) return NULL; return p; }\n"
-    "void ember_set_num_threads(int n) {\n#ifdef _OPENMP\n  if (n > 0) omp_set_num_threads(n);\n"
-    "#endif\n}\n"
+    + THREADPOOL_C
 )
 
 _FLOAT_FUNCS = {"exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -169,6 +169,11 @@ class CFunctionPrinter:
         self.target = Target(target or "llvm")
         self.deps: dict[str, str] = {}  # support code (micro-kernels, vector helpers) by name
         self.bounds: dict = {}  # ranges of the enclosing loop variables (index simplification)
+        self.scopes: list = []  # (used names, declared names) of the parallel bodies being printed
+        self.decl: dict[str, str] = {}  # C type of each declared name
+        self.outlined: list[str] = []  # outlined parallel-loop functions
+        self.in_outlined = 0
+        self.fname = "KERNEL"
         self.namer = _Namer()
         self.lines: list[str] = []
         self.keep: list = []  # keep objects alive so ids stay unique
@@ -179,7 +184,9 @@ class CFunctionPrinter:
             return c_literal(e.value, e.dtype)
         if isinstance(e, Var):
             self.keep.append(e)
-            return self.namer.get(e, "i")
+            name = self.namer.get(e, "i")
+            self._use(name)
+            return name
         if isinstance(e, Load):
             if _narrow_memory(e.src):
                 return self.narrow_load(e.src.dtype, self.access(e.src, e.indices))
@@ -298,18 +305,74 @@ class CFunctionPrinter:
     def buf_name(self, buf: Buffer) -> str:
         self.keep.append(buf)
         prefix = "acc" if buf.scope == "local" else "ws"
-        return self.namer.get(buf, prefix)
+        name = self.namer.get(buf, prefix)
+        self._use(name)
+        return name
+
+    def _use(self, name: str) -> None:
+        for scope in self.scopes:
+            scope[0].add(name)
+
+    def _declare(self, name: str, ctype: str) -> None:
+        self.decl[name] = ctype
+        for scope in self.scopes:
+            scope[1].add(name)
+
+    def parallel_for(self, s: For, pad: str) -> None:
+        """A parallel loop as an outlined function run by ``ember_parallel_for`` (the thread
+        pool of ``threadpool.py``); variables and buffers it uses from outside travel in a
+        context struct."""
+        k = len(self.outlined)
+        fname = f"{self.fname}_par{k}"
+        v = self.expr(s.var)
+        saved = self.lines
+        self.lines = []
+        self.scopes.append((set(), set()))
+        self._declare(v, "int64_t")
+        self.bounds[s.var] = (0, s.extent - 1)
+        self.in_outlined += 1
+        self.stmt(s.body, 2)
+        self.in_outlined -= 1
+        del self.bounds[s.var]
+        used, declared = self.scopes.pop()
+        body = self.lines
+        self.lines = saved
+        captured = sorted(used - declared, key=lambda n: (n[0], int(n.lstrip("piwsac") or 0)))
+        fields, unpack = [], []
+        for n in captured:
+            ct = self.decl.get(n)
+            if ct is None or ct.endswith("[]"):
+                raise LoweringError(f"parallel loop {v}: cannot pass {n} to the thread pool")
+            fields.append(f"{ct.replace(' restrict', '')} {n};")
+            unpack.append(f"  {ct} {n} = c_->{n};")
+        ctx_t = f"struct {fname}_ctx"
+        text = [f"{ctx_t} {{ {' '.join(fields) if fields else 'char unused_;'} }};",
+                f"static void {fname}(int64_t lo_, int64_t hi_, void* ctx_) {{",
+                f"  const {ctx_t}* c_ = (const {ctx_t}*)ctx_;", *unpack,
+                "  (void)c_;",
+                f"  for (int64_t {v} = lo_; {v} < hi_; ++{v}) {{", *body, "  }", "}"]
+        self.outlined.append("\n".join(text) + "\n")
+        init = ", ".join(captured) if captured else "0"
+        chunk = max(1, -(-s.extent // 32))
+        self.lines.append(f"{pad}{{ {ctx_t} c_ = {{{init}}}; "
+                          f"ember_parallel_for({s.extent}, {chunk}, {fname}, &c_); }}")
 
     # statements -----------------------------------------------------------------------------
     def stmt(self, s: Stmt, ind: int):
         pad = "  " * ind
         if isinstance(s, For):
+            if s.kind == "parallel" and not self.in_outlined:
+                self.parallel_for(s, pad)
+                return
             v = self.expr(s.var)
-            if s.kind == "parallel":
-                collapse = s.annotations.get("collapse", 1)
-                extra = f" collapse({collapse})" if collapse > 1 else ""
-                self.lines.append(f"{pad}#pragma omp parallel for schedule(static){extra}")
-            elif s.kind == "vectorized":
+            self._declare(v, "int64_t")
+            if s.kind == "vectorized":
+                from .vector import VectorLoop
+                self.bounds[s.var] = (0, s.extent - 1)
+                done = VectorLoop(self, s, self.target.vector_lanes).emit(pad)
+                del self.bounds[s.var]
+                if done:
+                    return
                 self.lines.append(f"{pad}#pragma omp simd")
             elif s.kind == "unrolled":
                 self.lines.append(f"{pad}#pragma GCC unroll {min(s.extent, 64)}")
@@ -331,15 +394,19 @@ class CFunctionPrinter:
             name = self.buf_name(b)
             ct = c_type(b.dtype) if _narrow_memory(b) or b.dtype not in EXT_FLOAT else "float"
             if b.scope == "local" and not b.shape:
+                self._declare(name, ct + "[]")
                 self.lines.append(f"{pad}{ct} {name};")
                 self.stmt(s.body, ind)
             elif b.scope == "local":
+                self._declare(name, f"{ct}* restrict")
                 self.lines.append(f"{pad}{ct} {name}[{b.alloc_size}] __attribute__((aligned(64)));")
                 self.stmt(s.body, ind)
             else:
+                self._declare(name, f"{ct}* restrict")
                 self.lines.append(f"{pad}{ct}* restrict {name} = ({ct}*)ember_alloc("
                                   f"{b.alloc_size * itemsize(b.dtype)});")
-                self.lines.append(f"{pad}if (!{name}) return -1;")
+                fail = "abort();" if self.in_outlined else "return -1;"
+                self.lines.append(f"{pad}if (!{name}) {fail}")
                 self.stmt(s.body, ind)
                 self.lines.append(f"{pad}free({name});")
         elif isinstance(s, IfThenElse):
@@ -366,9 +433,12 @@ class CFunctionPrinter:
             self.namer.names[id(b)] = f"p{k}"
             const = "const " if k < n_in else ""
             params.append(f"{const}{c_type(b.dtype)}* restrict p{k}")
+            self.decl[f"p{k}"] = f"{const}{c_type(b.dtype)}* restrict"
+        self.fname = name
         self.stmt(f.body, 1)
         sig = f"int32_t {name}({', '.join(params)})"
-        return sig + " {\n" + "\n".join(self.lines) + "\n  return 0;\n}\n"
+        return "".join(self.outlined) + sig + " {\n" + "\n".join(self.lines) + \
+            "\n  return 0;\n}\n"
 
 
 def _np_dtype(dtype: str) -> str:

@@ -28,7 +28,7 @@ def generate_c_module(kernels: Sequence[PrimFunc], target: "Target | str | None"
             support.setdefault(name, src)
         sym = "ember_" + hashlib.sha256(text.encode()).hexdigest()[:16]
         if sym not in bodies:
-            bodies[sym] = f"/* {k.attrs.get('op', '?')} */\n" + text.replace("KERNEL", sym, 1)
+            bodies[sym] = f"/* {k.attrs.get('op', '?')} */\n" + text.replace("KERNEL", sym)
         symbols.append(sym)
     return (C_PRELUDE + "\n" + "\n".join(support.values()) + "\n" + "\n".join(bodies.values()),
             symbols)

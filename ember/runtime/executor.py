@@ -84,6 +84,14 @@ class GraphExecutor:
             fn.restype = ctypes.c_int32
             fn.argtypes = [ctypes.c_void_p] * len(st["args"])
             self._steps.append((fn, list(st["args"]), st))
+        self._aot = None
+        if plan.get("aot") and hasattr(lib, plan["aot"]):
+            self._aot = getattr(lib, plan["aot"])
+            self._aot.restype = ctypes.c_int32
+            self._aot.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            self._ext = (ctypes.c_void_p * max(len(plan["slots"]), 1))(
+                *[p or 0 for p in self._ptr])
+        self.use_aot = self._aot is not None
         self.input_specs = plan["inputs"]
         self.output_specs = plan["outputs"]
         self._input_index = {d["name"]: k for k, d in enumerate(self.input_specs)}
@@ -121,7 +129,9 @@ class GraphExecutor:
         return out
 
     def run(self, inputs) -> list[np.ndarray]:
-        """Run once. ``inputs``: ``{name: array}`` or a list in graph-input order.
+        """Run once. ``inputs``: ``{name: array}`` or a list in graph-input order. Uses the
+        ahead-of-time entry point (one native call) when the library has one and ``use_aot``
+        is set, else calls the kernels one by one from Python.
 
         Returns:
             the outputs as new numpy arrays, in graph-output order.
@@ -129,6 +139,16 @@ class GraphExecutor:
             InputError: a missing/unknown input or a wrong shape or dtype.
         """
         arrays = self._bind_inputs(inputs)
+        if self.use_aot:
+            ext = self._ext
+            for d, a in zip(self.input_specs, arrays):
+                ext[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
+            rc = self._aot(self.arena.ctypes.data, ext)
+            if rc != 0:
+                st = self.plan["steps"][rc - 1]
+                raise EmberError(f"kernel {st['symbol']} ({st['op']}, {st['name']}) failed "
+                                 f"(workspace allocation failure)")
+            return [self._read(o["slot"], arrays) for o in self.output_specs]
         ptr = list(self._ptr)
         for d, a in zip(self.input_specs, arrays):
             ptr[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data

@@ -1,0 +1,133 @@
+"""The C thread pool that parallel loops run on (part of every generated library's prelude).
+
+``ember_parallel_for(n, chunk, fn, ctx)`` runs ``fn(lo, hi, ctx)`` over ``[0, n)`` in chunks
+that the calling thread and the pool's workers claim from one atomic counter. It returns when
+every *claimed* chunk is done -- not when every worker has checked in, as an OpenMP barrier
+would. On a machine shared with other busy processes a worker that the OS has not scheduled yet
+claims nothing, and the caller simply runs the remaining chunks itself instead of waiting a
+whole time slice for it (OpenMP's static schedule plus its join barrier made a 2-thread kernel
+several times slower than 1 thread on an oversubscribed machine). Workers spin briefly for the
+next loop (kernels follow each other closely), then sleep on a condition variable.
+
+The counter packs a job sequence number with the next index, so a worker that wakes late can
+never claim a chunk of a newer loop with an older loop's function. Threads: all online CPUs by
+default, ``ember_set_num_threads(n)`` to change (1: everything runs on the caller).
+"""
+
+THREADPOOL_C = r"""
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+typedef void (*ember_task_fn)(int64_t lo, int64_t hi, void* ctx);
+#define EMBER_MAX_THREADS 64
+static struct {
+  pthread_mutex_t mu; pthread_cond_t cv;
+  _Atomic uint64_t claim;          /* (job seq << 40) | next index */
+  _Atomic int64_t done;            /* iterations finished in the current job */
+  _Atomic uint32_t seq;            /* current job sequence number */
+  ember_task_fn fn; void* ctx; int64_t n, chunk;
+  int started, nthreads, want;
+} ember_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static int ember_pool_run_chunks(uint32_t seq, ember_task_fn fn, void* ctx, int64_t n,
+                                 int64_t chunk) {
+  int worked = 0;
+  for (;;) {
+    uint64_t c = atomic_load_explicit(&ember_pool.claim, memory_order_acquire);
+    if ((uint32_t)(c >> 40) != (seq & 0xFFFFFF)) return worked;
+    int64_t lo = (int64_t)(c & ((1ULL << 40) - 1));
+    if (lo >= n) return worked;
+    int64_t hi = lo + chunk < n ? lo + chunk : n;
+    uint64_t nc = ((uint64_t)(seq & 0xFFFFFF) << 40) | (uint64_t)hi;
+    if (!atomic_compare_exchange_weak_explicit(&ember_pool.claim, &c, nc,
+                                               memory_order_acq_rel, memory_order_acquire))
+      continue;
+    fn(lo, hi, ctx);
+    atomic_fetch_add_explicit(&ember_pool.done, hi - lo, memory_order_release);
+    worked = 1;
+  }
+}
+
+static void* ember_pool_worker(void* arg) {
+  (void)arg;
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t s = atomic_load_explicit(&ember_pool.seq, memory_order_acquire);
+    int spins = 0;
+    while (s == seen) {
+      if (++spins < 20000) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        pthread_mutex_lock(&ember_pool.mu);
+        while ((s = atomic_load_explicit(&ember_pool.seq, memory_order_acquire)) == seen)
+          pthread_cond_wait(&ember_pool.cv, &ember_pool.mu);
+        pthread_mutex_unlock(&ember_pool.mu);
+        break;
+      }
+      s = atomic_load_explicit(&ember_pool.seq, memory_order_acquire);
+    }
+    seen = s;
+    pthread_mutex_lock(&ember_pool.mu);
+    ember_task_fn fn = ember_pool.fn; void* ctx = ember_pool.ctx;
+    int64_t n = ember_pool.n, chunk = ember_pool.chunk;
+    uint32_t cur = atomic_load_explicit(&ember_pool.seq, memory_order_acquire);
+    pthread_mutex_unlock(&ember_pool.mu);
+    if (cur != s) continue;  /* a newer loop already: pick it up next round */
+    ember_pool_run_chunks(s, fn, ctx, n, chunk);
+  }
+  return NULL;
+}
+
+static int ember_pool_threads(void) {
+  if (ember_pool.want > 0) return ember_pool.want < EMBER_MAX_THREADS ? ember_pool.want
+                                                                      : EMBER_MAX_THREADS;
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : (n > EMBER_MAX_THREADS ? EMBER_MAX_THREADS : (int)n);
+}
+
+static void ember_pool_start(void) {
+  int want = ember_pool_threads();
+  while (ember_pool.started < want - 1) {
+    pthread_t t;
+    pthread_attr_t a; pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, ember_pool_worker, NULL) != 0) break;
+    ember_pool.started++;
+  }
+}
+
+static pthread_mutex_t ember_pool_caller = PTHREAD_MUTEX_INITIALIZER;
+
+void ember_parallel_for(int64_t n, int64_t chunk, ember_task_fn fn, void* ctx) {
+  if (chunk < 1) chunk = 1;
+  int nt = ember_pool_threads();
+  if (nt <= 1 || n <= chunk) { fn(0, n, ctx); return; }
+  pthread_mutex_lock(&ember_pool_caller);  /* one parallel loop at a time per library */
+  pthread_mutex_lock(&ember_pool.mu);
+  ember_pool_start();
+  uint32_t seq = (atomic_load_explicit(&ember_pool.seq, memory_order_relaxed) + 1) & 0xFFFFFF;
+  if (seq == 0) seq = 1;
+  ember_pool.fn = fn; ember_pool.ctx = ctx; ember_pool.n = n; ember_pool.chunk = chunk;
+  atomic_store_explicit(&ember_pool.done, 0, memory_order_relaxed);
+  atomic_store_explicit(&ember_pool.claim, (uint64_t)seq << 40, memory_order_release);
+  atomic_store_explicit(&ember_pool.seq, seq, memory_order_release);
+  pthread_cond_broadcast(&ember_pool.cv);
+  pthread_mutex_unlock(&ember_pool.mu);
+  ember_pool_run_chunks(seq, fn, ctx, n, chunk);
+  while (atomic_load_explicit(&ember_pool.done, memory_order_acquire) < n) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  pthread_mutex_unlock(&ember_pool_caller);
+}
+
+void ember_set_num_threads(int n) {
+  if (n > 0) ember_pool.want = n;
+#ifdef _OPENMP
+  if (n > 0) omp_set_num_threads(n);
+#endif
+}
+"""

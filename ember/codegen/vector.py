@@ -1,0 +1,155 @@
+"""Vector code for ``vectorized`` loops: float32 lanes as GCC vector types of the target's width.
+
+A vectorized loop whose body is a sequence of float32 stores, each contiguous in the loop
+variable, becomes a loop stepping by ``L`` lanes (16 for AVX-512, 8 for AVX2, 4 otherwise) over
+``ember_f32xL`` values: contiguous loads are vector loads, loads that do not move with the loop
+are broadcast, arithmetic, ``min``/``max`` (NaN-propagating), comparisons and ``select`` are
+lane-wise (selects as bit blends, so no branch and no reliance on the C compiler's
+if-conversion), ``exp``/``tanh``/``erf``/``sigmoid``/``sqrt``... call vector helpers. A
+remainder of ``extent % L`` iterations runs as scalar code. Loops this cannot express (other
+dtypes, strided stores, nested loops) are printed as scalar loops under ``#pragma omp simd``.
+"""
+
+from __future__ import annotations
+
+from ..tir.arith import collect, linear_terms
+from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var
+from ..tir.stmt import For, Seq, Store
+
+_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_CALLS = {"exp", "tanh", "erf", "sigmoid", "sqrt", "log", "abs", "floor", "ceil", "round",
+          "trunc"}
+
+
+def vector_types(lanes: int) -> str:
+    """Type definitions and helpers for ``lanes``-wide float32 vectors."""
+    L = lanes
+    f, fu, i = f"ember_f32x{L}", f"ember_f32x{L}u", f"ember_i32x{L}"
+    fns = []
+    for name in sorted(_CALLS):
+        c = {"abs": "fabsf", "round": "nearbyintf", "sigmoid": "ember_sigmoid_float32"}.get(
+            name, f"{name}f")
+        fns.append(f"static inline {f} ember_v{name}_{L}({f} x) {{ {f} r; "
+                   f"for (int k = 0; k < {L}; ++k) r[k] = {c}(x[k]); return r; }}")
+    return (
+        f"typedef float {f} __attribute__((vector_size({4 * L})));\n"
+        f"typedef float {fu} __attribute__((vector_size({4 * L}), aligned(4)));\n"
+        f"typedef int32_t {i} __attribute__((vector_size({4 * L})));\n"
+        f"static inline {f} ember_vsel_{L}({i} m, {f} a, {f} b) {{ return ({f})((m & ({i})a) | "
+        f"(~m & ({i})b)); }}\n"
+        f"static inline {f} ember_vmax_{L}({f} a, {f} b) {{ return ember_vsel_{L}((a > b) | "
+        f"(a != a), a, b); }}\n"
+        f"static inline {f} ember_vmin_{L}({f} a, {f} b) {{ return ember_vsel_{L}((a < b) | "
+        f"(a != a), a, b); }}\n" + "\n".join(fns) + "\n")
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class VectorLoop:
+    """Prints one vectorized loop with ``printer`` (a ``CFunctionPrinter``); ``emit`` returns
+    False (printing nothing) when the loop is not expressible (see the module doc)."""
+
+    def __init__(self, printer, loop: For, lanes: int):
+        self.p = printer
+        self.loop = loop
+        self.L = lanes
+        self.v = loop.var
+
+    def _stores(self):
+        body = self.loop.body
+        stmts = body.stmts if isinstance(body, Seq) else [body]
+        if not stmts or not all(isinstance(s, Store) for s in stmts):
+            raise _Unsupported
+        return stmts
+
+    def _coef(self, buf, indices) -> int:
+        from ..tir.arith import flat_index
+        flat = flat_index(buf, indices, self.p.bounds)
+        lt = linear_terms(flat)
+        if lt is None:
+            raise _Unsupported
+        c = 0
+        for atom, k in lt[0].values():
+            if atom is self.v:
+                c = k
+            elif self._uses_v(atom):
+                raise _Unsupported
+        return c
+
+    def _uses_v(self, e: Expr) -> bool:
+        return any(n is self.v for n in collect(e, lambda n: isinstance(n, Var)))
+
+    def vexpr(self, e: Expr) -> str:
+        L = self.L
+        if not self._uses_v(e):
+            if e.dtype != "float32":
+                raise _Unsupported
+            return f"((ember_f32x{L}){{0}} + {self.p.expr(e)})"
+        if e.dtype not in ("float32", "bool"):
+            raise _Unsupported
+        if isinstance(e, Load):
+            if e.src.dtype != "float32":
+                raise _Unsupported
+            c = self._coef(e.src, e.indices)
+            if c == 0:
+                return f"((ember_f32x{L}){{0}} + {self.p.access(e.src, e.indices)})"
+            if c != 1:
+                raise _Unsupported
+            return f"(*(const ember_f32x{L}u*)&{self.p.access(e.src, e.indices)})"
+        if isinstance(e, BinOp):
+            if e.op in _ARITH and e.dtype == "float32":
+                return f"({self.vexpr(e.a)} {_ARITH[e.op]} {self.vexpr(e.b)})"
+            if e.op in ("max", "min") and e.dtype == "float32":
+                return f"ember_v{e.op}_{L}({self.vexpr(e.a)}, {self.vexpr(e.b)})"
+            if e.op in _CMP and e.a.dtype == "float32":
+                return f"({self.vexpr(e.a)} {_CMP[e.op]} {self.vexpr(e.b)})"
+            if e.op in ("and", "or") and e.dtype == "bool":
+                return f"({self.vmask(e.a)} {'&' if e.op == 'and' else '|'} {self.vmask(e.b)})"
+            raise _Unsupported
+        if isinstance(e, Unary) and e.op == "neg" and e.dtype == "float32":
+            return f"(-{self.vexpr(e.a)})"
+        if isinstance(e, Select) and e.dtype == "float32":
+            return f"ember_vsel_{L}({self.vmask(e.cond)}, {self.vexpr(e.t)}, {self.vexpr(e.f)})"
+        if isinstance(e, Call) and e.name in _CALLS and e.dtype == "float32" and len(e.args) == 1:
+            return f"ember_v{e.name}_{L}({self.vexpr(e.args[0])})"
+        if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype == "float32":
+            return self.vexpr(e.value)
+        raise _Unsupported
+
+    def vmask(self, e: Expr) -> str:
+        if e.dtype != "bool":
+            raise _Unsupported
+        if not self._uses_v(e):
+            return f"((ember_i32x{self.L}){{0}} - (int32_t)({self.p.expr(e)}))"
+        return self.vexpr(e)
+
+    def emit(self, pad: str) -> bool:
+        L, n = self.L, self.loop.extent
+        if n < L:
+            return False
+        try:
+            stores = self._stores()
+            lines = []
+            for st in stores:
+                if st.buffer.dtype != "float32" or self._coef(st.buffer, st.indices) != 1:
+                    raise _Unsupported
+                lines.append(f"*(ember_f32x{L}u*)&{self.p.access(st.buffer, st.indices)} = "
+                             f"{self.vexpr(st.value)};")
+        except _Unsupported:
+            return False
+        self.p.deps.setdefault(f"ember_vector_types_{L}", vector_types(L))
+        v = self.p.expr(self.v)
+        main = n - n % L
+        self.p.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {main}; {v} += {L}) {{")
+        self.p.lines += [f"{pad}  {x}" for x in lines]
+        self.p.lines.append(f"{pad}}}")
+        if main < n:
+            self.p.lines.append(f"{pad}for (int64_t {v} = {main}; {v} < {n}; ++{v}) {{")
+            ind = len(pad) // 2 + 1
+            for st in stores:
+                self.p.stmt(st, ind)
+            self.p.lines.append(f"{pad}}}")
+        return True

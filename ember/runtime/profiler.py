@@ -1,0 +1,222 @@
+"""Per-kernel profiling of a compiled model.
+
+    from ember.runtime.profiler import profile
+    rep = profile(model, inputs, repeat=20)
+    print(rep.table(top=10))           # time, % of total, GFLOP/s, % of peak, GB/s per kernel
+    rep.write_chrome_trace("trace.json")   # chrome://tracing or https://ui.perfetto.dev
+
+Kernels run one by one from Python (the step executor), each timed with ``perf_counter`` over
+``repeat`` runs; the table reports medians. FLOPs are counted on the unscheduled loop nests at
+compile time (``plan["steps"][k]["flops"]``); bytes are the sizes of a kernel's arguments (the
+compulsory traffic). The peak is measured on this machine by a register-only FMA loop on the
+model's thread count (``measure_peak_gflops``), so "% of peak" is against what this machine
+delivers now, not a datasheet number. Timings on a busy machine are noisy: use several repeats.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..codegen.build import build_library, load_library
+from ..target import Target
+
+
+@dataclass
+class KernelStat:
+    """Median time and derived rates of one step of the plan."""
+
+    index: int
+    name: str
+    op: str
+    symbol: str
+    ms: float
+    flops: float
+    bytes: int
+    percent: float = 0.0
+    gflops: float = 0.0
+    peak_percent: float = 0.0
+    gbps: float = 0.0
+
+
+@dataclass
+class ProfileReport:
+    """The result of ``profile``: per-kernel statistics, totals and raw samples."""
+
+    kernels: list
+    total_ms: float
+    end_to_end_ms: float
+    peak_gflops: float
+    threads: int
+    samples: list = field(default_factory=list)  # per run: [(start_us, dur_us) per kernel]
+
+    def top(self, n: int = 5) -> list:
+        """The ``n`` kernels with the largest median time."""
+        return sorted(self.kernels, key=lambda k: -k.ms)[:n]
+
+    def table(self, top: int | None = None) -> str:
+        """A text table (heaviest first; all kernels when ``top`` is None)."""
+        rows = self.top(top) if top else sorted(self.kernels, key=lambda k: -k.ms)
+        head = (f"{'#':>3} {'kernel':34} {'time ms':>9} {'%':>6} {'GFLOP/s':>9} "
+                f"{'% peak':>7} {'GB/s':>7}")
+        out = [head, "-" * len(head)]
+        for k in rows:
+            label = f"{k.op} ({k.name})"
+            out.append(f"{k.index:>3} {label[:34]:34} {k.ms:9.3f} {k.percent:6.1f} "
+                       f"{k.gflops:9.1f} {k.peak_percent:7.1f} {k.gbps:7.1f}")
+        tot_fl = sum(k.flops for k in self.kernels)
+        out.append("-" * len(head))
+        out.append(f"sum of kernels {self.total_ms:.3f} ms ({len(self.kernels)} kernels), "
+                   f"end-to-end {self.end_to_end_ms:.3f} ms, {tot_fl / 1e9:.2f} GFLOP, "
+                   f"{tot_fl / max(self.total_ms, 1e-9) / 1e6:.1f} GFLOP/s, measured peak "
+                   f"{self.peak_gflops:.0f} GFLOP/s on {self.threads} thread(s)")
+        return "\n".join(out)
+
+    def to_dict(self) -> dict:
+        """Plain data (JSON-able)."""
+        return {"total_ms": self.total_ms, "end_to_end_ms": self.end_to_end_ms,
+                "peak_gflops": self.peak_gflops, "threads": self.threads,
+                "kernels": [vars(k) for k in self.kernels]}
+
+    def chrome_trace(self) -> dict:
+        """Chrome trace-event JSON of the median run (one complete event per kernel)."""
+        if not self.samples:
+            return {"traceEvents": []}
+        run = self.samples[len(self.samples) // 2]
+        ev = []
+        for k, (start, dur) in zip(self.kernels, run):
+            ev.append({"name": f"{k.op} ({k.name})", "cat": "kernel", "ph": "X", "ts": start,
+                       "dur": dur, "pid": 0, "tid": 0,
+                       "args": {"symbol": k.symbol, "flops": k.flops, "bytes": k.bytes}})
+        return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+    def write_chrome_trace(self, path) -> None:
+        """Write ``chrome_trace()`` as JSON to ``path``."""
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+
+
+_PEAK_SRC = {
+    "avx512": ("#include <immintrin.h>\n#define VT __m512\n#define FMA _mm512_fmadd_ps\n"
+               "#define SET1 _mm512_set1_ps\n#define LANES 16\n"
+               "static float hsum(VT v) { return _mm512_reduce_add_ps(v); }\n"),
+    "avx2": ("#include <immintrin.h>\n#define VT __m256\n#define FMA _mm256_fmadd_ps\n"
+             "#define SET1 _mm256_set1_ps\n#define LANES 8\n"
+             "static float hsum(VT v) { float t[8]; _mm256_storeu_ps(t, v); float s = 0; "
+             "for (int i = 0; i < 8; ++i) s += t[i]; return s; }\n"),
+}
+_PEAK_BODY = """
+float ember_peak_fma(long n) {
+  float total = 0;
+  #pragma omp parallel reduction(+:total)
+  {
+    VT c[16]; for (int i = 0; i < 16; ++i) c[i] = SET1(0.001f * i);
+    VT a = SET1(0.999999f), b = SET1(1e-7f);
+    for (long k = 0; k < n; ++k) {
+      #pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) c[i] = FMA(a, c[i], b);
+    }
+    float s = 0; for (int i = 0; i < 16; ++i) s += hsum(c[i]);
+    total += s;
+  }
+  return total;
+}
+void ember_peak_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
+int ember_peak_threads(void) {
+  int n = 1;
+  #pragma omp parallel
+  {
+    #pragma omp single
+    n = omp_get_num_threads();
+  }
+  return n;
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def measure_peak_gflops(target: str = "llvm", threads: int | None = None) -> tuple[float, int]:
+    """``(GFLOP/s, threads)``: the best of 5 runs of an FMA loop (16 independent register
+    chains per thread, float32) on ``threads`` OpenMP threads (default: the runtime's)."""
+    t = Target(target)
+    if t.isa not in _PEAK_SRC:
+        return float("nan"), threads or 1
+    src = ("#include <omp.h>\n" + _PEAK_SRC[t.isa] + _PEAK_BODY)
+    lib = load_library(build_library(src, t.mcpu))
+    fn = lib.ember_peak_fma
+    fn.restype = ctypes.c_float
+    fn.argtypes = [ctypes.c_long]
+    lib.ember_peak_set_threads(ctypes.c_int(int(threads or 0)))
+    nthreads = lib.ember_peak_threads()
+    lanes = 16 if t.isa == "avx512" else 8
+    n = 2_000_000
+    best = 0.0
+    fn(n // 10)
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn(n)
+        dt = time.perf_counter() - t0
+        best = max(best, n * 16 * lanes * 2 * nthreads / dt / 1e9)
+    return best, nthreads
+
+
+def profile(model, inputs, repeat: int = 10, warmup: int = 2) -> ProfileReport:
+    """Per-kernel profile of ``model`` (a ``CompiledModel``) on ``inputs``.
+
+    Returns:
+        a ``ProfileReport`` (``.table()``, ``.write_chrome_trace(path)``, ``.to_dict()``).
+    Raises:
+        InputError: bad inputs (as ``model.run``).
+    """
+    ex = model._executor
+    plan = model.plan
+    arrays = ex._bind_inputs(inputs)
+    ptr = list(ex._ptr)
+    for d, a in zip(ex.input_specs, arrays):
+        ptr[d["slot"]] = a.ctypes.data if a.nbytes else ex.arena.ctypes.data
+    calls = [(fn, [ptr[a] for a in args]) for fn, args, _ in ex._steps]
+    for _ in range(warmup):
+        for fn, a in calls:
+            fn(*a)
+    samples, e2e = [], []
+    for _ in range(repeat):
+        run = []
+        t_start = time.perf_counter()
+        for fn, a in calls:
+            t0 = time.perf_counter()
+            fn(*a)
+            t1 = time.perf_counter()
+            run.append(((t0 - t_start) * 1e6, (t1 - t0) * 1e6))
+        samples.append(run)
+        t0 = time.perf_counter()
+        model.run(inputs)
+        e2e.append((time.perf_counter() - t0) * 1e3)
+    peak, threads = measure_peak_gflops(model.target, _threads(model))
+    stats = []
+    for k, st in enumerate(plan["steps"]):
+        ms = float(np.median([r[k][1] for r in samples])) / 1e3
+        fl = float(st.get("flops", 0.0))
+        by = int(st.get("bytes", 0))
+        g = fl / ms / 1e6 if ms > 0 else 0.0
+        stats.append(KernelStat(k, st["name"], st["op"], st["symbol"], ms, fl, by,
+                                gflops=g, peak_percent=100 * g / peak if peak == peak else 0.0,
+                                gbps=by / ms / 1e6 if ms > 0 else 0.0))
+    total = sum(s.ms for s in stats)
+    for s in stats:
+        s.percent = 100 * s.ms / total if total else 0.0
+    return ProfileReport(stats, total, float(np.median(e2e)), peak, threads, samples)
+
+
+def _threads(model) -> int | None:
+    try:
+        return Target(model.target).num_threads
+    except Exception:  # noqa: BLE001
+        return None
+
+
+__all__ = ["profile", "ProfileReport", "KernelStat", "measure_peak_gflops"]

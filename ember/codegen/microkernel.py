@@ -23,7 +23,9 @@ _REGISTRY: dict[tuple[str, str, str], Callable[..., str]] = {}
 
 
 def register_microkernel(family: str, isa: str, dtype: str):
-    """Decorator: register ``gen(name, mr, nr, nred) -> C source`` for ``(family, isa, dtype)``."""
+    """Decorator: register ``gen(name, mr, nr, nred, a_vec) -> C source`` for ``(family, isa,
+    dtype)``; ``a_vec`` selects the lane-aligned variant (``A`` loaded as vectors along ``n``,
+    as depthwise convolution needs) instead of one broadcast ``A`` element per row."""
     def deco(gen):
         _REGISTRY[(family, isa, dtype)] = gen
         return gen
@@ -31,17 +33,19 @@ def register_microkernel(family: str, isa: str, dtype: str):
 
 
 def microkernel_source(name: str, key: tuple) -> str:
-    """C definition of micro-kernel ``name`` for ``key = (family, isa, dtype, mr, nr, nred)``.
+    """C definition of micro-kernel ``name`` for ``key = (family, isa, dtype, mr, nr, nred[,
+    a_vec])``.
 
     Raises:
         LoweringError: no generator is registered for the family, ISA and dtype.
     """
-    family, isa, dtype, mr, nr, nred = key
+    family, isa, dtype, mr, nr, nred = key[:6]
+    a_vec = bool(key[6]) if len(key) > 6 else False
     gen = _REGISTRY.get((family, isa, dtype))
     if gen is None:
         raise LoweringError(f"no {family} micro-kernel for isa={isa} dtype={dtype} (registered: "
                             f"{sorted(_REGISTRY)})")
-    return gen(name, mr, nr, nred)
+    return gen(name, mr, nr, nred, a_vec)
 
 
 def _signature(name: str, nred: int) -> str:
@@ -64,7 +68,7 @@ def _loops(nred: int) -> tuple[list[str], str, str, str]:
 
 
 def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, set1, fma,
-               mask_decl):
+               mask_decl, a_vec=False):
     nv = -(-nr // lanes)
     tail = nr % lanes
     L = [_signature(name, nred) + " {"]
@@ -90,6 +94,11 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
         ld = loadm if (tail and j == nv - 1) else load
         L.append(f"    {vt} b{j} = {ld(f'b + {j * lanes}')};")
     for i in range(mr):
+        if a_vec:
+            for j in range(nv):
+                ld = loadm if (tail and j == nv - 1) else load
+                L.append(f"    {acc[i][j]} = {fma(ld(f'a + {i} * lda + {j * lanes}'), f'b{j}', acc[i][j])};")
+            continue
         L.append(f"    {{ {vt} a{i} = {set1(f'a[{i} * lda]')};")
         for j in range(nv):
             L.append(f"      {acc[i][j]} = {fma(f'a{i}', f'b{j}', acc[i][j])};")
@@ -104,9 +113,9 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
 
 
 @register_microkernel("gemm", "avx512", "float32")
-def _gemm_avx512(name: str, mr: int, nr: int, nred: int) -> str:
+def _gemm_avx512(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
     return _simd_gemm(
-        name, mr, nr, nred, 16, "__m512",
+        name, mr, nr, nred, 16, "__m512", a_vec=a_vec,
         load=lambda p: f"_mm512_loadu_ps({p})",
         loadm=lambda p: f"_mm512_maskz_loadu_ps(tail_mask, {p})",
         store=lambda p, v: f"_mm512_storeu_ps({p}, {v})",
@@ -117,7 +126,7 @@ def _gemm_avx512(name: str, mr: int, nr: int, nred: int) -> str:
 
 
 @register_microkernel("gemm", "avx2", "float32")
-def _gemm_avx2(name: str, mr: int, nr: int, nred: int) -> str:
+def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
     def mask_decl(t):
         bits = ", ".join("-1" if k < t else "0" for k in range(8))
         return f"  const __m256i tail_mask = _mm256_setr_epi32({bits});"
@@ -129,19 +138,19 @@ def _gemm_avx2(name: str, mr: int, nr: int, nred: int) -> str:
         storem=lambda p, v: f"_mm256_maskstore_ps({p}, tail_mask, {v})",
         zero="_mm256_setzero_ps()", set1=lambda x: f"_mm256_set1_ps({x})",
         fma=lambda a, b, c: f"_mm256_fmadd_ps({a}, {b}, {c})",
-        mask_decl=mask_decl)
+        mask_decl=mask_decl, a_vec=a_vec)
 
 
 @register_microkernel("gemm", "scalar", "float32")
-def _gemm_scalar(name: str, mr: int, nr: int, nred: int) -> str:
+def _gemm_scalar(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
     heads, close, aoff, boff = _loops(nred)
     L = [_signature(name, nred) + " {", f"  float c[{mr}][{nr}];",
          f"  for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) "
          f"c[i][j] = accumulate ? C[i * ldc + j] : 0.0f;"]
     L += heads
     L += [f"    const float* a = A + {aoff};", f"    const float* b = B + {boff};",
-          f"    for (int i = 0; i < {mr}; ++i) {{ const float ai = a[i * lda];",
-          f"      for (int j = 0; j < {nr}; ++j) c[i][j] += ai * b[j]; }}"]
+          f"    for (int i = 0; i < {mr}; ++i) {{ const float* ai = a + i * lda;",
+          f"      for (int j = 0; j < {nr}; ++j) c[i][j] += ai[{'j' if a_vec else '0'}] * b[j]; }}"]
     L.append(close)
     L.append(f"  for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) "
              f"C[i * ldc + j] = c[i][j];")

@@ -42,10 +42,11 @@ def parse_intrin(name: str) -> tuple[str, str, str]:
     return parts[0], parts[1], DTYPES[parts[2]]
 
 
-def microkernel_name(isa: str, dtype: str, mr: int, nr: int, nred: int) -> str:
-    """The C symbol of a gemm micro-kernel."""
+def microkernel_name(isa: str, dtype: str, mr: int, nr: int, nred: int,
+                     a_vec: bool = False) -> str:
+    """The C symbol of a gemm micro-kernel (``_av``: lane-aligned ``A``)."""
     short = {v: k for k, v in DTYPES.items()}[dtype]
-    return f"ember_ukr_gemm_{isa}_{short}_{mr}x{nr}_r{nred}"
+    return f"ember_ukr_gemm_{isa}_{short}_{mr}x{nr}_r{nred}{'_av' if a_vec else ''}"
 
 
 def _match_update(blk: Block, where: str):
@@ -132,10 +133,11 @@ def tensorize(sch, loop, intrin: str) -> None:
     nl = n_loops[0]
     if cb.get(id(nl.var)) != 1 and ca.get(id(nl.var)) == 1:
         la, lb, aidx, bidx, ca, cb = lb, la, bidx, aidx, cb, ca
-    if cb.get(id(nl.var)) != 1 or ca.get(id(nl.var), 0) != 0:
+    a_vec = ca.get(id(nl.var), 0) == 1  # lane-aligned A (depthwise): vector loads of A
+    if cb.get(id(nl.var)) != 1 or ca.get(id(nl.var), 0) not in (0, 1):
         raise ScheduleError(f"{where}: along the lane loop {nl.var.name} operand B must have unit "
-                            f"stride and operand A must not move (strides A={ca.get(id(nl.var), 0)}"
-                            f", B={cb.get(id(nl.var), 0)})")
+                            f"stride and operand A unit or no stride (strides A="
+                            f"{ca.get(id(nl.var), 0)}, B={cb.get(id(nl.var), 0)})")
     m_loops = [c for c in live if c is not nl and cc.get(id(c.var), 0) != 0]
     if len(m_loops) > 1:
         raise ScheduleError(f"{where}: more than one row loop ({[c.var.name for c in m_loops]}); "
@@ -181,8 +183,8 @@ def tensorize(sch, loop, intrin: str) -> None:
         args += [Const(c.extent, "int64"), Const(ca.get(id(c.var), 0), "int64"),
                  Const(cb.get(id(c.var), 0), "int64")]
     args.append(Const(accumulate, "int32"))
-    name = microkernel_name(isa, dtype, mr, nr, len(red))
-    call = KernelCall(name, args, ("gemm", isa, dtype, mr, nr, len(red)),
+    name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec)
+    call = KernelCall(name, args, ("gemm", isa, dtype, mr, nr, len(red), int(a_vec)),
                       reads=[la.src, lb.src], writes=[st.buffer])
     chain_ids = {id(c.var) for c in chain}
     keep = [(iv, b) for iv, b in zip(blk.iter_vars, blk.bindings)

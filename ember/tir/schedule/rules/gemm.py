@@ -51,6 +51,17 @@ def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | N
     return best
 
 
+def _lane_stride(ld, iv) -> int | None:
+    """Element stride of load ``ld`` along iter var ``iv`` (``None`` when not affine)."""
+    lt = linear_terms(flat_index(ld.src, ld.indices))
+    if lt is None:
+        return None
+    for atom, c in lt[0].values():
+        if atom is iv.var:
+            return c
+    return 0
+
+
 def _plain_ivs(indices, ivs) -> list | None:
     """The iter var of each index when every index is a distinct plain iter var."""
     out = []
@@ -88,8 +99,20 @@ def analyze(func: PrimFunc):
         return any(v is iv.var for i in ld.indices for v in collect(i, lambda x: x is iv.var))
     if uses(la, n_iv) and not uses(lb, n_iv):
         la, lb = lb, la
-    if uses(la, n_iv) or not uses(lb, n_iv):
+    if not uses(lb, n_iv):
         return None
+    a_vec = False
+    if uses(la, n_iv):
+        # both operands move along n (depthwise convolution): A must be lane-aligned (unit
+        # stride along n); B is the constant operand when there is one
+        consts = func.attrs.get("constant_params")
+        pidx = {id(p): k for k, p in enumerate(func.params)}
+        if consts is not None and pidx.get(id(la.src)) in consts \
+                and pidx.get(id(lb.src)) not in consts:
+            la, lb = lb, la
+        if _lane_stride(la, n_iv) != 1:
+            return None
+        a_vec = True
     m_iv = sp[-2] if len(sp) >= 2 else None
     if m_iv is not None and not uses(la, m_iv):
         m_iv = None
@@ -105,6 +128,7 @@ def analyze(func: PrimFunc):
     others = [b for b in blocks if b is not R]
     epi = [b for b in others if any(r is st.buffer for r in block_reads(b))]
     return {"R": R, "C": st.buffer, "A": la, "B": lb, "n": n_iv, "m": m_iv, "sp": sp,
+            "a_vec": a_vec,
             "rd": rd_sorted, "epi": epi[0] if len(epi) == 1 else None, "others": others}
 
 

@@ -1,0 +1,171 @@
+"""ember vs onnxruntime (and OpenVINO / PyTorch when installed) on five models, batch 1.
+
+For each model: median latency of every runtime over interleaved runs (``--threads`` threads),
+the ratio ember / best peer, ember's agreement with onnxruntime (rtol 1e-4, atol 1e-5), ember's
+compile time with an empty kernel cache (cold) and a filled one (warm), and the peak RSS of a
+fresh process that compiles and runs the model (with the model's weight bytes and activation
+arena bytes for scale). ``--ablation MODEL`` instead prints the optimization ladder (naive ->
++ fusion -> + layout/packed weights -> + vectorized micro-kernels) for one model.
+
+Models (seeded random weights, no downloads): resnet50 (the onnx package's light ResNet-50,
+``ember.zoo.randomized_light_model``), resnet18, mobilenet_v2, bert_base (seq 128) and bert_4l256
+(4 layers, hidden 256, seq 128) from ``ember.testing.models``.
+
+Usage: python bench/compare.py [--models resnet50,resnet18,...] [--threads 2] [--repeat 20]
+                               [--no-compile-times] [--json out.json] [--ablation resnet50]
+
+Timings taken while other processes load the machine are noisy: the runs are interleaved so
+that noise hits every runtime alike, and medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MODELS = ["resnet50", "resnet18", "mobilenet_v2", "bert_base", "bert_4l256"]
+
+
+def build_model(name: str):
+    """``(onnx.ModelProto, inputs)`` of a benchmark model."""
+    from ember import zoo
+    from ember.testing import models as tm
+    if name == "resnet50":
+        m = zoo.randomized_light_model("resnet50", seed=0)
+        return m, zoo.default_model_input(m)
+    if name == "resnet18":
+        m = tm.resnet18(seed=0)
+        return m, zoo.default_model_input(m)
+    if name == "mobilenet_v2":
+        m = tm.mobilenet_v2(seed=0)
+        return m, zoo.default_model_input(m)
+    if name == "bert_base":
+        m = tm.bert_base(seq=128, seed=0)
+        return m, tm.bert_inputs(m)
+    if name == "bert_4l256":
+        m = tm.bert_encoder(num_layers=4, hidden=256, heads=4, seq=128, seed=0)
+        return m, tm.bert_inputs(m)
+    raise SystemExit(f"unknown model {name!r}; choose from {MODELS}")
+
+
+_CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {bench!r})
+from compare import build_model
+import ember
+m, x = build_model({name!r})
+t = time.perf_counter()
+cm = ember.compile(m, target="llvm -num-threads={threads}")
+dt = time.perf_counter() - t
+cm.run(x)
+print(json.dumps({{"compile_s": dt, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "arena_mb": cm.plan["arena_bytes"] / 2**20,
+                  "weights_mb": sum(v.nbytes for v in cm.params.values()) / 2**20}}))
+"""
+
+
+def child_compile(name: str, threads: int, cache_dir: str) -> dict:
+    """Compile and run ``name`` in a fresh process with ``cache_dir`` as the kernel cache."""
+    code = _CHILD.format(root=ROOT, bench=os.path.join(ROOT, "bench"), name=name,
+                         threads=threads)
+    env = dict(os.environ, EMBER_CACHE_DIR=cache_dir)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def bench_model(name: str, threads: int, repeat: int, compile_times: bool) -> dict:
+    from ember.benchmark import compare_runtimes
+    m, x = build_model(name)
+    row = {"model": name}
+    if compile_times:
+        with tempfile.TemporaryDirectory() as cache:
+            cold = child_compile(name, threads, cache)
+            warm = child_compile(name, threads, cache)
+        row.update({"compile_cold_s": cold.get("compile_s"), "compile_warm_s": warm.get("compile_s"),
+                    "peak_rss_mb": cold.get("peak_rss_mb"), "weights_mb": cold.get("weights_mb"),
+                    "arena_mb": cold.get("arena_mb"), "compile_error": cold.get("error")})
+    res = compare_runtimes(m, x, threads=threads, repeat=repeat)
+    row["runtimes"] = {r.name: r.median_ms for r in res}
+    ember_r = next(r for r in res if r.name == "ember")
+    row["max_abs_err"] = ember_r.max_abs_err
+    row["matches_onnxruntime"] = ember_r.matches
+    peers = {k: v for k, v in row["runtimes"].items() if k != "ember"}
+    if peers:
+        best = min(peers, key=peers.get)
+        row["best_peer"] = best
+        row["ratio_vs_best_peer"] = row["runtimes"]["ember"] / peers[best]
+    if "onnxruntime" in peers:
+        row["ratio_vs_onnxruntime"] = row["runtimes"]["ember"] / peers["onnxruntime"]
+    return row
+
+
+def format_rows(rows: list, threads: int, repeat: int) -> str:
+    names = []
+    for r in rows:
+        for k in r.get("runtimes", {}):
+            if k not in names:
+                names.append(k)
+    head = f"{'model':14}" + "".join(f"{n:>15}" for n in names) + \
+        f"{'ember/best':>12}{'ember/ort':>11}{'match':>7}{'cold s':>8}{'warm s':>8}{'RSS MB':>8}"
+    out = [f"median latency (ms), batch 1, {threads} threads, {repeat} interleaved runs", head,
+           "-" * len(head)]
+    for r in rows:
+        line = f"{r['model']:14}"
+        for n in names:
+            v = r["runtimes"].get(n)
+            line += f"{v:15.2f}" if v is not None else f"{'-':>15}"
+        line += f"{r.get('ratio_vs_best_peer', float('nan')):12.2f}"
+        line += f"{r.get('ratio_vs_onnxruntime', float('nan')):11.2f}"
+        line += f"{str(r.get('matches_onnxruntime')):>7}"
+        for k in ("compile_cold_s", "compile_warm_s", "peak_rss_mb"):
+            v = r.get(k)
+            line += f"{v:8.1f}" if isinstance(v, (int, float)) else f"{'-':>8}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--no-compile-times", action="store_true")
+    ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--ablation", default=None, metavar="MODEL",
+                    help="print the optimization ablation of MODEL instead")
+    args = ap.parse_args(argv)
+    if args.ablation:
+        from ember.benchmark import ablation, format_ablation
+        m, x = build_model(args.ablation)
+        steps = ablation(m, x, threads=args.threads, repeat=args.repeat)
+        print(format_ablation(steps, f"ablation: {args.ablation}, batch 1, {args.threads} "
+                                     f"threads, medians of interleaved runs"))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump([vars(s) for s in steps], f, indent=1)
+        return 0
+    rows = []
+    for name in args.models.split(","):
+        rows.append(bench_model(name, args.threads, args.repeat, not args.no_compile_times))
+        print(f"{name}: {rows[-1]}", file=sys.stderr, flush=True)
+    print(format_rows(rows, args.threads, args.repeat))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0 if all(r.get("matches_onnxruntime") is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

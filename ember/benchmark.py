@@ -1,0 +1,196 @@
+"""Latency benchmarks: ember against other runtimes, and the optimization ablation.
+
+    from ember.benchmark import compare_runtimes, ablation
+    rows = compare_runtimes(onnx_model, inputs, threads=2, repeat=20)
+    steps = ablation(onnx_model, inputs, threads=2, repeat=10)
+
+Runtimes run interleaved (one run of each in turn, ``repeat`` times) so that machine noise hits
+them alike; results are medians. Peers are used when importable: onnxruntime, OpenVINO (``openvino``)
+and PyTorch through ``onnx2torch`` (eager and ``torch.compile``). On a machine shared with other
+busy processes absolute numbers drift; ratios taken in one interleaved run are what to compare.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .graph.passes import PassContext
+
+# the optimization ladder of ``ablation``: (label, PassContext kwargs)
+ABLATION_STEPS = [
+    ("naive (no fusion, loop nests as lowered)",
+     dict(opt_level=0, config={"schedule.level": 0})),
+    ("+ fusion (FuseOps, epilogues on the accumulator)",
+     dict(opt_level=2, disabled_pass=["ConvertLayout"], config={"schedule.level": 0})),
+    ("+ layout (NHWC) and packed weights, tiled scalar micro-kernels, threads",
+     dict(opt_level=2, config={"schedule.level": 1})),
+    ("+ vectorized micro-kernels (SIMD at the target width)",
+     dict(opt_level=2, config={"schedule.level": 2})),
+]
+
+
+@dataclass
+class RuntimeResult:
+    """One runtime on one model: median latency (ms) over interleaved runs, and agreement."""
+
+    name: str
+    median_ms: float
+    runs: list = field(default_factory=list)
+    max_abs_err: float | None = None
+    matches: bool | None = None
+    note: str = ""
+
+
+def _timeit(fn: Callable, warmup: int = 2) -> Callable[[], float]:
+    for _ in range(warmup):
+        fn()
+
+    def one() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    return one
+
+
+def peer_runners(onnx_model, inputs: dict, threads: int) -> dict[str, Callable]:
+    """``{name: run()}`` for the peer runtimes importable here (each returns its outputs)."""
+    out = {}
+    data = onnx_model.SerializeToString()
+    def peer(fn):
+        try:
+            fn()
+        except ImportError:
+            pass
+        except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
+            out[f"{fn.__name__}-failed"] = e
+
+    def _onnxruntime():
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        out["onnxruntime"] = lambda: sess.run(None, inputs)
+
+    def _openvino():
+        import openvino as ov
+        core = ov.Core()
+        core.set_property("CPU", {"INFERENCE_NUM_THREADS": threads})
+        compiled = core.compile_model(core.read_model(data, b""), "CPU")
+        req = compiled.create_infer_request()
+        out["openvino"] = lambda: [v for v in req.infer(inputs).values()]
+
+    def _torch():
+        import onnx2torch
+        import torch
+        torch.set_num_threads(threads)
+        tm = onnx2torch.convert(onnx_model).eval()
+        targs = [torch.from_numpy(v) for v in inputs.values()]
+
+        def eager():
+            with torch.no_grad():
+                return tm(*targs)
+        out["torch"] = eager
+        cm = torch.compile(tm)
+
+        def compiled_fn():
+            with torch.no_grad():
+                return cm(*targs)
+        out["torch.compile"] = compiled_fn
+
+    for fn in (_onnxruntime, _openvino, _torch):
+        peer(fn)
+    return {k: v for k, v in out.items() if callable(v)}
+
+
+def compare_runtimes(onnx_model, inputs: dict, threads: int = 2, repeat: int = 20,
+                     ember_model=None, reference: str = "onnxruntime",
+                     rtol: float = 1e-4, atol: float = 1e-5) -> list[RuntimeResult]:
+    """Median latency of ember and each peer on ``onnx_model`` (interleaved runs).
+
+    ``ember_model``: an already compiled model (default: ``ember.compile`` with
+    ``-num-threads=threads``). Agreement of ember's outputs with ``reference`` (when present) is
+    checked at ``rtol``/``atol``.
+    """
+    from .driver import compile as ember_compile
+    em = ember_model or ember_compile(onnx_model, target=f"llvm -num-threads={threads}")
+    runners = {"ember": lambda: em.run(inputs)}
+    runners.update(peer_runners(onnx_model, inputs, threads))
+    results = {n: RuntimeResult(n, 0.0) for n in runners}
+    ours = em.run(inputs)
+    if reference in runners:
+        ref = runners[reference]()
+        errs = [float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                if np.size(a) else 0.0 for a, b in zip(ours, ref)]
+        results["ember"].max_abs_err = max(errs) if errs else 0.0
+        results["ember"].matches = all(np.allclose(a, b, rtol=rtol, atol=atol)
+                                       for a, b in zip(ours, ref))
+    timers = {n: _timeit(fn) for n, fn in runners.items()}
+    for _ in range(repeat):
+        for n, t in timers.items():
+            results[n].runs.append(t())
+    for r in results.values():
+        r.median_ms = float(np.median(r.runs))
+    return list(results.values())
+
+
+@dataclass
+class AblationStep:
+    """One rung of the ablation: its label, median latency and speed-ups."""
+
+    label: str
+    median_ms: float
+    speedup_vs_previous: float
+    speedup_vs_naive: float
+    num_kernels: int
+    compile_s: float
+
+
+def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
+             steps=None, target: str | None = None) -> list[AblationStep]:
+    """Compile ``onnx_model`` at each rung of ``steps`` (default ``ABLATION_STEPS``: naive ->
+    + fusion -> + layout/packed weights -> + vectorized micro-kernels) and time it (runs of all
+    rungs interleaved; the naive rung, orders of magnitude slower, runs ``max(3, repeat // 4)``
+    times)."""
+    from .driver import compile as ember_compile
+    steps = steps or ABLATION_STEPS
+    tgt = target or f"llvm -num-threads={threads}"
+    models = []
+    for label, kw in steps:
+        t0 = time.perf_counter()
+        with PassContext(**kw):
+            m = ember_compile(onnx_model, target=tgt)
+        models.append((label, m, time.perf_counter() - t0))
+    runs = {k: [] for k in range(len(models))}
+    timers = [_timeit(lambda m=m: m.run(inputs), warmup=1) for _, m, _ in models]
+    for r in range(repeat):
+        for k, t in enumerate(timers):
+            if k == 0 and r >= max(3, repeat // 4):
+                continue
+            runs[k].append(t())
+    out, prev, naive = [], None, None
+    for k, (label, m, cs) in enumerate(models):
+        med = float(np.median(runs[k]))
+        naive = naive or med
+        out.append(AblationStep(label, med, (prev / med) if prev else 1.0, naive / med,
+                                int(m.info.get("num_kernels", 0)), cs))
+        prev = med
+    return out
+
+
+def format_ablation(steps: list[AblationStep], title: str = "") -> str:
+    """A text table of an ablation."""
+    lines = [title] if title else []
+    lines.append(f"{'step':72} {'median ms':>10} {'x prev':>7} {'x naive':>8} {'kernels':>8}")
+    for s in steps:
+        lines.append(f"{s.label[:72]:72} {s.median_ms:10.2f} {s.speedup_vs_previous:7.2f} "
+                     f"{s.speedup_vs_naive:8.1f} {s.num_kernels:8d}")
+    return "\n".join(lines)
+
+
+__all__ = ["compare_runtimes", "ablation", "format_ablation", "peer_runners", "ABLATION_STEPS",
+           "RuntimeResult", "AblationStep"]

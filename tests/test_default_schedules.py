@@ -1,0 +1,154 @@
+"""Default schedule rules, vector codegen, ConvertLayout, the AOT entry and the profiler, checked
+against the operators' NumPy references and onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import te
+from ember.codegen.c import emit_c_function
+from ember.graph.ir import TensorType
+from ember.ops import get_op
+from ember.runtime.kernel import compile_prim_func
+from ember.tir.schedule import IndexMap
+from ember.tir.schedule.rules import schedule_default
+
+RNG = np.random.default_rng(0)
+
+
+def _op_kernel(op, shapes, attrs, epilogue=None):
+    od = get_op(op)
+    a = od.normalize_attrs(attrs)
+    out_t = od.infer_type([TensorType(s, "float32") for s in shapes], a)
+    ins = [te.placeholder(s, "float32", f"x{k}") for k, s in enumerate(shapes)]
+    y = od.compute(ins, a, out_t)[0]
+    if epilogue is not None:
+        y = te.compute(y.shape, lambda *i: epilogue(y[i]), name="epi")
+    f = te.create_prim_func(ins + [y], "f")
+    f.attrs["constant_params"] = list(range(1, len(shapes)))
+    xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    return f, xs, od.reference(xs, a)[0]
+
+
+def _run_scheduled(f, xs, target="llvm"):
+    g = schedule_default(f, target)
+    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
+    packed = [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
+              for k, x in enumerate(xs)]
+    return g, compile_prim_func(g, target).run(packed)[0]
+
+
+RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("nn.conv", [(1, 9, 9, 16), (32, 16, 3, 3), (32,)],
+     {"pads": [1, 1, 1, 1], "data_layout": "NHWC"}),
+    ("nn.conv", [(1, 10, 10, 8), (24, 8, 1, 1)], {"strides": [2, 2], "data_layout": "NHWC"}),
+    ("nn.conv", [(1, 8, 8, 24), (24, 1, 3, 3)],
+     {"pads": [1, 1, 1, 1], "group": 24, "data_layout": "NHWC"}),
+    ("nn.gemm", [(6, 40), (40, 40), (40,)], {"trans_b": 1}),
+    ("matmul", [(2, 12, 16), (16, 48)], {}),
+])
+def test_gemm_rule_kernels_match_reference(op, shapes, attrs, isa):
+    f, xs, ref = _op_kernel(op, shapes, attrs, RELU)
+    try:
+        target = ember.Target(f"llvm -isa={isa}")
+        _ = target.isa
+    except ember.target.TargetError:
+        pytest.skip(f"the C compiler cannot target {isa}")
+    g, out = _run_scheduled(f, xs, f"llvm -isa={isa}")
+    assert g.attrs["schedule_rule"] == "gemm_rule"
+    assert f"ember_ukr_gemm_{target.isa}" in emit_c_function(g, target=target)
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_vectorized_epilogue_uses_vector_types_and_blends():
+    f, xs, ref = _op_kernel("nn.conv", [(1, 7, 7, 32), (32, 32, 1, 1)], {"data_layout": "NHWC"},
+                            lambda v: te.select(te.gt(v, te.const(0.0, "float32")), v,
+                                                v * te.const(0.1, "float32")))
+    g, out = _run_scheduled(f, xs)
+    src = emit_c_function(g, target=ember.Target("llvm"))
+    lanes = ember.Target("llvm").vector_lanes
+    assert f"ember_f32x{lanes}u" in src and "ember_vsel" in src
+    np.testing.assert_allclose(out, np.where(ref > 0, ref, ref * 0.1), rtol=1e-4, atol=1e-4)
+
+
+def test_generic_rule_parallelizes_and_vectorizes_elementwise():
+    X = te.placeholder((64, 100), "float32", "X")
+    Y = te.compute((64, 100), lambda i, j: te.exp(X[i, j]) * te.const(2.0, "float32"),
+                   name="y")
+    f = te.create_prim_func([X, Y], "f")
+    g = schedule_default(f, "llvm")
+    src = emit_c_function(g, target=ember.Target("llvm"))
+    assert g.attrs["schedule_rule"] == "generic_rule" and "ember_parallel_for" in src
+    x = RNG.standard_normal((64, 100)).astype(np.float32)
+    np.testing.assert_allclose(compile_prim_func(g).run([x])[0], np.exp(x) * 2, rtol=1e-5)
+
+
+def _conv_model():
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w1 = numpy_helper.from_array((RNG.standard_normal((16, 8, 3, 3)) * 0.2).astype("float32"), "w1")
+    w2 = numpy_helper.from_array((RNG.standard_normal((16, 16, 1, 1)) * 0.2).astype("float32"), "w2")
+    b = numpy_helper.from_array(RNG.standard_normal(16).astype("float32"), "b")
+    nodes = [helper.make_node("Conv", ["x", "w1", "b"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["c2"]),
+             helper.make_node("Add", ["c2", "p"], ["s"]),
+             helper.make_node("GlobalAveragePool", ["s"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "convs",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              [w1, w2, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_convert_layout_runs_convolutions_nhwc_and_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime compares the outputs")
+    model = _conv_model()
+    x = RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    m = ember.compile(model)
+    assert 'data_layout="NHWC"' in m.graph_text or "data_layout='NHWC'" in m.graph_text \
+        or "NHWC" in m.graph_text
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(m.run({"x": x})[0], sess.run(None, {"x": x})[0], rtol=1e-4,
+                               atol=1e-5)
+    with ember.PassContext(disabled_pass=["ConvertLayout"]):
+        m0 = ember.compile(model)
+    assert "NHWC" not in m0.graph_text
+    np.testing.assert_allclose(m0.run({"x": x})[0], m.run({"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_aot_entry_and_step_executor_agree_and_profile_reports_kernels(tmp_path):
+    from ember.runtime.profiler import profile
+    model = _conv_model()
+    x = {"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    m = ember.compile(model)
+    assert m.plan.get("aot") and m._executor.use_aot
+    y_aot = m.run(x)[0]
+    m._executor.use_aot = False
+    np.testing.assert_array_equal(m.run(x)[0], y_aot)
+    m._executor.use_aot = True
+    rep = profile(m, x, repeat=2)
+    assert len(rep.kernels) == len(m.plan["steps"])
+    convs = [k for k in rep.kernels if "conv" in k.op]
+    assert convs and all(k.flops > 0 and k.gflops > 0 for k in convs)
+    assert "GFLOP/s" in rep.table()
+    rep.write_chrome_trace(tmp_path / "t.json")
+    import json
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert len(ev) == len(rep.kernels) and all(e["ph"] == "X" for e in ev)
+
+
+def test_weights_are_packed_once_at_compile_time():
+    m = ember.compile(_conv_model())
+    packed = [k for k in m.params if "@packed" in k]
+    assert packed, "the convolutions' weights should be stored pre-packed"
+    # the original (unpacked) conv weights are not kept alongside the packed copies
+    assert not any(k in m.params for k in ("w1", "w2"))

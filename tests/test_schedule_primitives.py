@@ -1,0 +1,168 @@
+"""Schedule primitives one by one: what they compute (against NumPy), the error each raises when
+its precondition fails (naming primitive, block/loop and condition), and trace replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import te
+from ember.codegen.c import emit_c_function
+from ember.errors import ScheduleError
+from ember.runtime.kernel import compile_prim_func
+from ember.tir.schedule import IndexMap, Schedule, Trace
+
+RNG = np.random.default_rng(0)
+
+
+def _mm_relu(m=16, n=32, k=8, inline=True):
+    A = te.placeholder((m, k), "float32", "A")
+    B = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r.var] * B[r.var, j], axis=r), name="mm")
+    D = te.compute((m, n), lambda i, j: te.maximum(C[i, j], te.const(0.0, "float32")),
+                   name="relu")
+    return te.create_prim_func([A, B, D], "f", inline=inline)
+
+
+def _data(func):
+    n_in = func.attrs["num_inputs"]
+    return [RNG.standard_normal(p.shape).astype(np.float32) for p in func.params[:n_in]]
+
+
+def _run(func, ins):
+    return compile_prim_func(func).run(ins)[0]
+
+
+def _ref(ins):
+    return np.maximum(ins[0] @ ins[1], 0)
+
+
+def test_split_reorder_parallel_vectorize_compute_the_same():
+    f = _mm_relu(inline=False)
+    ins = _data(f)
+    sch = Schedule(f)
+    i, j = sch.get_loops("relu")
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(io, jo, ii, ji)
+    sch.compute_at("mm", jo)
+    sch.vectorize(ji)
+    sch.parallel(io)
+    np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
+    assert "ember_parallel_for" in emit_c_function(sch.func)
+
+
+def test_non_divisible_split_predicates_the_tail():
+    f = _mm_relu(m=10, inline=False)
+    ins = _data(f)
+    sch = Schedule(f)
+    sch.split(sch.get_loops("relu")[0], [None, 4])  # 3 x 4 covers 10 with a predicate
+    np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
+
+
+def test_fuse_and_unroll():
+    f = _mm_relu(inline=False)
+    ins = _data(f)
+    sch = Schedule(f)
+    i, j = sch.get_loops("relu")
+    fused = sch.fuse(i, j)
+    sch.unroll(sch.split(fused, [None, 4])[1])
+    np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
+
+
+def test_cache_read_write_inline_and_decompose():
+    f = _mm_relu(inline=False)
+    ins = _data(f)
+    sch = Schedule(f)
+    sch.cache_read("mm", 0, "global")
+    sch.cache_write("mm", 0, "global")
+    i, j, k = sch.get_loops("mm")
+    sch.decompose_reduction("mm", i)
+    sch.reverse_compute_inline("relu")
+    np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
+
+
+def test_reverse_compute_at_and_storage_align():
+    f = _mm_relu(inline=False)
+    ins = _data(f)
+    sch = Schedule(f)
+    sch.storage_align("mm", 0, 0, 16, 1)
+    i = sch.get_loops("mm")[0]
+    sch.reverse_compute_at("relu", i)
+    np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
+
+
+def test_transform_layout_of_a_parameter_is_recorded_for_the_caller():
+    f = _mm_relu()
+    ins = _data(f)
+    sch = Schedule(f)
+    imap = IndexMap.from_func(2, lambda k, j: (j // 8, k, j % 8))
+    sch.transform_layout("mm", ("read", 1), imap)
+    lay = sch.func.attrs["param_layouts"][1]
+    assert lay["shape"] == [8, 32]
+    packed = IndexMap.from_json(lay["index_map"]).apply_numpy(ins[1])
+    assert packed.shape == (4, 8, 8)
+    np.testing.assert_allclose(_run(sch.func, [ins[0], packed]), _ref(ins), rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("step, match", [
+    (lambda s: s.parallel(s.get_loops("mm")[2]), r"parallel of loop .*reduction iterator"),
+    (lambda s: s.vectorize(s.get_loops("mm")[2]), r"vectorize of loop .*reduction iterator"),
+    (lambda s: s.split(s.get_loops("mm")[0], [3, 2]), r"split of loop .* cover only 6"),
+    (lambda s: s.split(s.get_loops("mm")[0], [None, None]), r"at most one factor may be None"),
+    (lambda s: s.fuse(s.get_loops("mm")[0], s.get_loops("relu")[1]),
+     r"fuse of loops .* is not the only statement"),
+    (lambda s: s.compute_inline("mm"), r"compute_inline of block 'mm': the block is a reduction"),
+    (lambda s: s.compute_at("relu", s.get_loops("mm")[0]),
+     r"compute_at of block 'relu' .* function output"),
+    (lambda s: s.decompose_reduction("relu", s.get_loops("relu")[0]),
+     r"decompose_reduction of block 'relu' .* no init"),
+    (lambda s: s.storage_align("relu", 0, 0, 16, 1), r"storage_align .* function parameter"),
+    (lambda s: s.cache_read("mm", 5, "local"), r"cache_read: block 'mm' reads 2 buffers"),
+    (lambda s: s.cache_read("mm", 0, "shared"), r"unknown storage scope 'shared'"),
+    (lambda s: s.get_block("nope"), r"no block named 'nope'"),
+    (lambda s: s.tensorize(s.get_loops("mm")[0], "gemm.neon.f32"), r"unknown intrinsic"),
+    (lambda s: s.tensorize(s.get_loops("relu")[0], "gemm.avx512.f32"),
+     r"tensorize of loop .* is not an update C = C \+ A \* B"),
+    (lambda s: s.transform_layout("mm", ("read", 0), IndexMap.from_func(
+        2, lambda i, k: (i % 2, k))), r"sends two elements to the same place"),
+])
+def test_preconditions_raise_named_errors_and_leave_the_schedule_unchanged(step, match):
+    sch = Schedule(_mm_relu(inline=False))
+    before = emit_c_function(sch.func)
+    with pytest.raises(ScheduleError, match=match):
+        step(sch)
+    assert emit_c_function(sch.func) == before and len(sch.trace) == 0
+
+
+def test_tensorize_gemm_micro_kernel_matches_numpy():
+    f = _mm_relu(m=16, n=32, k=24)
+    ins = _data(f)
+    sch = Schedule(f)
+    i, j = sch.get_loops("relu")
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 32])
+    sch.reorder(io, jo, ii, ji)
+    sch.compute_at("mm", jo)
+    loops = sch.get_loops("mm")
+    sch.reorder(loops[-1], loops[-3], loops[-2])
+    sch.tensorize(sch.get_loops("mm")[2], "gemm.scalar.f32")
+    src = emit_c_function(sch.func)
+    assert "ember_ukr_gemm_scalar_f32_4x32_r1" in src
+    np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
+
+
+def test_trace_replays_through_json():
+    f = _mm_relu(inline=False)
+    sch = Schedule(f)
+    i, j = sch.get_loops("relu")
+    sch.split(j, [None, 8])
+    sch.compute_at("mm", sch.get_loops("relu")[1])
+    sch.parallel(sch.get_loops("relu")[0])
+    text = sch.trace.to_json()
+    replay = Trace.from_json(text).apply_to(f)
+    assert emit_c_function(replay.func) == emit_c_function(sch.func)
+    with pytest.raises(ScheduleError, match="unknown action"):
+        Trace.from_json('[{"action": "Explode"}]')

@@ -562,3 +562,4 @@ def matmul(draw, op):
     return Case([values(r, sa, dt, "small"), values(r, sb, dt, "small")], {}, **NN_TOL)
 
 from op_cases_breadth import *  # noqa: E402,F401,F403  (cases of the ONNX-breadth operators)
+from op_cases_image import *  # noqa: E402,F401,F403  (cases of the image operators)

@@ -228,6 +228,7 @@ def run_onnx_reference(op_type, opset, inputs, attrs):
 
 
 from op_references_breadth import *  # noqa: E402,F401,F403  (ONNX-breadth operators)
+from op_references_image import *  # noqa: E402,F401,F403  (image operators)
 
 
 def test_reference_table_covers_known_ops():

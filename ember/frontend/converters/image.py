@@ -1,0 +1,159 @@
+"""Converters for ONNX image operators: Resize (opsets 10-19), Upsample (7-9), GridSample, Col2Im.
+
+Resize is separable: each resized axis becomes one ``image.resize`` (``ember.ops.image``), in
+ascending axis order. ``scales``, ``sizes`` and ``roi`` are shape-like: they must be known at
+compile time (a run-time value makes the staged executor specialize on it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import ShapeMismatchError, UnsupportedOpError
+from ...ops.registry import normalize_axis
+from . import converter
+
+
+def _optional_const(ctx, v, what):
+    """The constant value of optional input ``v``, or ``None`` when omitted or empty."""
+    if v is None:
+        return None
+    c = ctx.require_constant(v, what)
+    return None if c.size == 0 else np.asarray(c)
+
+
+def resize_plan(in_shape, scales, sizes, axes, policy: str):
+    """Per axis ``(axis, scale, size)`` of a resize (ONNX Resize-19 rules): with ``sizes`` the
+    scale is ``size / length`` (``keep_aspect_ratio_policy`` ``not_larger``/``not_smaller``
+    use one scale for all ``axes`` and round the sizes half up), with ``scales`` the size is
+    ``floor(scale * length)``."""
+    r = len(in_shape)
+    axes = list(range(r)) if axes is None else [normalize_axis(int(a), r, "Resize axes: ")
+                                               for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ShapeMismatchError(f"Resize axes {axes} repeat an axis")
+    plan = []
+    if sizes is not None:
+        sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+        if len(sizes) != len(axes):
+            raise ShapeMismatchError(f"Resize sizes {sizes} must have one value per axis "
+                                     f"({len(axes)})")
+        sc = [sizes[k] / in_shape[a] for k, a in enumerate(axes)]
+        if policy in ("not_larger", "not_smaller"):
+            s = min(sc) if policy == "not_larger" else max(sc)
+            return [(a, s, int(s * in_shape[a] + 0.5)) for a in axes]
+        if policy != "stretch":
+            raise UnsupportedOpError(f"Resize keep_aspect_ratio_policy={policy!r} is not one of "
+                                     f"stretch, not_larger, not_smaller")
+        return [(a, sc[k], sizes[k]) for k, a in enumerate(axes)]
+    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    if len(scales) != len(axes):
+        raise ShapeMismatchError(f"Resize scales {scales} must have one value per axis "
+                                 f"({len(axes)})")
+    for s in scales:
+        if not s > 0:
+            raise ShapeMismatchError(f"Resize scales {scales} must be positive")
+    for k, a in enumerate(axes):
+        plan.append((a, scales[k], int(scales[k] * in_shape[a])))
+    return plan
+
+
+def emit_resize(ctx, x, plan, attrs: dict, roi=None):
+    """Chain one ``image.resize`` per axis of ``plan`` that changes anything."""
+    r = x.type.ndim
+    y = x
+    for a, scale, size in sorted(plan):
+        ctm = attrs["coordinate_transformation_mode"]
+        axis_roi = None
+        if ctm == "tf_crop_and_resize":
+            axis_roi = [float(roi[a]), float(roi[a + r])]
+        if (size == x.type.shape[a] and math.isclose(scale, 1.0)
+                and (axis_roi is None or axis_roi == [0.0, 1.0])):
+            continue
+        y = ctx.call("image.resize", [y], dict(attrs, axis=a, scale=float(scale), size=int(size),
+                                               roi=axis_roi))
+    return y if y is not x else ctx.call("copy", [x])
+
+
+def _mode(node, mode):
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if mode not in ("nearest", "linear", "cubic"):
+        raise UnsupportedOpError(f"{node.op_type} mode={mode!r} is not one of nearest, linear, "
+                                 f"cubic")
+    return mode
+
+
+def _legacy_attrs(node, mode, plan):
+    """Upsample-7..9 and Resize-10: asymmetric coordinates; nearest floors when upsampling and
+    rounds up when downsampling (the 'simple' rule of those opsets)."""
+    down = any(s < 1 for _, s, _ in plan)
+    return {"mode": mode, "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": "ceil" if down else "floor"}
+
+
+@converter("Resize", since=10)
+def resize(ctx, node):
+    x = node.input(0)
+    r = x.type.ndim
+    mode = _mode(node, node.attr("mode", "nearest"))
+    if node.opset < 11:
+        scales = _optional_const(ctx, node.input(1), "input 1 (scales)")
+        if scales is None:
+            raise ShapeMismatchError("Resize-10 needs scales")
+        plan = resize_plan(x.type.shape, scales, None, None, "stretch")
+        return [emit_resize(ctx, x, plan, _legacy_attrs(node, mode, plan))]
+    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    if ctm == "tf_half_pixel_for_nn":  # Resize-11/12 only: half_pixel without the -0.5
+        raise UnsupportedOpError("Resize coordinate_transformation_mode='tf_half_pixel_for_nn' "
+                                 "is not supported")
+    scales = _optional_const(ctx, node.input(2), "input 2 (scales)")
+    sizes = _optional_const(ctx, node.input(3), "input 3 (sizes)")
+    if (scales is None) == (sizes is None):
+        raise ShapeMismatchError("Resize needs exactly one of scales and sizes")
+    axes = node.attr("axes") if node.opset >= 18 else None
+    plan = resize_plan(x.type.shape, scales, sizes, axes,
+                       node.attr("keep_aspect_ratio_policy", "stretch"))
+    roi = None
+    if ctm == "tf_crop_and_resize":
+        roi = _optional_const(ctx, node.input(1), "input 1 (roi)")
+        if roi is None:
+            raise ShapeMismatchError("Resize tf_crop_and_resize needs roi")
+        roi = [float(v) for v in roi.reshape(-1)]
+        if axes is not None:
+            full = [0.0] * r + [1.0] * r
+            n = len(axes)
+            for k, a in enumerate(axes):
+                a = normalize_axis(int(a), r)
+                full[a], full[a + r] = roi[k], roi[n + k]
+            roi = full
+        if len(roi) != 2 * r:
+            raise ShapeMismatchError(f"Resize roi {roi} must have 2 x rank ({2 * r}) values")
+    antialias = int(node.attr("antialias", 0)) if node.opset >= 18 else 0
+    if antialias and mode == "nearest":
+        raise UnsupportedOpError("Resize antialias=1 is not defined for mode='nearest'")
+    attrs = {"mode": mode, "coordinate_transformation_mode": ctm,
+             "nearest_mode": node.attr("nearest_mode", "round_prefer_floor"),
+             "cubic_coeff_a": float(node.attr("cubic_coeff_a", -0.75)),
+             "exclude_outside": int(node.attr("exclude_outside", 0)),
+             "extrapolation_value": float(node.attr("extrapolation_value", 0.0)),
+             "antialias": antialias}
+    return [emit_resize(ctx, x, plan, attrs, roi)]
+
+
+@converter("Upsample", since=7)
+def upsample(ctx, node):
+    x = node.input(0)
+    mode = _mode(node, node.attr("mode", "nearest"))
+    if mode == "cubic":
+        raise UnsupportedOpError("Upsample mode='cubic' is not defined (nearest or linear)")
+    if node.opset < 9:
+        scales = node.attr("scales")
+        if scales is None:
+            raise ShapeMismatchError("Upsample-7 needs the scales attribute")
+    else:
+        scales = _optional_const(ctx, node.input(1), "input 1 (scales)")
+    plan = resize_plan(x.type.shape, np.asarray(scales, np.float64), None, None, "stretch")
+    return [emit_resize(ctx, x, plan, _legacy_attrs(node, mode, plan))]

@@ -1,0 +1,276 @@
+"""Image operators: resampling along one axis (ONNX Resize/Upsample, applied axis by axis), grid
+sampling (ONNX GridSample) and column-to-image folding (ONNX Col2Im).
+
+``image.resize`` resamples ONE axis of any-rank tensor to ``size`` elements. ONNX Resize is
+separable, so the frontend chains one ``image.resize`` per resized axis. The output position ``o``
+maps to a source coordinate ``x(o)`` by the ``coordinate_transformation_mode`` (computed in double
+precision, as the ONNX reference does, so that nearest-neighbour ties round the same way):
+
+=====================  =====================================================================
+half_pixel             ``(o + 0.5) / scale - 0.5``
+half_pixel_symmetric   ``L/2 * (1 - size / (scale * L)) + (o + 0.5) / scale - 0.5``
+pytorch_half_pixel     ``(o + 0.5) / scale - 0.5``, or ``-0.5`` when ``scale * L == 1``
+align_corners          ``o * (L - 1) / (scale * L - 1)``, or ``0`` when ``scale * L == 1``
+asymmetric             ``o / scale``
+tf_crop_and_resize     ``o * (e - s) * (L - 1) / (scale * L - 1) + s * (L - 1)`` (``roi=[s, e]``);
+                       positions outside ``[0, L - 1]`` are ``extrapolation_value``
+=====================  =====================================================================
+
+``nearest`` picks one input (``round_prefer_floor``, ``round_prefer_ceil``, ``floor``, ``ceil``);
+``linear`` and ``cubic`` weight the taps ``j`` around ``x`` by ``K(s' * (j - x))`` with the
+triangle or the cubic convolution kernel (coefficient ``cubic_coeff_a``), where ``s' =
+min(scale, 1)`` with ``antialias`` (the kernel widens when downsampling) and 1 otherwise. Taps
+outside ``[0, L)`` read the edge value, or get weight 0 with ``exclude_outside``; the weights are
+normalized to sum to 1. Integer tensors are rounded (half to even) and saturated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import te
+from ..errors import ShapeMismatchError
+from ..graph.ir import TensorType
+from ..tir.expr import is_float
+from .registry import REQUIRED, OpPattern, normalize_axis, register_op
+
+COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+               "asymmetric", "tf_crop_and_resize")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+RESIZE_MODES = ("nearest", "linear", "cubic")
+
+
+def _acc_dtype(dtype: str) -> str:
+    return "float64" if dtype == "float64" else "float32"
+
+
+# resize ----------------------------------------------------------------------------------------
+
+def _resize_type(types, attrs):
+    x = types[0]
+    where = "image.resize: "
+    ax = normalize_axis(attrs["axis"], x.ndim, where)
+    if attrs["mode"] not in RESIZE_MODES:
+        raise ShapeMismatchError(f"{where}mode {attrs['mode']!r} is not one of {RESIZE_MODES}")
+    if attrs["coordinate_transformation_mode"] not in COORD_MODES:
+        raise ShapeMismatchError(f"{where}coordinate_transformation_mode "
+                                 f"{attrs['coordinate_transformation_mode']!r} is not one of "
+                                 f"{COORD_MODES}")
+    if attrs["nearest_mode"] not in NEAREST_MODES:
+        raise ShapeMismatchError(f"{where}nearest_mode {attrs['nearest_mode']!r} is not one of "
+                                 f"{NEAREST_MODES}")
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize" and \
+            (attrs["roi"] is None or len(attrs["roi"]) != 2):
+        raise ShapeMismatchError(f"{where}tf_crop_and_resize needs roi=[start, end]")
+    if int(attrs["size"]) < 0 or not float(attrs["scale"]) > 0:
+        raise ShapeMismatchError(f"{where}size {attrs['size']} and scale {attrs['scale']} must be "
+                                 f"non-negative and positive")
+    if x.dtype == "bool":
+        raise ShapeMismatchError(f"{where}cannot resample a bool tensor")
+    shape = list(x.shape)
+    shape[ax] = int(attrs["size"])
+    return [TensorType(tuple(shape), x.dtype)]
+
+
+def _taps(attrs) -> tuple[int, float]:
+    """(number of taps, kernel scale s') of a resize (nearest: the two taps around x)."""
+    scale = float(attrs["scale"])
+    s = min(scale, 1.0) if attrs["antialias"] else 1.0
+    half = 2.0 if attrs["mode"] == "cubic" else 1.0
+    start = math.floor(-half / s) + 1
+    return 2 - 2 * start, s
+
+
+def _resize_ref(xs, attrs):
+    """Dense (size x L) weight matrix applied along the axis (an independent formulation of the
+    gather-and-weight kernel)."""
+    x = xs[0]
+    ax = normalize_axis(attrs["axis"], x.ndim)
+    L, O = x.shape[ax], int(attrs["size"])
+    scale = float(attrs["scale"])
+    ctm = attrs["coordinate_transformation_mode"]
+    o = np.arange(O, dtype=np.float64)
+    out_w = scale * L
+    if ctm == "half_pixel":
+        xo = (o + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        xo = L / 2 * (1 - O / out_w) + (o + 0.5) / scale - 0.5
+    elif ctm == "pytorch_half_pixel":
+        xo = (o + 0.5) / scale - 0.5 if out_w != 1 else np.full(O, -0.5)
+    elif ctm == "align_corners":
+        xo = o * (L - 1) / (out_w - 1) if out_w != 1 else np.zeros(O)
+    elif ctm == "asymmetric":
+        xo = o / scale
+    else:
+        s0, s1 = (float(v) for v in attrs["roi"])
+        xo = (o * (s1 - s0) * (L - 1) / (out_w - 1) if out_w != 1
+              else np.full(O, (s1 - s0) * (L - 1) / 2)) + s0 * (L - 1)
+    W = np.zeros((O, L), np.float64)
+    mode = attrs["mode"]
+    for k in range(O):
+        xk = xo[k]
+        n, s = _taps(attrs)
+        first = math.ceil(xk) - n // 2
+        js = np.arange(first, first + n)
+        d = np.abs((js - xk) * s)
+        if mode == "nearest":
+            nm = attrs["nearest_mode"]
+            if xk == math.floor(xk):
+                j = xk
+            elif nm == "round_prefer_floor":
+                j = math.floor(xk) if xk - math.floor(xk) <= 0.5 else math.ceil(xk)
+            elif nm == "round_prefer_ceil":
+                j = math.floor(xk) if xk - math.floor(xk) < 0.5 else math.ceil(xk)
+            else:
+                j = (math.floor if nm == "floor" else math.ceil)(xk)
+            w = (js == j).astype(np.float64)
+        elif mode == "linear":
+            w = np.clip(1 - d, 0, 1)
+        else:
+            a = float(attrs["cubic_coeff_a"])
+            w = np.where(d <= 1, (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1,
+                         np.where(d < 2, a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a, 0.0))
+        if attrs["exclude_outside"]:
+            w = np.where((js < 0) | (js >= L), 0.0, w)
+        tot = w.sum()
+        w = w / (tot if tot != 0 else 1.0)
+        for jj, ww in zip(js, w):
+            W[k, min(max(jj, 0), L - 1)] += ww
+    y = np.moveaxis(np.tensordot(W, np.moveaxis(x.astype(np.float64), ax, 0), axes=(1, 0)), 0, ax)
+    if ctm == "tf_crop_and_resize":
+        outside = (xo < 0) | (xo > L - 1)
+        y[(slice(None),) * ax + (outside,)] = float(attrs["extrapolation_value"])
+    return [_to_dtype(y, x.dtype)]
+
+
+def _to_dtype(y: np.ndarray, dtype) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return np.clip(np.rint(y), info.min, info.max).astype(dt)
+    return y.astype(dt)
+
+
+def _coord(o, L, O, attrs):
+    """Source coordinate (float64 expression) of output index ``o``."""
+    scale = float(attrs["scale"])
+    ctm = attrs["coordinate_transformation_mode"]
+    f = te.cast("float64", o)
+    out_w = scale * L
+    if ctm == "half_pixel":
+        return (f + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        return L / 2 * (1 - O / out_w) + (f + 0.5) / scale - 0.5
+    if ctm == "pytorch_half_pixel":
+        return (f + 0.5) / scale - 0.5 if out_w != 1 else te.const(-0.5, "float64")
+    if ctm == "align_corners":
+        return f * float(L - 1) / (out_w - 1) if out_w != 1 else te.const(0.0, "float64")
+    if ctm == "asymmetric":
+        return f / scale
+    s0, s1 = (float(v) for v in attrs["roi"])
+    base = f * (s1 - s0) * float(L - 1) / (out_w - 1) if out_w != 1 else \
+        te.const((s1 - s0) * (L - 1) / 2, "float64")
+    return base + s0 * (L - 1)
+
+
+def _finish(v, dtype: str):
+    """Accumulated value ``v`` stored as ``dtype`` (integers rounded and saturated)."""
+    if is_float(dtype):
+        return te.cast(dtype, v)
+    info = np.iinfo(np.dtype(dtype))
+    r = te.minimum(te.maximum(te.round(te.cast("float64", v)), float(info.min)), float(info.max))
+    return te.cast(dtype, r)
+
+
+def _resize_compute(inputs, attrs, out_types):
+    x = inputs[0]
+    ax = normalize_axis(attrs["axis"], x.ndim)
+    L = x.shape[ax]
+    oshape = out_types[0].shape
+    O = oshape[ax]
+    mode = attrs["mode"]
+    acc = _acc_dtype(x.dtype)
+    ctm = attrs["coordinate_transformation_mode"]
+
+    def at(i, j):
+        return tuple(j if k == ax else v for k, v in enumerate(i))
+
+    def clamp(j):
+        return te.minimum(te.maximum(j, 0), L - 1)
+
+    def extrapolate(i, value):
+        if ctm != "tf_crop_and_resize":
+            return value
+        c = _coord(i[ax], L, O, attrs)
+        inside = te.all_of(te.ge(c, 0.0), te.le(c, float(L - 1)))
+        return te.select(inside, value, te.const(float(attrs["extrapolation_value"]), x.dtype)
+                         if is_float(x.dtype) else _finish(te.const(
+                             float(attrs["extrapolation_value"]), "float64"), x.dtype))
+
+    def nearest(c):
+        nm = attrs["nearest_mode"]
+        if nm == "round_prefer_floor":
+            j = te.ceil(c - 0.5)
+        elif nm == "round_prefer_ceil":
+            j = te.floor(c + 0.5)
+        else:
+            j = (te.floor if nm == "floor" else te.ceil)(c)
+        return te.cast("int64", j)
+
+    if mode == "nearest" and not attrs["exclude_outside"]:
+        def fnear(*i):
+            j = nearest(_coord(i[ax], L, O, attrs))
+            return extrapolate(i, x[at(i, clamp(j))])
+        return [te.compute(oshape, fnear, name="resize_nearest")]
+
+    n, s = _taps(attrs)
+    a = float(attrs["cubic_coeff_a"])
+    excl = bool(attrs["exclude_outside"])
+
+    def tap(o, t):
+        """(index, weight) of tap ``t`` (an expression) for output index ``o``."""
+        c = _coord(o, L, O, attrs)
+        j = te.cast("int64", te.ceil(c)) - n // 2 + t
+        d = te.abs((te.cast("float64", j) - c) * s)
+        if mode == "nearest":  # with exclude_outside: a chosen tap outside the input gives 0
+            w = te.select(te.eq(j, nearest(c)), te.const(1.0, "float64"),
+                          te.const(0.0, "float64"))
+        elif mode == "linear":
+            w = te.maximum(1.0 - d, 0.0)
+        else:
+            near = ((d * (a + 2) - (a + 3)) * d) * d + 1.0
+            far = ((d * a - 5 * a) * d + 8 * a) * d - 4 * a
+            w = te.select(te.le(d, 1.0), near, te.select(te.lt(d, 2.0), far,
+                                                         te.const(0.0, "float64")))
+        if excl:
+            w = te.select(te.all_of(te.ge(j, 0), te.lt(j, L)), w, te.const(0.0, "float64"))
+        return j, w
+
+    rw = te.reduce_axis(n, "rw")
+    wsum = te.compute((O,), lambda o: te.sum(tap(o, rw.var)[1], axis=rw), name="resize_wsum")
+    rt = te.reduce_axis(n, "rt")
+
+    def fsum(*i):
+        j, w = tap(i[ax], rt.var)
+        return te.sum(te.cast(acc, w) * te.cast(acc, x[at(i, clamp(j))]), axis=rt)
+    num = te.compute(oshape, fsum, name="resize_acc")
+
+    def fout(*i):
+        den = te.cast(acc, wsum[i[ax]])
+        return extrapolate(i, _finish(num[i] / te.select(te.eq(den, 0.0), te.const(1.0, acc),
+                                                            den), x.dtype))
+    return [te.compute(oshape, fout, name="resize")]
+
+
+register_op("image.resize", infer_type=_resize_type, reference=_resize_ref,
+            compute=_resize_compute, pattern=OpPattern.OPAQUE,
+            attrs={"axis": REQUIRED, "size": REQUIRED, "scale": REQUIRED, "mode": "nearest",
+                   "coordinate_transformation_mode": "half_pixel",
+                   "nearest_mode": "round_prefer_floor", "cubic_coeff_a": -0.75,
+                   "exclude_outside": 0, "extrapolation_value": 0.0, "antialias": 0,
+                   "roi": None},
+            doc="resample one axis to `size` elements: nearest/linear/cubic (antialias, "
+                "exclude_outside), every ONNX coordinate transformation (ONNX Resize-19 along "
+                "one axis; Resize/Upsample chain one per axis)")

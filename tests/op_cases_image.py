@@ -45,3 +45,21 @@ def resize(draw, op):
     dt = one_of(draw, FLOATS + ["uint8", "int32"], "dtype")
     x = values(r, shp, dt)
     return Case([x], attrs, rtol=1e-5, atol=1e-5)
+
+
+@cases("image.grid_sample")
+def grid_sample(draw, op):
+    r = rng(draw)
+    nsp = draw(st.integers(1, 3), label="spatial rank")
+    n, c = draw(st.integers(1, 2), label="N"), draw(st.integers(1, 3), label="C")
+    sp = tuple(draw(st.lists(st.integers(1, 5), min_size=nsp, max_size=nsp), label="in"))
+    out = tuple(draw(st.lists(st.integers(1, 4), min_size=nsp, max_size=nsp), label="out"))
+    dt = one_of(draw, FLOATS, "dtype")
+    x = values(r, (n, c) + sp, dt)
+    grid = np.asarray(r.uniform(-1.4, 1.4, (n,) + out + (nsp,)), dt)
+    attrs = {"mode": one_of(draw, ["nearest", "linear", "cubic"], "mode"),
+             "padding_mode": one_of(draw, ["zeros", "border", "reflection"], "padding"),
+             "align_corners": draw(st.integers(0, 1), label="align_corners")}
+    if attrs["padding_mode"] == "reflection" and attrs["align_corners"] and min(sp) == 1:
+        attrs["align_corners"] = 0  # onnx's evaluator divides by zero there (ours reflects to 0)
+    return Case([x, grid], attrs, rtol=1e-4, atol=1e-5)

@@ -27,4 +27,6 @@ def _resize(xs, a):
     return [x, roi, scales, sizes], attrs
 
 
+ONNX_OPS["image.grid_sample"] = ("GridSample", 22, lambda xs, a: (xs, dict(a)))
+
 __all__ = ["ONNX_OPS"]

@@ -274,3 +274,181 @@ register_op("image.resize", infer_type=_resize_type, reference=_resize_ref,
             doc="resample one axis to `size` elements: nearest/linear/cubic (antialias, "
                 "exclude_outside), every ONNX coordinate transformation (ONNX Resize-19 along "
                 "one axis; Resize/Upsample chain one per axis)")
+
+
+# grid_sample -----------------------------------------------------------------------------------
+
+GRID_MODES = ("nearest", "linear", "cubic")
+PADDING_MODES = ("zeros", "border", "reflection")
+GRID_CUBIC_A = -0.75
+
+
+def _gs_type(types, attrs):
+    x, g = types
+    where = "image.grid_sample: "
+    r = x.ndim - 2
+    if r < 1 or g.ndim != x.ndim or g.shape[0] != x.shape[0] or g.shape[-1] != r:
+        raise ShapeMismatchError(f"{where}input {x.shape} needs a grid (N, *out, {max(r, 1)}) "
+                                 f"of the same rank, got {g.shape}")
+    if not is_float(x.dtype) or not is_float(g.dtype):
+        raise ShapeMismatchError(f"{where}input and grid must be floating point, got {x.dtype}, "
+                                 f"{g.dtype}")
+    if attrs["mode"] not in GRID_MODES or attrs["padding_mode"] not in PADDING_MODES:
+        raise ShapeMismatchError(f"{where}mode {attrs['mode']!r} / padding_mode "
+                                 f"{attrs['padding_mode']!r} not in {GRID_MODES} / "
+                                 f"{PADDING_MODES}")
+    return [TensorType((x.shape[0], x.shape[1]) + tuple(g.shape[1:-1]), x.dtype)]
+
+
+def _np_reflect(v, lo, hi):
+    rng = hi - lo
+    if rng == 0:
+        return np.full_like(v, lo)
+    below, above = v < lo, v > hi
+    dx = np.where(below, lo - v, np.where(above, v - hi, 0.0))
+    n = np.trunc(dx / rng)
+    r = dx - n * rng
+    even = np.fmod(n, 2) == 0
+    from_lo = np.where(even, lo + r, hi - r)
+    from_hi = np.where(even, hi - r, lo + r)
+    return np.where(below, from_lo, np.where(above, from_hi, v))
+
+
+def _gs_ref(xs, attrs):
+    x, grid = xs
+    N, C = x.shape[:2]
+    dims = x.shape[2:]
+    r = len(dims)
+    mode, pad, align = attrs["mode"], attrs["padding_mode"], attrs["align_corners"]
+    out_sp = grid.shape[1:-1]
+    g = grid.astype(np.float64).reshape(N, -1, r)[..., ::-1]  # (N, P, r), dim order
+    taps, weights = [], []
+    for d, L in enumerate(dims):
+        v = (g[..., d] + 1) / 2 * (L - 1) if align else ((g[..., d] + 1) * L - 1) / 2
+        lo, hi = (0.0, L - 1.0) if align else (-0.5, L - 0.5)
+        if mode == "nearest":
+            v = np.rint(v)
+        if pad == "border":
+            v = np.where((v < lo) | (v > hi), np.clip(v, 0, L - 1), v)
+        elif pad == "reflection":
+            v = _np_reflect(v, lo, hi)
+        if mode == "nearest":
+            idx, w = np.trunc(v)[..., None], np.ones(v.shape + (1,))
+        else:
+            base = np.floor(v)
+            t = v - base
+            if mode == "linear":
+                idx = base[..., None] + np.arange(2)
+                w = np.stack([1 - t, t], -1)
+            else:
+                idx = base[..., None] + np.arange(-1, 3)
+                dist = np.abs(idx - v[..., None])
+                a = GRID_CUBIC_A
+                w = np.where(dist <= 1, ((a + 2) * dist - (a + 3)) * dist * dist + 1,
+                             ((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a)
+        idx = idx.astype(np.int64)
+        if pad == "zeros":
+            w = np.where((idx >= 0) & (idx < L), w, 0.0)
+            idx = np.clip(idx, 0, L - 1)
+        elif pad == "border":
+            idx = np.clip(idx, 0, L - 1)
+        else:
+            idx = np.clip(_np_reflect(idx.astype(np.float64), lo, hi).astype(np.int64), 0, L - 1)
+        taps.append(idx)
+        weights.append(w)
+    P = g.shape[1]
+    y = np.zeros((N, C, P))
+    xf = x.astype(np.float64)
+    for combo in np.ndindex(*[t.shape[-1] for t in taps]):
+        w = np.ones((N, P))
+        for d in range(r):
+            w = w * weights[d][..., combo[d]]
+        for n in range(N):
+            ix = tuple(taps[d][n, :, combo[d]] for d in range(r))
+            y[n] += w[n] * xf[n][(slice(None),) + ix]
+    return [y.reshape((N, C) + tuple(out_sp)).astype(x.dtype)]
+
+
+def _te_reflect(v, lo: float, hi: float):
+    rng = hi - lo
+    if rng == 0:
+        return te.const(lo, v.dtype)
+    below, above = te.lt(v, lo), te.gt(v, hi)
+    dx = te.select(below, lo - v, v - hi)
+    n = te.trunc(dx / rng)
+    r = dx - n * rng
+    even = te.eq(te.fmod(n, te.const(2.0, v.dtype)), 0.0)
+    from_lo = te.select(even, lo + r, hi - r)
+    from_hi = te.select(even, hi - r, lo + r)
+    return te.select(below, from_lo, te.select(above, from_hi, v))
+
+
+def _gs_compute(inputs, attrs, out_types):
+    x, grid = inputs
+    dims = x.shape[2:]
+    r = len(dims)
+    mode, pad, align = attrs["mode"], attrs["padding_mode"], attrs["align_corners"]
+    acc = _acc_dtype(x.dtype)
+    ntap = {"nearest": 1, "linear": 2, "cubic": 4}[mode]
+    first = -1 if mode == "cubic" else 0
+    rk = [te.reduce_axis(ntap, f"gs{d}") for d in range(r)]
+
+    def coord(n, o, d):
+        L = dims[d]
+        gv = te.cast(acc, grid[(n, *o, r - 1 - d)])
+        v = (gv + 1.0) / 2.0 * float(L - 1) if align else ((gv + 1.0) * float(L) - 1.0) / 2.0
+        lo, hi = (0.0, L - 1.0) if align else (-0.5, L - 0.5)
+        if mode == "nearest":
+            v = te.round(v)
+        if pad == "border":
+            v = te.select(te.lt(v, lo) | te.gt(v, hi),
+                          te.minimum(te.maximum(v, 0.0), float(L - 1)), v)
+        elif pad == "reflection":
+            v = _te_reflect(v, lo, hi)
+        return v, lo, hi
+
+    def tap(n, o, d, t):
+        """(index, weight, in range) of tap ``t`` along dim ``d``."""
+        L = dims[d]
+        v, lo, hi = coord(n, o, d)
+        if mode == "nearest":
+            j = te.cast("int64", te.trunc(v))
+            w = te.const(1.0, acc)
+        else:
+            base = te.floor(v)
+            j = te.cast("int64", base) + first + t
+            dist = te.abs(te.cast(acc, j) - v)
+            if mode == "linear":
+                w = 1.0 - dist
+            else:
+                a = GRID_CUBIC_A
+                w = te.select(te.le(dist, 1.0), ((dist * (a + 2) - (a + 3)) * dist) * dist + 1.0,
+                              ((dist * a - 5 * a) * dist + 8 * a) * dist - 4 * a)
+        ok = te.all_of(te.ge(j, 0), te.lt(j, L))
+        if pad == "reflection":
+            j = te.cast("int64", _te_reflect(te.cast(acc, j), lo, hi))
+        return te.minimum(te.maximum(j, 0), L - 1), w, ok
+
+    def f(n, c, *o):
+        idx, w, oks = [], None, []
+        for d in range(r):
+            j, wd, ok = tap(n, o, d, rk[d].var)
+            idx.append(j)
+            w = wd if w is None else w * wd
+            oks.append(ok)
+        val = w * te.cast(acc, x[(n, c, *idx)])
+        if pad == "zeros":
+            val = te.select(te.all_of(*oks), val, te.const(0.0, acc))
+        return te.sum(val, axis=rk)
+    y = te.compute(out_types[0].shape, f, name="grid_sample_acc")
+    if y.dtype == x.dtype:
+        return [y]
+    return [te.compute(y.shape, lambda *i: te.cast(x.dtype, y[i]), name="grid_sample")]
+
+
+register_op("image.grid_sample", infer_type=_gs_type, reference=_gs_ref, compute=_gs_compute,
+            pattern=OpPattern.OPAQUE, num_inputs=(2, 2),
+            attrs={"mode": "linear", "padding_mode": "zeros", "align_corners": 0},
+            doc="sample x (N, C, *sp) at the normalized coordinates of grid (N, *out, r) (last "
+                "dim in (x, y, z) order): nearest (half to even) / linear / cubic (a=-0.75), "
+                "zeros / border / reflection padding (ONNX GridSample-22, any rank)")

@@ -157,3 +157,15 @@ def upsample(ctx, node):
         scales = _optional_const(ctx, node.input(1), "input 1 (scales)")
     plan = resize_plan(x.type.shape, np.asarray(scales, np.float64), None, None, "stretch")
     return [emit_resize(ctx, x, plan, _legacy_attrs(node, mode, plan))]
+
+
+@converter("GridSample", since=16)
+def grid_sample(ctx, node):
+    mode = node.attr("mode", "bilinear" if node.opset < 20 else "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    x = node.input(0)
+    if node.opset < 20 and x.type.ndim != 4:
+        raise ShapeMismatchError(f"GridSample-{node.opset} takes 4-D input, got {x.type.shape}")
+    return [ctx.call("image.grid_sample", [x, node.input(1)], {
+        "mode": mode, "padding_mode": node.attr("padding_mode", "zeros"),
+        "align_corners": int(node.attr("align_corners", 0))})]

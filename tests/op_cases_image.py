@@ -63,3 +63,25 @@ def grid_sample(draw, op):
     if attrs["padding_mode"] == "reflection" and attrs["align_corners"] and min(sp) == 1:
         attrs["align_corners"] = 0  # onnx's evaluator divides by zero there (ours reflects to 0)
     return Case([x, grid], attrs, rtol=1e-4, atol=1e-5)
+
+
+@cases("image.col2im")
+def col2im(draw, op):
+    r = rng(draw)
+    nsp = draw(st.integers(1, 3), label="spatial rank")
+    img = draw(st.lists(st.integers(1, 6), min_size=nsp, max_size=nsp), label="image")
+    blk = [draw(st.integers(1, i), label="block") for i in img]
+    dil = [draw(st.integers(1, 2), label="dilation") for _ in img]
+    strides = [draw(st.integers(1, 3), label="stride") for _ in img]
+    pads = [draw(st.integers(0, 2), label="pad") for _ in range(2 * nsp)]
+    nb = [(img[d] + pads[d] + pads[d + nsp] - dil[d] * (blk[d] - 1) - 1) // strides[d] + 1
+          for d in range(nsp)]
+    if min(nb) <= 0:
+        dil, pads, strides = [1] * nsp, [0] * (2 * nsp), [1] * nsp
+        nb = [img[d] - blk[d] + 1 for d in range(nsp)]
+    n, c = draw(st.integers(1, 2), label="N"), draw(st.integers(1, 3), label="C")
+    dt = one_of(draw, FLOATS, "dtype")
+    x = values(r, (n, c * int(np.prod(blk)), int(np.prod(nb))), dt)
+    attrs = {"image_shape": img, "block_shape": blk, "dilations": dil, "pads": pads,
+             "strides": strides}
+    return Case([x], attrs, rtol=1e-5, atol=1e-5)

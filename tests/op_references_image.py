@@ -29,4 +29,11 @@ def _resize(xs, a):
 
 ONNX_OPS["image.grid_sample"] = ("GridSample", 22, lambda xs, a: (xs, dict(a)))
 
+
+@onnx_op("image.col2im", "Col2Im", 18)
+def _col2im(xs, a):
+    return [xs[0], np.asarray(a["image_shape"], np.int64), np.asarray(a["block_shape"], np.int64)], \
+        {k: a[k] for k in ("dilations", "pads", "strides")}
+
+
 __all__ = ["ONNX_OPS"]

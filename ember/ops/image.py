@@ -452,3 +452,81 @@ register_op("image.grid_sample", infer_type=_gs_type, reference=_gs_ref, compute
             doc="sample x (N, C, *sp) at the normalized coordinates of grid (N, *out, r) (last "
                 "dim in (x, y, z) order): nearest (half to even) / linear / cubic (a=-0.75), "
                 "zeros / border / reflection padding (ONNX GridSample-22, any rank)")
+
+
+# col2im ----------------------------------------------------------------------------------------
+
+def _c2i_geom(attrs):
+    img, blk = list(attrs["image_shape"]), list(attrs["block_shape"])
+    r = len(img)
+    dil = list(attrs["dilations"] or [1] * r)
+    pads = list(attrs["pads"] or [0] * (2 * r))
+    st = list(attrs["strides"] or [1] * r)
+    nb = [(img[d] + pads[d] + pads[d + r] - dil[d] * (blk[d] - 1) - 1) // st[d] + 1
+          for d in range(r)]
+    return img, blk, dil, pads, st, nb
+
+
+def _c2i_type(types, attrs):
+    x = types[0]
+    where = "image.col2im: "
+    img, blk, dil, pads, st, nb = _c2i_geom(attrs)
+    r = len(img)
+    if len(blk) != r or len(dil) != r or len(st) != r or len(pads) != 2 * r:
+        raise ShapeMismatchError(f"{where}image_shape {img}, block_shape {blk}, dilations, "
+                                 f"strides and pads (2x) must have one value per spatial dim")
+    K = int(np.prod(blk))
+    if x.ndim != 3 or x.shape[1] % max(K, 1) or x.shape[2] != int(np.prod(nb)) or \
+            min(nb, default=1) <= 0:
+        raise ShapeMismatchError(f"{where}input {x.shape} must be (N, C x {K}, {int(np.prod(nb))})"
+                                 f" for image {img}, blocks {blk}")
+    return [TensorType((x.shape[0], x.shape[1] // K) + tuple(img), x.dtype)]
+
+
+def _c2i_ref(xs, attrs):
+    """Scatter-add of every block column into the padded image, then crop."""
+    x = xs[0]
+    img, blk, dil, pads, st, nb = _c2i_geom(attrs)
+    r = len(img)
+    N, CK, _ = x.shape
+    K = int(np.prod(blk))
+    C = CK // K
+    padded = np.zeros((N, C) + tuple(img[d] + pads[d] + pads[d + r] for d in range(r)),
+                      np.float64)
+    cols = x.astype(np.float64).reshape((N, C, K) + tuple(nb))
+    for ki, k in enumerate(np.ndindex(*blk)):
+        sl = tuple(slice(k[d] * dil[d], k[d] * dil[d] + st[d] * (nb[d] - 1) + 1, st[d])
+                   for d in range(r))
+        padded[(slice(None), slice(None)) + sl] += cols[:, :, ki]
+    crop = tuple(slice(pads[d], pads[d] + img[d]) for d in range(r))
+    return [padded[(slice(None), slice(None)) + crop].astype(x.dtype)]
+
+
+def _c2i_compute(inputs, attrs, out_types):
+    x = inputs[0]
+    img, blk, dil, pads, st, nb = _c2i_geom(attrs)
+    r = len(img)
+    K = int(np.prod(blk))
+    rk = [te.reduce_axis(b, f"c2i{d}") for d, b in enumerate(blk)]
+
+    def f(n, c, *p):
+        conds, q = [], []
+        for d in range(r):
+            t = p[d] + pads[d] - rk[d].var * dil[d]
+            conds += [te.ge(t, 0), te.eq(te.truncmod(t, st[d]), 0),
+                      te.lt(te.truncdiv(t, st[d]), nb[d])]
+            q.append(te.truncdiv(t, st[d]))
+        kflat, qflat = rk[0].var, q[0]
+        for d in range(1, r):
+            kflat = kflat * blk[d] + rk[d].var
+            qflat = qflat * nb[d] + q[d]
+        return te.sum(x[n, c * K + kflat, qflat], axis=rk, where=te.all_of(*conds))
+    return [te.compute(out_types[0].shape, f, name="col2im")]
+
+
+register_op("image.col2im", infer_type=_c2i_type, reference=_c2i_ref, compute=_c2i_compute,
+            pattern=OpPattern.OPAQUE,
+            attrs={"image_shape": REQUIRED, "block_shape": REQUIRED, "dilations": None,
+                   "pads": None, "strides": None},
+            doc="fold sliding-block columns (N, C x prod(block), blocks) back into an image "
+                "(N, C, *image_shape), summing overlaps (ONNX Col2Im-18)")

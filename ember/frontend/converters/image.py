@@ -169,3 +169,14 @@ def grid_sample(ctx, node):
     return [ctx.call("image.grid_sample", [x, node.input(1)], {
         "mode": mode, "padding_mode": node.attr("padding_mode", "zeros"),
         "align_corners": int(node.attr("align_corners", 0))})]
+
+
+@converter("Col2Im", since=18)
+def col2im(ctx, node):
+    img = ctx.require_constant(node.input(1), "input 1 (image_shape)")
+    blk = ctx.require_constant(node.input(2), "input 2 (block_shape)")
+    return [ctx.call("image.col2im", [node.input(0)], {
+        "image_shape": [int(v) for v in img.reshape(-1)],
+        "block_shape": [int(v) for v in blk.reshape(-1)],
+        "dilations": node.attr("dilations"), "pads": node.attr("pads"),
+        "strides": node.attr("strides")})]

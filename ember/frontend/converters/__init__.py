@@ -40,3 +40,4 @@ def supported_onnx_ops() -> dict[tuple[str, str], list[tuple[int, int | None]]]:
 from . import math, nn, tensor  # noqa: E402,F401  (register the converters)
 from . import elementwise, indexing, nn_ext, quantize  # noqa: E402,F401
 from . import image  # noqa: E402,F401  (Resize, Upsample, GridSample, Col2Im)
+from . import rnn  # noqa: E402,F401  (RNN, GRU, LSTM)

@@ -5,3 +5,4 @@ from .registry import (REQUIRED, OpDef, OpPattern, broadcast_shapes, get_op, lis
 from . import elemwise, nn, transform, reduce  # noqa: F401,E402  (registers the built-ins)
 from . import activation, indexing, integer, nn_ext  # noqa: F401,E402  (ONNX-suite families)
 from . import image  # noqa: F401,E402  (resampling, grid sampling, col2im)
+from . import signal  # noqa: F401,E402  (DFT, STFT)

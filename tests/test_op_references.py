@@ -230,6 +230,7 @@ def run_onnx_reference(op_type, opset, inputs, attrs):
 from op_references_breadth import *  # noqa: E402,F401,F403  (ONNX-breadth operators)
 from op_references_image import *  # noqa: E402,F401,F403  (image operators)
 from op_references_signal import *  # noqa: E402,F401,F403  (signal operators)
+from op_references_linalg import *  # noqa: E402,F401,F403  (linear algebra)
 
 
 def test_reference_table_covers_known_ops():

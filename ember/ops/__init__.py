@@ -6,3 +6,4 @@ from . import elemwise, nn, transform, reduce  # noqa: F401,E402  (registers the
 from . import activation, indexing, integer, nn_ext  # noqa: F401,E402  (ONNX-suite families)
 from . import image  # noqa: F401,E402  (resampling, grid sampling, col2im)
 from . import signal  # noqa: F401,E402  (DFT, STFT)
+from . import linalg  # noqa: F401,E402  (einsum, det)

@@ -42,3 +42,4 @@ from . import elementwise, indexing, nn_ext, quantize  # noqa: E402,F401
 from . import image  # noqa: E402,F401  (Resize, Upsample, GridSample, Col2Im)
 from . import rnn  # noqa: E402,F401  (RNN, GRU, LSTM)
 from . import signal  # noqa: E402,F401  (DFT, STFT, windows, MelWeightMatrix)
+from . import linalg  # noqa: E402,F401  (Einsum, Det)

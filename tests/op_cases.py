@@ -565,3 +565,4 @@ from op_cases_breadth import *  # noqa: E402,F401,F403  (cases of the ONNX-bread
 from op_cases_image import *  # noqa: E402,F401,F403  (cases of the image operators)
 from op_cases_signal import *  # noqa: E402,F401,F403  (cases of the signal operators)
 from op_cases_linalg import *  # noqa: E402,F401,F403  (cases of the linear-algebra operators)
+from op_cases_spatial import *  # noqa: E402,F401,F403  (cases of the data-driven spatial operators)

@@ -231,6 +231,7 @@ from op_references_breadth import *  # noqa: E402,F401,F403  (ONNX-breadth opera
 from op_references_image import *  # noqa: E402,F401,F403  (image operators)
 from op_references_signal import *  # noqa: E402,F401,F403  (signal operators)
 from op_references_linalg import *  # noqa: E402,F401,F403  (linear algebra)
+from op_references_spatial import *  # noqa: E402,F401,F403  (data-driven spatial)
 
 
 def test_reference_table_covers_known_ops():

@@ -7,3 +7,4 @@ from . import activation, indexing, integer, nn_ext  # noqa: F401,E402  (ONNX-su
 from . import image  # noqa: F401,E402  (resampling, grid sampling, col2im)
 from . import signal  # noqa: F401,E402  (DFT, STFT)
 from . import linalg  # noqa: F401,E402  (einsum, det)
+from . import spatial  # noqa: F401,E402  (max unpool, roi align, deform conv)

@@ -184,7 +184,10 @@ def measure_kernel(req: dict) -> dict:
     (library of the reference kernel or None), ``specs`` ([(shape, dtype)] of the parameters),
     ``num_inputs``, ``seed``, ``number`` (calls per timed repeat), ``repeat``,
     ``min_repeat_ms``, ``flush_bytes`` (bytes written between repeats to flush caches; 0 = no
-    flushing), ``num_threads``, ``rtol``/``atol``.
+    flushing), ``num_threads``, ``rtol``/``atol``/``scale_tol``: an output passes when
+    ``|got - want| <= atol + scale_tol * max|want| + rtol * |want|`` elementwise (the scale term
+    admits the rounding of a reordered long float reduction; a wrong program is off by the
+    size of its terms).
 
     Returns ``{"costs": [seconds per call, one per repeat]}`` or ``{"error": kind, "msg": ...}``
     with kind ``"wrong_answer"`` or ``"runtime"``.
@@ -215,7 +218,12 @@ def measure_kernel(req: dict) -> dict:
         if fn(*_ptrs(args)) != 0:
             return {"error": "runtime", "msg": "the kernel returned an error (allocation failed)"}
         for k, (got, want) in enumerate(zip(args[n_in:], expect)):
-            if not np.allclose(got, want, rtol=req.get("rtol", 1e-3), atol=req.get("atol", 1e-4),
+            atol = req.get("atol", 1e-4)
+            if np.issubdtype(want.dtype, np.floating) and want.size:
+                with np.errstate(invalid="ignore"):
+                    scale = float(np.nanmax(np.abs(np.where(np.isfinite(want), want, 0))))
+                atol += req.get("scale_tol", 1e-4) * scale
+            if not np.allclose(got, want, rtol=req.get("rtol", 1e-3), atol=atol,
                                equal_nan=True):
                 with np.errstate(invalid="ignore"):
                     diff = np.nanmax(np.abs(got.astype(np.float64) - want)) \

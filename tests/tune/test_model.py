@@ -64,7 +64,10 @@ def test_tune_model_resume_and_apply_history_best(tmp_path):
 
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype("float32")
     base = ember.compile(model).run({"x": x})[0]
-    with tune.apply_history_best(log) as ctx:
+    # whether a tuned program beats the untuned kernel is timing; without the "default"
+    # records every task with a successful measurement is replaced
+    tuned_only = [r for r in load_records(log) if r.kind != "default"]
+    with tune.apply_history_best(tuned_only) as ctx:
         tuned = ember.compile(model)
     assert ctx.applied >= 1
     # (the tuned program may coincide with the default schedule of these tiny kernels, so the

@@ -120,7 +120,10 @@ def test_tune_model_with_search_records_traces(tmp_path):
     assert sum(t.trials for t in s.tasks) == 12
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
     base = ember.compile(model).run({"x": x})[0]
-    with tune.apply_history_best(log) as ctx:
+    # whether a tuned program beats the untuned kernel is timing; without the "default"
+    # records every task with a successful measurement is replaced
+    tuned_only = [r for r in load_records(log) if r.kind != "default"]
+    with tune.apply_history_best(tuned_only) as ctx:
         tuned = ember.compile(model)
     assert ctx.applied >= 1
     np.testing.assert_allclose(tuned.run({"x": x})[0], base, rtol=1e-4, atol=1e-4)

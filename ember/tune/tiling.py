@@ -50,7 +50,8 @@ class ReductionNest:
     init: Store
     update: Store
     epilogue: list          # statements after the reduction (stores reading acc)
-    workspaces: list = field(default_factory=list)
+    workspaces: list = field(default_factory=list)   # global buffers allocated around it
+    prologue: list = field(default_factory=list)     # loop nests filling them first
 
 
 def _for_chain(s: Stmt) -> tuple[list, Stmt]:
@@ -62,7 +63,8 @@ def _for_chain(s: Stmt) -> tuple[list, Stmt]:
 
 
 def as_reduction_nest(func: PrimFunc) -> ReductionNest:
-    """Recognize a kernel made of one reduction stage.
+    """Recognize a kernel made of one reduction stage, optionally after stages that fill
+    workspaces (a materialized padded input).
 
     Raises:
         ScheduleError: the kernel has another shape (several stages, no reduction...).
@@ -70,6 +72,15 @@ def as_reduction_nest(func: PrimFunc) -> ReductionNest:
     from ..tir.transform import lower_blocks
     func = lower_blocks(func)
     body = func.body
+    workspaces, prologue = [], []
+    while isinstance(body, Allocate) and body.buffer.scope == "global":
+        workspaces.append(body.buffer)
+        body = body.body
+    if isinstance(body, Seq) and len(body.stmts) >= 2 and workspaces:
+        # stages that fill workspaces first (a materialized padded input): kept, run before
+        prologue, body = list(body.stmts[:-1]), body.stmts[-1]
+        if not all(isinstance(x, For) for x in prologue):
+            raise ScheduleError(f"tile: kernel {func.name} is not one reduction stage")
     spatial, inner = _for_chain(body)
     if isinstance(inner, Allocate):
         inner = _scalar_accumulator(inner)
@@ -88,7 +99,8 @@ def as_reduction_nest(func: PrimFunc) -> ReductionNest:
                             f"accumulator")
     if any(lp.kind != "serial" for lp in spatial + reduce):
         raise ScheduleError(f"tile: kernel {func.name} is already scheduled")
-    return ReductionNest(func, spatial, reduce, acc, stmts[0], upd, stmts[2:])
+    return ReductionNest(func, spatial, reduce, acc, stmts[0], upd, stmts[2:], workspaces,
+                         prologue)
 
 
 def _scalar_accumulator(alloc: Allocate) -> Allocate:
@@ -301,6 +313,10 @@ def tile_reduction_nest(nest: ReductionNest, spec: TileSpec) -> PrimFunc:
         from .padding import annotate_fill
         body = Allocate(pad[1], seq([annotate_fill(pad[2], bool(spec.parallel), spec.vectorize),
                                      body]))
+    if nest.prologue:
+        from .padding import annotate_fill
+        body = seq([annotate_fill(p, bool(spec.parallel), spec.vectorize)
+                    for p in nest.prologue] + [body])
     for ws in reversed(nest.workspaces):
         body = Allocate(ws, body)
     body = simplify_stmt(body)

@@ -135,3 +135,29 @@ def test_pointwise_conv_with_guarded_init_is_tunable():
     finally:
         runner.close()
     assert tuner.trials == 6 and tuner.errors == 0
+
+
+def test_reduction_after_a_padding_stage_is_tiled_correctly():
+    """A kernel whose padded input is materialized by a stage of its own (channels-last
+    convolution lowering) keeps that stage in front of the tiled reduction."""
+    from ember import te
+    from ember.tune.extract import register_workload
+    from ember.tune.tiling import as_reduction_nest
+    x = te.placeholder((6, 6, 4), "float32", "x")
+    w = te.placeholder((3, 3, 4, 8), "float32", "w")
+    pad = te.compute((8, 8, 4), lambda h, v, c: te.if_then_else(
+        te.all_of(te.ge(h, 1), te.lt(h, 7), te.ge(v, 1), te.lt(v, 7)), x[h - 1, v - 1, c], 0.0),
+        name="pad")
+    kh, kw, rc = te.reduce_axis(3, "kh"), te.reduce_axis(3, "kw"), te.reduce_axis(4, "rc")
+    y = te.compute((6, 6, 8), lambda h, v, o: te.sum(pad[h + kh, v + kw, rc] * w[kh, kw, rc, o],
+                                                      axis=[kh, kw, rc]), name="y")
+    func = te.create_prim_func([x, w, y], "conv_nhwc", inline=False)
+    assert len(as_reduction_nest(func).prologue) == 1
+    task = tune.create_task("tile", [register_workload(func)])
+    runner = tune.LocalRunner(repeat=1)
+    tuner = tune.RandomTuner(task, seed=2)
+    try:
+        tuner.tune(6, tune.measure_option(tune.LocalBuilder(), runner))
+    finally:
+        runner.close()
+    assert tuner.trials == 6 and tuner.errors == 0

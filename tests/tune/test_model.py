@@ -36,10 +36,6 @@ def test_extract_tasks_weights():
         tasks = tune.extract_tasks(mod, params, "llvm")
     conv = tasks[0]
     assert "conv" in conv.op and conv.count == 1
-    # the default lowering materializes the padded input in a stage of its own (a prologue
-    # that the tile template keeps in front of the tiled reduction)
-    from ember.tune.tiling import as_reduction_nest
-    assert len(as_reduction_nest(conv.func).prologue) == 1
     # multiply-add per output point and reduction step: 2 * (16*16*16 outputs) * (8*3*3)
     assert conv.flops == 2 * 16 * 16 * 16 * 8 * 9
     assert [t.flops for t in tasks] == sorted((t.flops for t in tasks), reverse=True)

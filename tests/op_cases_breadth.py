@@ -289,3 +289,16 @@ def lp_normalize(draw, op):
     return Case([values(r, shp, one_of(draw, FLOATS))], {
         "axis": draw(st.integers(-len(shp), len(shp) - 1)), "p": draw(st.integers(1, 2))},
         **NN_TOL)
+
+
+# bitcast ----------------------------------------------------------------------------------------
+
+BITCAST_PAIRS = [("float32", "int32"), ("int32", "float32"), ("float64", "int64"),
+                 ("int64", "float64"), ("uint8", "int8"), ("int8", "uint8"), ("uint32", "float32")]
+
+
+@cases("bitcast")
+def bitcast(draw, op):
+    src, dst = one_of(draw, BITCAST_PAIRS)
+    x = values(rng(draw), shape(draw, allow_empty=True), src)
+    return Case([x], {"dtype": dst})

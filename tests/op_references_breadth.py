@@ -124,3 +124,6 @@ ORT_INSTEAD["nn.conv_transpose"] = lambda xs, a: True
 # the evaluator's LpNormalization forgets |x| (sum of x**p): onnxruntime checks it
 ORT_INSTEAD["nn.lp_normalize"] = lambda xs, a: True
 ORT_INSTEAD["nn.max_pool_with_indices"] = lambda xs, a: True  # evaluator: see nn.max_pool
+
+
+ONNX_OPS["bitcast"] = ("BitCast", 26, lambda xs, a: (xs, {"to": ONNX_DTYPE[a["dtype"]]}))

@@ -273,6 +273,13 @@ class CFunctionPrinter:
             sat, mode = e.args[1].value, e.args[2].value
             return self.narrow_cast(e.dtype, self.expr(e.args[0]), e.args[0].dtype, int(sat),
                                     int(mode))
+        if e.name == "reinterpret":  # the bits of the argument as e.dtype (same width)
+            src, dst = e.args[0].dtype, e.dtype
+            fn = f"ember_reinterpret_{src}_{dst}"
+            if fn not in self.deps:
+                self.deps[fn] = (f"static inline {c_type(dst)} {fn}({c_type(src)} v) {{ "
+                                 f"{c_type(dst)} r; memcpy(&r, &v, sizeof r); return r; }}\n")
+            return f"{fn}({self.expr(e.args[0])})"
         args = [self.expr(a) for a in e.args]
         dt = _compute_dtype(e.args[0].dtype)
         name = e.name

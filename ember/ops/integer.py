@@ -138,3 +138,29 @@ register_op("mod", infer_type=_int_binary_type("mod", allow_float=True), referen
             attrs={"fmod": 0},
             doc="remainder: fmod=0 floored (sign of the divisor), fmod=1 truncated (sign of the "
                 "dividend); integer division by zero gives 0 (ONNX Mod)")
+# bitcast ----------------------------------------------------------------------------------------
+
+def _bitcast_type(types, attrs):
+    from ..dtypes import is_ext, itemsize
+    x, to = types[0], attrs["dtype"]
+    if is_ext(x.dtype) or is_ext(to):
+        raise ShapeMismatchError(f"bitcast between {x.dtype} and {to} (narrow types) is not "
+                                 f"supported")
+    if itemsize(x.dtype) != itemsize(to):
+        raise ShapeMismatchError(f"bitcast needs types of one width: {x.dtype} -> {to}")
+    return [TensorType(x.shape, to)]
+
+
+def _bitcast_compute(inputs, attrs, out_types):
+    from ..tir.expr import Call
+    x = inputs[0]
+    return [te.compute(x.shape, lambda *i: Call("reinterpret", [x[i]], attrs["dtype"]),
+                       name="bitcast")]
+
+
+register_op("bitcast", infer_type=_bitcast_type,
+            reference=lambda xs, a: [np.ascontiguousarray(xs[0]).view(np.dtype(a["dtype"]))
+                                     .reshape(xs[0].shape).copy()],
+            compute=_bitcast_compute, pattern=OpPattern.ELEMWISE, attrs={"dtype": None},
+            doc="reinterpret the bits of each element as attrs['dtype'] of the same width "
+                "(ONNX BitCast)")

@@ -1,6 +1,6 @@
 """Converters for the rest of ONNX's elementwise operators: trigonometric and hyperbolic
 functions, activations with attributes, PRelu, IsInf, bitwise operators, BitShift, Mod and
-CastLike."""
+CastLike, BitCast, and the ai.onnx.ml ArrayFeatureExtractor and Binarizer."""
 
 from __future__ import annotations
 
@@ -91,3 +91,30 @@ def cast_like(ctx, node):
         return [ctx.call("copy", [x])]
     from .math import cast_to
     return [cast_to(ctx, node, x, like.type.dtype)]
+
+
+@converter("BitCast", since=26)
+def bit_cast(ctx, node):
+    from ..dtypes import onnx_dtype
+    to = onnx_dtype(node.attr("to"), "BitCast to: ")
+    x = node.input(0)
+    if to == x.type.dtype:
+        return [ctx.call("copy", [x])]
+    return [ctx.call("bitcast", [x], {"dtype": to})]
+
+
+@converter("ArrayFeatureExtractor", since=1, domain="ai.onnx.ml")
+def array_feature_extractor(ctx, node):
+    x, idx = node.input(0), node.input(1)
+    idx = ctx.call("reshape", [idx], {"newshape": [idx.type.size]})
+    return [ctx.call("take", [x, idx], {"axis": -1})]
+
+
+@converter("Binarizer", since=1, domain="ai.onnx.ml")
+def binarizer(ctx, node):
+    import numpy as np
+    x = node.input(0)
+    th = ctx.const(np.asarray(node.attr("threshold", 0.0), dtype=x.type.dtype))
+    one = ctx.const(np.asarray(1, dtype=x.type.dtype))
+    zero = ctx.const(np.asarray(0, dtype=x.type.dtype))
+    return [ctx.call("where", [ctx.call("greater", [x, th]), one, zero])]

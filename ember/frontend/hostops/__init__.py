@@ -70,4 +70,4 @@ class HostContext:
         return self.view.where
 
 
-from . import control, data, image, sequence, strings  # noqa: E402,F401  (register the kernels)
+from . import control, data, image, ml, sequence, strings  # noqa: E402,F401  (register the kernels)

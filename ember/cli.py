@@ -66,8 +66,23 @@ def _parse_inputs(items, model) -> dict:
             name, path = model.input_names[0], it
         if not os.path.exists(path):
             raise InputError(f"--input {name}: file {path!r} does not exist")
-        out[name] = np.load(path)
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise InputError(f"--input {name}: {path!r} is not a numeric .npy array ({e})") \
+                from None
     return out
+
+
+def _disabled_passes(args) -> tuple:
+    from .graph.passes.pass_manager import list_passes
+    names = tuple(args.disable_pass or ())
+    known = set(list_passes())
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise InputError(f"--disable-pass {', '.join(bad)}: no such pass; known passes: "
+                         f"{', '.join(sorted(known))}")
+    return names
 
 
 def _pass_context(args):
@@ -82,7 +97,7 @@ def _pass_context(args):
     if getattr(args, "pass_times", False):
         timing = PassTimingInstrument()
         instruments.append(timing)
-    ctx = PassContext(opt_level=args.opt_level, disabled_pass=args.disable_pass or (),
+    ctx = PassContext(opt_level=args.opt_level, disabled_pass=_disabled_passes(args),
                       instruments=instruments)
     return ctx, timing
 
@@ -99,6 +114,8 @@ def cmd_compile(args) -> int:
     if args.dump_ir:
         print(f"IR before/after each pass written to {args.dump_ir}/")
     out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".ember"
+    if os.path.exists(out) and os.path.exists(args.model) and os.path.samefile(out, args.model):
+        raise InputError(f"-o {out!r} is the input model itself; choose another output path")
     model.save(out)
     i = model.info
     print(f"compiled {args.model} for {model.target} in {dt:.2f} s: {i['num_kernels']} kernels "
@@ -118,6 +135,8 @@ def cmd_run(args) -> int:
     print(f"latency: median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms "
           f"over {stats['runs']} runs")
     if args.save_outputs:
+        if os.path.exists(args.save_outputs) and not os.path.isdir(args.save_outputs):
+            raise InputError(f"--save-outputs {args.save_outputs!r} exists and is not a folder")
         os.makedirs(args.save_outputs, exist_ok=True)
         for k, o in enumerate(outs):
             np.save(os.path.join(args.save_outputs, f"output_{k}.npy"), o)
@@ -165,7 +184,7 @@ def cmd_graph(args) -> int:
     from .graph.visualize import render, to_dot, to_text
     mod, params = from_onnx(args.model, shapes=_parse_shapes(args.shape))
     if not args.before:
-        with PassContext(opt_level=args.opt_level, disabled_pass=args.disable_pass or ()):
+        with PassContext(opt_level=args.opt_level, disabled_pass=_disabled_passes(args)):
             mod, params = optimize(mod, args.target, params)
     if args.output:
         path = render(mod, args.output, format=args.format, expand=args.expand)
@@ -188,9 +207,29 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def _positive_int(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return n
+
+
+def _opt_level(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if not 0 <= n <= 4:
+        raise argparse.ArgumentTypeError(f"opt level {n} is not in 0-4 (4 adds mixed precision)")
+    return n
+
+
 def _pass_args(p):
-    p.add_argument("--opt-level", type=int, default=2, help="graph optimization level 0-3 "
-                   "(default 2)")
+    p.add_argument("--opt-level", type=_opt_level, default=2, help="graph optimization level "
+                   "0-3 (default 2; 4 also runs ToMixedPrecision)")
     p.add_argument("--disable-pass", action="append", metavar="NAME", help="skip a pass")
 
 
@@ -224,13 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", help="NAME=file.npy (random seeded if omitted)")
     r.add_argument("--target", default="llvm")
     r.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
-    r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
+    r.add_argument("--repeat", type=_positive_int, default=10,
+                   help="timed runs (default 10)")
     r.add_argument("--save-outputs", metavar="DIR", help="write output_K.npy files")
     r.set_defaults(fn=cmd_run)
 
     d = sub.add_parser("demo", help="compile and run ResNet-50, check it, print timings")
     d.add_argument("--target", default="llvm")
-    d.add_argument("--repeat", type=int, default=5)
+    d.add_argument("--repeat", type=_positive_int, default=5)
     d.set_defaults(fn=cmd_demo)
 
     o = sub.add_parser("ops", help="list supported ONNX operators and opsets")
@@ -250,6 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `ember graph m.onnx | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
 
 
 if __name__ == "__main__":

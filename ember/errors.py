@@ -75,6 +75,10 @@ class ArtifactError(EmberError):
     """A saved ember artifact is missing, truncated or from an incompatible version."""
 
 
+class TargetError(EmberError):
+    """A target string that ember does not understand (kind or option)."""
+
+
 class TuningError(EmberError):
     """Auto-tuning failed (no valid candidate, broken records file...)."""
 

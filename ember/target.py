@@ -14,13 +14,9 @@ import functools
 import shutil
 import subprocess
 
-from .errors import EmberError
+from .errors import TargetError
 
 CPU_KINDS = {"llvm", "cpu", "c"}
-
-
-class TargetError(EmberError):
-    """A target string that ember does not understand."""
 
 
 class Target:
@@ -46,6 +42,8 @@ class Target:
             if k not in ("mcpu", "num-threads", "isa"):
                 raise TargetError(f"unknown target option -{k} (known: -mcpu, -num-threads, "
                                   f"-isa)")
+            if k == "num-threads" and not (v.isdigit() and int(v) > 0):
+                raise TargetError(f"-num-threads={v}: expected a positive integer")
             if k == "isa" and v not in ("avx512", "avx2", "scalar"):
                 raise TargetError(f"unknown -isa={v}: use avx512, avx2 or scalar")
             self.options[k] = v

@@ -30,7 +30,13 @@ def cache_dir() -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         d = Path(base) / "ember"
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if not os.access(d, os.W_OK):
+            raise PermissionError("not writable")
+    except OSError as e:
+        raise ToolchainError(f"kernel cache folder {str(d)!r} cannot be used ({e}); set "
+                             f"EMBER_CACHE_DIR to a writable folder") from None
     return d
 
 
@@ -126,6 +132,9 @@ def build_library(source: str, mcpu: str = "native", timeout: float = 1800) -> P
         if r.returncode != 0:
             raise CodegenError(f"C compiler {cc!r} failed on generated code:\n"
                                f"{r.stderr[-4000:]}", source=source, compiler_output=r.stderr)
+        if not out.exists():
+            raise ToolchainError(f"C compiler {cc!r} reported success but wrote no library; "
+                                 f"set CC to a working C compiler (gcc or clang)")
         data = out.read_bytes()
         sidecar = Path(tmp) / "module.so.sha256"
         sidecar.write_text(_digest(data))

@@ -40,6 +40,9 @@ def load_model(model) -> onnx.ModelProto:
     if isinstance(model, (bytes, bytearray)):
         data = bytes(model)
         where = "the given bytes"
+    elif not isinstance(model, (str, os.PathLike)):
+        raise ModelLoadError(f"expected a model path, bytes or an onnx.ModelProto, got "
+                             f"{type(model).__name__}")
     else:
         path = os.fspath(model)
         if not os.path.exists(path):
@@ -176,10 +179,22 @@ def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str
                                  f"inputs are not supported)")
     dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}: ")
     if shapes and vi.name in shapes:
-        shape = tuple(int(d) for d in shapes[vi.name])
-        if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
-            raise ShapeMismatchError(f"shapes[{vi.name!r}] = {shape} has rank {len(shape)}, the "
-                                     f"model declares rank {len(tt.shape.dim)}")
+        given = shapes[vi.name]
+        if isinstance(given, (str, bytes)) or not all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
+                for d in given):
+            raise ShapeMismatchError(f"shapes[{vi.name!r}] = {given!r} must be a sequence of "
+                                     f"non-negative ints, e.g. (1, 3, 224, 224)")
+        shape = tuple(int(d) for d in given)
+        if tt.HasField("shape"):
+            if len(tt.shape.dim) != len(shape):
+                raise ShapeMismatchError(f"shapes[{vi.name!r}] = {shape} has rank {len(shape)}, "
+                                         f"the model declares rank {len(tt.shape.dim)}")
+            for k, (d, s) in enumerate(zip(tt.shape.dim, shape)):
+                if d.HasField("dim_value") and d.dim_value != s:
+                    raise ShapeMismatchError(
+                        f"shapes[{vi.name!r}] = {shape} changes dimension {k}, which the model "
+                        f"fixes at {d.dim_value}; only symbolic dimensions can be set")
         return TensorType(shape, dtype)
     if not tt.HasField("shape"):
         raise ShapeMismatchError(f"graph input {vi.name!r} has no shape: pass "
@@ -191,8 +206,8 @@ def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str
         else:
             raise ShapeMismatchError(
                 f"graph input {vi.name!r} has a symbolic dimension "
-                f"{d.dim_param or '?'!r}: pass shapes={{{vi.name!r}: (...)}} to compile it for a "
-                f"concrete shape")
+                f"{d.dim_param or '?'!r}: pass shapes={{{vi.name!r}: (...)}} (command line: "
+                f"--shape {vi.name}=D0,D1,...) to compile it for a concrete shape")
     return TensorType(tuple(dims), dtype)
 
 
@@ -226,6 +241,11 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
             raise ModelLoadError(f"initializer {t.name!r} cannot be read: {e}") from None
     for t in g.sparse_initializer:
         raise UnsupportedOpError(f"sparse initializer {t.values.name!r} is not supported")
+    runtime_inputs = [vi.name for vi in g.input if vi.name not in inits]
+    unknown = sorted(set(shapes or {}) - set(runtime_inputs))
+    if unknown:
+        raise ShapeMismatchError(f"shapes names {unknown}, which are not inputs of the model; "
+                                 f"its inputs are {runtime_inputs}")
     for vi in g.input:
         if vi.name in inits:
             continue

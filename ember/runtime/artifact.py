@@ -31,6 +31,13 @@ def save_artifact(model, path) -> None:
             names the path and the cause).
     """
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ArtifactError(f"cannot save the artifact to {str(path)!r}: it exists and is not a "
+                            f"regular file (a folder or a device); choose another path")
+    source_model = model.info.get("model")
+    if source_model and path.exists() and os.path.samefile(path, source_model):
+        raise ArtifactError(f"refusing to overwrite the source model {str(path)!r} with the "
+                            f"artifact; choose another output path (e.g. *.ember)")
     manifest = {"format": "ember-artifact", "version": FORMAT_VERSION, "target": model.target,
                 "plan": model.plan, "info": model.info}
     params = io.BytesIO()
@@ -48,6 +55,9 @@ def save_artifact(model, path) -> None:
             z.writestr("kernels.c", model.source)
             z.write(model.lib_path, "lib.so")
             z.writestr("params.npz", params.getvalue())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; artifacts are shared like files
         os.replace(tmp, path)
     except BaseException as e:
         if tmp is not None:

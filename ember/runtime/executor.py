@@ -16,6 +16,7 @@ dtype); outputs are copied out of the arena.
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 from typing import Mapping
 
@@ -84,6 +85,7 @@ class GraphExecutor:
             fn.restype = ctypes.c_int32
             fn.argtypes = [ctypes.c_void_p] * len(st["args"])
             self._steps.append((fn, list(st["args"]), st))
+        self._run_lock = threading.Lock()
         self._aot = None
         if plan.get("aot") and hasattr(lib, plan["aot"]):
             self._aot = getattr(lib, plan["aot"])
@@ -131,7 +133,8 @@ class GraphExecutor:
     def run(self, inputs) -> list[np.ndarray]:
         """Run once. ``inputs``: ``{name: array}`` or a list in graph-input order. Uses the
         ahead-of-time entry point (one native call) when the library has one and ``use_aot``
-        is set, else calls the kernels one by one from Python.
+        is set, else calls the kernels one by one from Python. Calls from several threads are
+        serialized (they share the arena); the kernels themselves run multi-threaded.
 
         Returns:
             the outputs as new numpy arrays, in graph-output order.
@@ -139,6 +142,10 @@ class GraphExecutor:
             InputError: a missing/unknown input or a wrong shape or dtype.
         """
         arrays = self._bind_inputs(inputs)
+        with self._run_lock:
+            return self._run_locked(arrays)
+
+    def _run_locked(self, arrays) -> list[np.ndarray]:
         if self.use_aot:
             ext = self._ext
             for d, a in zip(self.input_specs, arrays):

@@ -123,7 +123,15 @@ def size(ctx, node):
 
 @converter("Gather", since=1)
 def gather(ctx, node):
-    return [ctx.call("take", [node.input(0), node.input(1)], {"axis": node.attr("axis", 0)})]
+    data, ind = node.input(0), node.input(1)
+    axis = node.attr("axis", 0)
+    c = ctx.constant_value(ind)
+    if c is not None and c.size:
+        n = data.type.shape[normalize_axis(axis, data.type.ndim)]
+        if isinstance(n, int) and (c.min() < -n or c.max() >= n):
+            raise ShapeMismatchError(f"Gather indices {c.reshape(-1).tolist()[:8]} are out of "
+                                     f"range for axis {axis} of size {n} (valid: [-{n}, {n - 1}])")
+    return [ctx.call("take", [data, ind], {"axis": axis})]
 
 
 @converter("Slice", since=1)

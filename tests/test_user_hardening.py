@@ -1,0 +1,116 @@
+"""Defects found by trying ember as a new user: concurrent runs, unsafe saves, bad shape
+overrides, out-of-range constant gather indices, bad command-line values."""
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ember
+from ember.cli import main
+from ember.errors import ArtifactError, ModelLoadError, ShapeMismatchError, TargetError
+
+
+def _model(batch="N", opset=13):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4],
+                           np.arange(16, dtype=np.float32) / 16)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                           helper.make_node("Relu", ["m"], ["y"])], "g", [x], [y], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_concurrent_runs_give_each_caller_its_own_result():
+    m = ember.compile(_model(batch=8))
+    w = np.arange(16, dtype=np.float32).reshape(4, 4) / 16
+    errors = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(50):
+            x = rng.standard_normal((8, 4)).astype(np.float32)
+            (y,) = m.run({"x": x})
+            if not np.allclose(y, np.maximum(x @ w, 0), rtol=1e-5, atol=1e-6):
+                errors.append(seed)
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_save_refuses_the_source_model_and_non_regular_files(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(_model(batch=2), src)
+    before = src.read_bytes()
+    m = ember.compile(str(src))
+    with pytest.raises(ArtifactError, match="source model"):
+        m.save(src)
+    assert src.read_bytes() == before
+    with pytest.raises(ArtifactError, match="not a regular file"):
+        m.save(tmp_path)
+    assert main(["compile", str(src), "-o", str(src)]) == 2
+    assert src.read_bytes() == before
+
+
+def test_saved_artifact_is_readable_by_others(tmp_path):
+    m = ember.compile(_model(batch=2))
+    m.save(tmp_path / "m.ember")
+    assert (tmp_path / "m.ember").stat().st_mode & 0o044  # group/other read unless umask says no
+
+
+@pytest.mark.parametrize("shapes, match", [
+    ({"x": (-1, 4)}, "non-negative ints"),
+    ({"x": (2.5, 4)}, "non-negative ints"),
+    ({"x": "2,4"}, "non-negative ints"),
+    ({"x": (2, 5)}, "fixes at 4"),
+    ({"q": (2, 4)}, "not inputs of the model"),
+])
+def test_bad_shape_overrides_are_typed_errors(shapes, match):
+    with pytest.raises(ShapeMismatchError, match=match):
+        ember.compile(_model(), shapes=shapes)
+
+
+def test_symbolic_dim_error_mentions_the_command_line_form():
+    with pytest.raises(ShapeMismatchError, match="--shape x="):
+        ember.compile(_model())
+
+
+def test_constant_gather_index_out_of_range_is_an_error():
+    data = helper.make_tensor_value_info("d", TensorProto.FLOAT, [3, 2])
+    out = helper.make_tensor_value_info("o", TensorProto.FLOAT, [1, 2])
+    idx = helper.make_tensor("i", TensorProto.INT64, [1], [7])
+    g = helper.make_graph([helper.make_node("Gather", ["d", "i"], ["o"])], "g", [data], [out],
+                          [idx])
+    with pytest.raises(ShapeMismatchError, match="out of range"):
+        ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_not_a_model_object_is_a_model_load_error():
+    with pytest.raises(ModelLoadError, match="got int"):
+        ember.compile(42)
+
+
+@pytest.mark.parametrize("spec", ["llvm -num-threads=abc", "llvm -num-threads=0"])
+def test_bad_thread_count_is_a_target_error(spec):
+    with pytest.raises(TargetError, match="positive integer"):
+        ember.Target(spec)
+
+
+def test_cli_rejects_bad_values(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(_model(batch=2), src)
+    for argv in (["run", str(src), "--repeat", "0"], ["compile", str(src), "--opt-level", "7"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    assert main(["compile", str(src), "-o", str(tmp_path / "m.ember"), "--disable-pass",
+                 "NoSuchPass"]) == 2
+    assert "no such pass" in capsys.readouterr().err
+    (tmp_path / "t.npy").write_text("not an array")
+    assert main(["run", str(src), "--input", f"x={tmp_path / 't.npy'}"]) == 2
+    assert "not a numeric .npy" in capsys.readouterr().err

@@ -104,9 +104,10 @@ def _pass_context(args):
 
 def cmd_compile(args) -> int:
     import ember
+    from .tune.cli import records_context
     ctx, timing = _pass_context(args)
     t0 = time.perf_counter()
-    with ctx:
+    with ctx, records_context(args.records):
         model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape))
     dt = time.perf_counter() - t0
     if timing is not None:
@@ -196,6 +197,51 @@ def cmd_graph(args) -> int:
     return 0
 
 
+def cmd_profile(args) -> int:
+    from .runtime.profiler import profile
+    model = _load_any(args.model, args.target, _parse_shapes(args.shape))
+    inputs = _parse_inputs(args.input, model)
+    report = profile(model, inputs, repeat=args.repeat)
+    print(report.table(top=args.top))
+    if args.trace:
+        report.write_chrome_trace(args.trace)
+        print(f"wrote Chrome trace {args.trace} (open in chrome://tracing or Perfetto)")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .benchmark import ablation, format_ablation
+    from .frontend.onnx import load_model
+    onnx_model = load_model(args.model)
+    probe = __import__("ember").compile(onnx_model, shapes=_parse_shapes(args.shape))
+    inputs = probe.random_inputs(seed=0)
+    if args.ablation:
+        steps = ablation(onnx_model, inputs, threads=args.threads, repeat=args.repeat)
+        print(format_ablation(steps, f"ablation: {args.model}, {args.threads} threads"))
+        return 0
+    from .benchmark import compare_runtimes
+    res = compare_runtimes(onnx_model, inputs, threads=args.threads, repeat=args.repeat,
+                           ember_model=None)
+    best_peer = min((r.median_ms for r in res if r.name != "ember"), default=None)
+    rows = [(r.name, f"{r.median_ms:.2f}",
+             f"{r.median_ms / best_peer:.2f}" if best_peer else "-",
+             "" if r.matches is None else ("yes" if r.matches else "NO"), r.note) for r in res]
+    print(_table(rows, ["runtime", "median ms", "/ best peer", "matches", "note"]))
+    return 0
+
+
+def cmd_conformance(args) -> int:
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
+                        "conformance.py")
+    if not os.path.exists(path):
+        raise InputError("bench/conformance.py is not available (run from a source checkout)")
+    spec = importlib.util.spec_from_file_location("ember_conformance", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main(args.rest)
+
+
 def cmd_ops(args) -> int:
     from .frontend.converters import supported_onnx_ops
     rows = []
@@ -243,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--target", default="llvm")
     c.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
     _pass_args(c)
+    c.add_argument("--records", metavar="FILE", help="apply the best schedules of a tuning log")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after every pass")
     c.add_argument("--pass-times", action="store_true", help="print time spent in each pass")
     c.set_defaults(fn=cmd_compile)
@@ -272,6 +319,35 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--target", default="llvm")
     d.add_argument("--repeat", type=_positive_int, default=5)
     d.set_defaults(fn=cmd_demo)
+
+    pr = sub.add_parser("profile", help="per-kernel time, GFLOP/s and % of peak")
+    pr.add_argument("model")
+    pr.add_argument("--input", action="append", help="NAME=file.npy (random seeded if omitted)")
+    pr.add_argument("--target", default="llvm")
+    pr.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    pr.add_argument("--repeat", type=_positive_int, default=10)
+    pr.add_argument("--top", type=_positive_int, default=None, help="show the N heaviest")
+    pr.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace")
+    pr.set_defaults(fn=cmd_profile)
+
+    b = sub.add_parser("bench", help="latency vs onnxruntime (and peers), or --ablation")
+    b.add_argument("model")
+    b.add_argument("--ablation", action="store_true", help="naive -> fusion -> layout -> "
+                   "vectorized micro-kernels, with speed-ups")
+    b.add_argument("--threads", type=_positive_int, default=2)
+    b.add_argument("--repeat", type=_positive_int, default=10)
+    b.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    b.set_defaults(fn=cmd_bench)
+
+    from .tune.cli import add_tune_arguments, run_tune
+    t = sub.add_parser("tune", help="auto-tune a model's kernels, writing a records file")
+    add_tune_arguments(t)
+    t.set_defaults(fn=run_tune)
+
+    cf = sub.add_parser("conformance", help="run ONNX's backend test suite through ember "
+                        "(options: see bench/conformance.py --help)")
+    cf.add_argument("rest", nargs=argparse.REMAINDER)
+    cf.set_defaults(fn=cmd_conformance)
 
     o = sub.add_parser("ops", help="list supported ONNX operators and opsets")
     o.set_defaults(fn=cmd_ops)

@@ -81,3 +81,20 @@ def test_graph_text_and_dot(tiny_model, tmp_path, capsys):
     assert "nn.relu" in before and "add" in before
     assert main(["graph", str(tiny_model), "--format", "dot", "-o", str(tmp_path / "g.dot")]) == 0
     assert (tmp_path / "g.dot").read_text().startswith("digraph")
+
+
+def test_profile_table_and_chrome_trace(tiny_model, tmp_path, capsys):
+    trace = tmp_path / "trace.json"
+    assert main(["profile", str(tiny_model), "--repeat", "2", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "GFLOP/s" in out and "end-to-end" in out
+    import json
+    assert json.loads(trace.read_text())
+
+
+def test_tune_and_conformance_are_wired():
+    parser = __import__("ember.cli", fromlist=["build_parser"]).build_parser()
+    args = parser.parse_args(["tune", "m.onnx", "--trials", "4", "--tuner", "random"])
+    assert args.trials == 4 and args.tuner == "random"
+    args = parser.parse_args(["compile", "m.onnx", "--records", "r.jsonl"])
+    assert args.records == "r.jsonl"

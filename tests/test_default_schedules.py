@@ -152,3 +152,24 @@ def test_weights_are_packed_once_at_compile_time():
     assert packed, "the convolutions' weights should be stored pre-packed"
     # the original (unpacked) conv weights are not kept alongside the packed copies
     assert not any(k in m.params for k in ("w1", "w2"))
+
+
+@pytest.mark.parametrize("name, ref", [
+    ("exp", np.exp), ("tanh", np.tanh),
+    ("sigmoid", lambda v: 1 / (1 + np.exp(-v))),
+    ("erf", lambda v: np.vectorize(__import__("math").erf)(v)),
+])
+def test_vector_math_matches_float64_reference(name, ref):
+    from ember.tir.schedule import Schedule
+    x = np.concatenate([np.linspace(-90, 90, 3001), np.linspace(-2, 2, 2001),
+                        [0.0, 1e-8, -1e-8, np.inf, -np.inf, np.nan, 50.0]]).astype(np.float32)
+    x = x[:len(x) - len(x) % 16]
+    X = te.placeholder(x.shape, "float32", "X")
+    Y = te.compute(x.shape, lambda i: getattr(te, name)(X[i]), name="y")
+    sch = Schedule(te.create_prim_func([X, Y], "f"))
+    sch.vectorize(sch.get_loops("y")[0])
+    assert f"ember_v{name}" in emit_c_function(sch.func)
+    y = compile_prim_func(sch.func).run([x])[0]
+    with np.errstate(all="ignore"):
+        r = ref(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(y, r, rtol=2e-6, atol=1e-30 if name == "exp" else 1e-7)

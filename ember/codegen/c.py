@@ -233,6 +233,12 @@ class CFunctionPrinter:
             if _safe_divisor(e.b):
                 return f"({a} % {b})"
             return f"ember_mod_{dt}({a}, {b})"
+        if op in ("floordiv", "floormod") and is_int(dt) and isinstance(e.b, Const) \
+                and e.b.value > 0:
+            from ..tir.arith import interval
+            if interval(e.a, self.bounds)[0] >= 0:
+                # non-negative dividend, positive divisor: C's / and % are floor division
+                return f"({a} {'/' if op == 'floordiv' else '%'} {b})"
         if op in ("floordiv", "floormod", "min", "max"):
             return f"ember_{op}_{dt}({a}, {b})"
         if op == "pow":

@@ -27,11 +27,13 @@ def vector_types(lanes: int) -> str:
     L = lanes
     f, fu, i = f"ember_f32x{L}", f"ember_f32x{L}u", f"ember_i32x{L}"
     fns = []
-    for name in sorted(_CALLS):
-        c = {"abs": "fabsf", "round": "nearbyintf", "sigmoid": "ember_sigmoid_float32"}.get(
-            name, f"{name}f")
+    for name in sorted(_CALLS - set(_POLY)):
+        c = {"abs": "fabsf", "round": "nearbyintf"}.get(name, f"{name}f")
         fns.append(f"static inline {f} ember_v{name}_{L}({f} x) {{ {f} r; "
                    f"for (int k = 0; k < {L}; ++k) r[k] = {c}(x[k]); return r; }}")
+    for name in ("exp", "erf", "tanh", "sigmoid"):
+        fns.append(_POLY[name].replace("FV", f).replace("IV", i).replace("_L(", f"_{L}(")
+                   .replace("_L ", f"_{L} "))
     return (
         f"typedef float {f} __attribute__((vector_size({4 * L})));\n"
         f"typedef float {fu} __attribute__((vector_size({4 * L}), aligned(4)));\n"
@@ -42,6 +44,67 @@ def vector_types(lanes: int) -> str:
         f"(a != a), a, b); }}\n"
         f"static inline {f} ember_vmin_{L}({f} a, {f} b) {{ return ember_vsel_{L}((a < b) | "
         f"(a != a), a, b); }}\n" + "\n".join(fns) + "\n")
+
+
+# lane-wise polynomial versions (no libm call per lane); FV/IV are the float/int vector types
+_POLY = {
+    # exp: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial (Cephes expf), 2^n from the
+    # exponent bits; about 1 ulp on [-87, 88]; under/overflow to 0/inf, NaN kept
+    "exp": """static inline FV ember_vexp_L(FV x) {
+  FV xc = ember_vsel_L(x > 88.72283f, (FV){0} + 88.72283f, x);
+  xc = ember_vsel_L(xc < -87.3365447504f, (FV){0} - 87.3365447504f, xc);
+  FV fx = xc * 1.44269504088896341f + 0.5f;
+  IV n = __builtin_convertvector(fx, IV);
+  FV fn = __builtin_convertvector(n, FV);
+  n = n - ((IV)(fn > fx) & 1);
+  fn = __builtin_convertvector(n, FV);
+  FV r = xc - fn * 0.693359375f + fn * 2.12194440e-4f;
+  FV r2 = r * r;
+  FV y = (FV){0} + 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f; y = y * r + 8.3334519073e-3f; y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f; y = y * r + 5.0000001201e-1f;
+  y = y * r2 + r + 1.0f;
+  IV n1 = n >> 1;  /* 2^n as 2^n1 * 2^(n-n1): each factor stays a normal float */
+  FV out = (y * (FV)((n1 + 127) << 23)) * (FV)((n - n1 + 127) << 23);
+  out = ember_vsel_L(x > 88.7228391f, (FV){0} + __builtin_inff(), out);
+  out = ember_vsel_L(x < -87.3365447504f, (FV){0}, out);  /* subnormal results flush to 0 */
+  return ember_vsel_L(x != x, x, out);
+}""",
+    # erf: Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), Taylor series below 0.5, odd
+    "erf": """static inline FV ember_verf_L(FV x) {
+  IV neg = x < 0;
+  FV a = ember_vsel_L(neg, -x, x);
+  FV t = 1.0f / (1.0f + 0.3275911f * a);
+  FV y = (FV){0} + 1.061405429f;
+  y = y * t - 1.453152027f; y = y * t + 1.421413741f; y = y * t - 0.284496736f;
+  y = y * t + 0.254829592f; y = y * t;
+  FV r = 1.0f - y * ember_vexp_L(-a * a);
+  FV a2 = a * a;  /* small |x|: the Taylor series keeps the relative error small */
+  FV s = 1.1283791670955126f * a * (1.0f + a2 * (-0.3333333333f + a2 * (0.1f + a2 * (
+      -0.0238095238f + a2 * (0.0046296296f + a2 * -0.0007575758f)))));
+  r = ember_vsel_L(a < 0.5f, s, r);
+  r = ember_vsel_L(neg, -r, r);
+  return ember_vsel_L(x != x, x, r);
+}""",
+    # tanh: 1 - 2 / (e^{2|x|} + 1) with the sign put back; odd Taylor series near 0
+    "tanh": """static inline FV ember_vtanh_L(FV x) {
+  IV neg = x < 0;
+  FV a = ember_vsel_L(neg, -x, x);
+  FV e = ember_vexp_L(2.0f * ember_vsel_L(a > 20.0f, (FV){0} + 20.0f, a));
+  FV r = 1.0f - 2.0f / (e + 1.0f);
+  FV a2 = a * a;
+  FV s = a * (1.0f + a2 * (-0.333333333f + a2 * (0.133333333f + a2 * -0.0539682540f)));
+  r = ember_vsel_L(a < 0.0625f, s, r);
+  r = ember_vsel_L(neg, -r, r);
+  return ember_vsel_L(x != x, x, r);
+}""",
+    "sigmoid": """static inline FV ember_vsigmoid_L(FV x) {
+  IV neg = x < 0;
+  FV e = ember_vexp_L(ember_vsel_L(neg, x, -x));
+  FV r = ember_vsel_L(neg, e / (1.0f + e), 1.0f / (1.0f + e));
+  return ember_vsel_L(x != x, x, r);
+}""",
+}
 
 
 class _Unsupported(Exception):

@@ -387,7 +387,14 @@ class CFunctionPrinter:
                 if done:
                     return
                 self.lines.append(f"{pad}#pragma omp simd")
-            elif s.kind == "unrolled":
+            elif s.kind == "serial" and isinstance(s.body, Store) and not s.body.indices:
+                from .vector import VectorReduction
+                self.bounds[s.var] = (0, s.extent - 1)
+                done = VectorReduction(self, s, self.target.vector_lanes).emit(pad)
+                del self.bounds[s.var]
+                if done:
+                    return
+            if s.kind == "unrolled":
                 self.lines.append(f"{pad}#pragma GCC unroll {min(s.extent, 64)}")
             self.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {s.extent}; ++{v}) {{")
             self.bounds[s.var] = (0, s.extent - 1)

@@ -216,3 +216,52 @@ class VectorLoop:
                 self.p.stmt(st, ind)
             self.p.lines.append(f"{pad}}}")
         return True
+
+
+class VectorReduction(VectorLoop):
+    """A serial loop ``acc = acc (+|max|min) f(v)`` into a scalar float32 accumulator, with
+    ``f`` contiguous in the loop variable: lane-wise partial results in a vector accumulator,
+    combined across lanes after the loop (floating-point sums are reassociated)."""
+
+    _OPS = {"add": ("+", "0.0f"), "max": ("max", "(-__builtin_inff())"),
+            "min": ("min", "__builtin_inff()")}
+
+    def emit(self, pad: str) -> bool:
+        L, n = self.L, self.loop.extent
+        st = self.loop.body
+        if n < 2 * L or not isinstance(st, Store) or st.indices or st.buffer.shape \
+                or st.buffer.scope != "local" or st.buffer.dtype != "float32":
+            return False
+        val = st.value
+        if not (isinstance(val, BinOp) and val.op in self._OPS):
+            return False
+        acc_side = [x for x in (val.a, val.b) if isinstance(x, Load) and x.src is st.buffer]
+        if len(acc_side) != 1:
+            return False
+        rhs = val.b if acc_side[0] is val.a else val.a
+        if any(isinstance(x, Load) and x.src is st.buffer
+               for x in collect(rhs, lambda q: isinstance(q, Load))):
+            return False
+        try:
+            vr = self.vexpr(rhs)
+        except _Unsupported:
+            return False
+        op, ident = self._OPS[val.op]
+        self.p.deps.setdefault(f"ember_vector_types_{L}", vector_types(L))
+        acc = self.p.buf_name(st.buffer)
+        v = self.p.expr(self.v)
+        main = n - n % L
+        comb = (lambda a, b: f"({a} + {b})") if op == "+" else \
+            (lambda a, b: f"ember_v{op}_{L}({a}, {b})")
+        scomb = (lambda a, b: f"({a} + {b})") if op == "+" else \
+            (lambda a, b: f"ember_{op}_float32({a}, {b})")
+        P = self.p.lines
+        P.append(f"{pad}{{ ember_f32x{L} vacc_ = (ember_f32x{L}){{0}} + {ident};")
+        P.append(f"{pad}  for (int64_t {v} = 0; {v} < {main}; {v} += {L}) "
+                 f"vacc_ = {comb('vacc_', vr)};")
+        P.append(f"{pad}  for (int k_ = 0; k_ < {L}; ++k_) {acc} = {scomb(acc, 'vacc_[k_]')}; }}")
+        if main < n:
+            P.append(f"{pad}for (int64_t {v} = {main}; {v} < {n}; ++{v}) {{")
+            self.p.stmt(st, len(pad) // 2 + 1)
+            P.append(f"{pad}}}")
+        return True

@@ -223,16 +223,32 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         m = ember.compile("resnet50.onnx", target="llvm -mcpu=native")
         y, = m.run({"data": x})
 
+    A model compiled before (same bytes, target, shapes, ``PassContext`` and ember version) is
+    loaded from the compiled-model cache (``ember.compile_cache``; ``info["cache_hit"]``).
+
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError.
     """
-    from .frontend.onnx import from_onnx
+    from . import compile_cache
+    from .frontend.onnx import from_onnx, load_model
     t0 = time.perf_counter()
-    mod, params = from_onnx(model, shapes=shapes)
+    target = Target(target)
+    proto = load_model(model)
+    key = compile_cache.cache_key(proto.SerializeToString(), target, shapes,
+                                  PassContext.current())
+    if key is not None:
+        cached = compile_cache.lookup(key, target.num_threads)
+        if cached is not None:
+            cached.info["cache_hit"] = True
+            cached.info["compile_s"] = time.perf_counter() - t0
+            return cached
+    mod, params = from_onnx(proto, shapes=shapes)
     t1 = time.perf_counter()
     compiled = build(mod, target, params)
     compiled.info["import_s"] = t1 - t0
     compiled.info["compile_s"] = time.perf_counter() - t0
     if isinstance(model, (str, os.PathLike)):
         compiled.info["model"] = os.fspath(model)
+    if key is not None:
+        compile_cache.store(key, compiled)
     return compiled

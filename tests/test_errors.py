@@ -245,6 +245,8 @@ def _compile_in_subprocess(tag: float, cache: Path):
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "sidecar", "no-sidecar"])
 def test_corrupted_cache_entry_is_rebuilt(monkeypatch, tmp_path, damage):
+    # the kernel build cache is under test: keep the compiled-model cache out of the way
+    monkeypatch.setenv("EMBER_NO_MODEL_CACHE", "1")
     cache = tmp_path / "cache"
     tag = 0.5 + len(damage) / 64  # a kernel of its own per case
     _compile_in_subprocess(tag, cache)

@@ -41,9 +41,17 @@ def save_artifact(model, path) -> None:
     manifest = {"format": "ember-artifact", "version": FORMAT_VERSION, "target": model.target,
                 "plan": model.plan, "info": model.info}
     params = io.BytesIO()
-    np.savez(params, **{f"p{k}": v for k, v in enumerate(model.params.values())})
+    arrays, ext = {}, {}
+    for k, v in enumerate(model.params.values()):
+        v = np.asarray(v)
+        if v.dtype.kind == "V" or v.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            ext[f"p{k}"] = v.dtype.name  # ml_dtypes types: stored as raw bits
+            v = v.view(f"u{v.dtype.itemsize}")
+        arrays[f"p{k}"] = v
+    np.savez(params, **arrays)
     names = list(model.params.keys())
     manifest["param_names"] = names
+    manifest["param_ext_dtypes"] = ext
     folder = path.parent if str(path.parent) else Path(".")
     tmp = None
     try:
@@ -93,8 +101,15 @@ def load_artifact(path, num_threads: int | None = None):
             graph = z.read("graph.txt").decode()
             source = z.read("kernels.c").decode() if "kernels.c" in z.namelist() else ""
             lib = install_library(z.read("lib.so"))
+            ext = manifest.get("param_ext_dtypes", {})
             with np.load(io.BytesIO(z.read("params.npz"))) as npz:
-                params = {n: npz[f"p{k}"] for k, n in enumerate(manifest["param_names"])}
+                params = {}
+                for k, n in enumerate(manifest["param_names"]):
+                    a = npz[f"p{k}"]
+                    if f"p{k}" in ext:
+                        import ml_dtypes
+                        a = a.view(np.dtype(getattr(ml_dtypes, ext[f"p{k}"])))
+                    params[n] = a
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError) as e:
         raise ArtifactError(f"{path} is not a readable ember artifact (truncated or corrupted): "
                             f"{type(e).__name__}: {e}") from None

@@ -74,7 +74,12 @@ class GraphExecutor:
                 arr = params.get(s["param"])
                 if arr is None:
                     raise EmberError(f"no value for parameter {s['param']!r}")
-                arr = aligned_copy(np.asarray(arr, dtype=_dtype(s["dtype"])).reshape(s["shape"]))
+                if s["param"] in self._params:  # one weight, several slots: one copy
+                    arr = self._params[s["param"]]
+                else:
+                    arr = np.asarray(arr, dtype=_dtype(s["dtype"])).reshape(s["shape"])
+                    if not (arr.flags.c_contiguous and arr.ctypes.data % ALIGN == 0):
+                        arr = aligned_copy(arr)  # kernels assume 64-byte aligned weights
                 self._params[s["param"]] = arr
                 self._ptr.append(arr.ctypes.data if arr.nbytes else base)
             else:

@@ -34,6 +34,8 @@ class CompiledModel:
         self.info = dict(info or {})
         self.source = source
         self._executor = GraphExecutor(load_library(self.lib_path), plan, self.params, num_threads)
+        # keep one copy of each weight: the aligned arrays the kernels read
+        self.params = {k: self._executor._params.get(k, v) for k, v in self.params.items()}
 
     @property
     def input_names(self) -> list[str]:

@@ -1,0 +1,104 @@
+"""The compiled-model cache: ``ember.compile`` of a model it has compiled before loads the saved
+artifact instead of running the passes, schedules and code generation again (warm compile).
+
+The key is a digest of the ONNX model's bytes, the target, the input ``shapes``, the current
+``PassContext`` (opt_level, disabled/required passes, config) and ember's own source code (so a
+changed compiler never serves a stale program). Entries are artifacts under
+``<kernel cache>/models/``; the folder is pruned to ``MAX_BYTES`` (oldest first). The cache is
+skipped when tuning records are being applied or pass instruments are set (their effects are
+not part of the key), and when ``EMBER_NO_MODEL_CACHE=1``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .codegen.build import cache_dir
+
+MAX_BYTES = 4 << 30
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """Digest of every ``.py`` file of the ember package (contents and relative paths)."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(model_bytes: bytes, target, shapes, ctx) -> str | None:
+    """The cache key, or ``None`` when this compilation must not be cached."""
+    if os.environ.get("EMBER_NO_MODEL_CACHE") == "1":
+        return None
+    if getattr(ctx, "instruments", None):
+        return None
+    try:
+        from .tune.dispatch import current
+        if current() is not None:
+            return None
+    except ImportError:  # pragma: no cover
+        pass
+    desc = {"target": str(target), "shapes": {k: list(v) for k, v in (shapes or {}).items()},
+            "opt_level": ctx.opt_level,
+            "disabled": sorted(getattr(ctx, "disabled_pass", ()) or ()),
+            "required": sorted(getattr(ctx, "required_pass", ()) or ()),
+            "config": sorted((k, repr(v)) for k, v in (ctx.config or {}).items()),
+            "ember": source_digest()}
+    h = hashlib.sha256(json.dumps(desc, sort_keys=True).encode())
+    h.update(hashlib.sha256(model_bytes).digest())
+    return h.hexdigest()
+
+
+def _folder() -> Path:
+    d = cache_dir() / "models"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def lookup(key: str, num_threads: int | None = None):
+    """The cached ``CompiledModel`` for ``key`` or ``None`` (a damaged entry is removed)."""
+    from .errors import ArtifactError
+    from .runtime.artifact import load_artifact
+    path = _folder() / f"{key}.ember"
+    if not path.exists():
+        return None
+    try:
+        model = load_artifact(path, num_threads)
+    except (ArtifactError, ValueError, TypeError, KeyError, OSError):  # damaged or stale
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+    os.utime(path)
+    return model
+
+
+def store(key: str, model) -> None:
+    """Save ``model`` under ``key`` (best effort: a full disk only costs the next compile)."""
+    from .errors import ArtifactError
+    from .runtime.artifact import save_artifact
+    try:
+        save_artifact(model, _folder() / f"{key}.ember")
+        _prune()
+    except (ArtifactError, OSError):
+        pass
+
+
+def _prune() -> None:
+    entries = sorted(_folder().glob("*.ember"), key=lambda p: p.stat().st_mtime, reverse=True)
+    total = 0
+    for p in entries:
+        total += p.stat().st_size
+        if total > MAX_BYTES:
+            try:
+                p.unlink()
+            except OSError:
+                pass

@@ -14,6 +14,7 @@ align_corners          ``o * (L - 1) / (scale * L - 1)``, or ``0`` when ``scale 
 asymmetric             ``o / scale``
 tf_crop_and_resize     ``o * (e - s) * (L - 1) / (scale * L - 1) + s * (L - 1)`` (``roi=[s, e]``);
                        positions outside ``[0, L - 1]`` are ``extrapolation_value``
+tf_half_pixel_for_nn   ``(o + 0.5) / scale`` (Resize-11/12)
 =====================  =====================================================================
 
 ``nearest`` picks one input (``round_prefer_floor``, ``round_prefer_ceil``, ``floor``, ``ceil``);
@@ -37,7 +38,7 @@ from ..tir.expr import is_float
 from .registry import REQUIRED, OpPattern, normalize_axis, register_op
 
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-               "asymmetric", "tf_crop_and_resize")
+               "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 RESIZE_MODES = ("nearest", "linear", "cubic")
 
@@ -95,6 +96,8 @@ def _resize_ref(xs, attrs):
     out_w = scale * L
     if ctm == "half_pixel":
         xo = (o + 0.5) / scale - 0.5
+    elif ctm == "tf_half_pixel_for_nn":
+        xo = (o + 0.5) / scale
     elif ctm == "half_pixel_symmetric":
         xo = L / 2 * (1 - O / out_w) + (o + 0.5) / scale - 0.5
     elif ctm == "pytorch_half_pixel":
@@ -161,6 +164,8 @@ def _coord(o, L, O, attrs):
     out_w = scale * L
     if ctm == "half_pixel":
         return (f + 0.5) / scale - 0.5
+    if ctm == "tf_half_pixel_for_nn":
+        return (f + 0.5) / scale
     if ctm == "half_pixel_symmetric":
         return L / 2 * (1 - O / out_w) + (f + 0.5) / scale - 0.5
     if ctm == "pytorch_half_pixel":

@@ -1,4 +1,4 @@
-"""Converters for ONNX image operators: Resize (opsets 10-19), Upsample (7-9), GridSample, Col2Im.
+"""Converters for ONNX image operators: Resize (opsets 10-19), Upsample (1-9), GridSample, Col2Im.
 
 Resize is separable: each resized axis becomes one ``image.resize`` (``ember.ops.image``), in
 ascending axis order. ``scales``, ``sizes`` and ``roi`` are shape-like: they must be known at
@@ -72,8 +72,10 @@ def emit_resize(ctx, x, plan, attrs: dict, roi=None):
         if (size == x.type.shape[a] and math.isclose(scale, 1.0)
                 and (axis_roi is None or axis_roi == [0.0, 1.0])):
             continue
-        y = ctx.call("image.resize", [y], dict(attrs, axis=a, scale=float(scale), size=int(size),
-                                               roi=axis_roi))
+        axis_attrs = dict(attrs, axis=a, scale=float(scale), size=int(size), roi=axis_roi)
+        if attrs.get("nearest_mode") == "simple":  # opsets < 11: per axis
+            axis_attrs["nearest_mode"] = "ceil" if scale < 1 else "floor"
+        y = ctx.call("image.resize", [y], axis_attrs)
     return y if y is not x else ctx.call("copy", [x])
 
 
@@ -87,11 +89,11 @@ def _mode(node, mode):
 
 
 def _legacy_attrs(node, mode, plan):
-    """Upsample-7..9 and Resize-10: asymmetric coordinates; nearest floors when upsampling and
-    rounds up when downsampling (the 'simple' rule of those opsets)."""
-    down = any(s < 1 for _, s, _ in plan)
+    """Upsample-1..9 and Resize-10: asymmetric coordinates; nearest floors along an axis that
+    is upsampled and rounds up along one that is downsampled (the 'simple' rule of those
+    opsets)."""
     return {"mode": mode, "coordinate_transformation_mode": "asymmetric",
-            "nearest_mode": "ceil" if down else "floor"}
+            "nearest_mode": "simple"}
 
 
 @converter("Resize", since=10)
@@ -106,9 +108,9 @@ def resize(ctx, node):
         plan = resize_plan(x.type.shape, scales, None, None, "stretch")
         return [emit_resize(ctx, x, plan, _legacy_attrs(node, mode, plan))]
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
-    if ctm == "tf_half_pixel_for_nn":  # Resize-11/12 only: half_pixel without the -0.5
+    if ctm == "tf_half_pixel_for_nn" and node.opset >= 13:
         raise UnsupportedOpError("Resize coordinate_transformation_mode='tf_half_pixel_for_nn' "
-                                 "is not supported")
+                                 "exists in opsets 11 and 12 only")
     scales = _optional_const(ctx, node.input(2), "input 2 (scales)")
     sizes = _optional_const(ctx, node.input(3), "input 3 (sizes)")
     if (scales is None) == (sizes is None):
@@ -143,13 +145,17 @@ def resize(ctx, node):
     return [emit_resize(ctx, x, plan, attrs, roi)]
 
 
-@converter("Upsample", since=7)
+@converter("Upsample", since=1)
 def upsample(ctx, node):
     x = node.input(0)
     mode = _mode(node, node.attr("mode", "nearest"))
     if mode == "cubic":
         raise UnsupportedOpError("Upsample mode='cubic' is not defined (nearest or linear)")
-    if node.opset < 9:
+    if node.opset < 7:  # Upsample-1: 4-D NCHW with height_scale / width_scale
+        if x.type.ndim != 4:
+            raise ShapeMismatchError(f"Upsample-1 takes 4-D NCHW input, got {x.type.shape}")
+        scales = [1.0, 1.0, float(node.attr("height_scale")), float(node.attr("width_scale"))]
+    elif node.opset < 9:
         scales = node.attr("scales")
         if scales is None:
             raise ShapeMismatchError("Upsample-7 needs the scales attribute")

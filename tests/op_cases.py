@@ -566,3 +566,4 @@ from op_cases_image import *  # noqa: E402,F401,F403  (cases of the image operat
 from op_cases_signal import *  # noqa: E402,F401,F403  (cases of the signal operators)
 from op_cases_linalg import *  # noqa: E402,F401,F403  (cases of the linear-algebra operators)
 from op_cases_spatial import *  # noqa: E402,F401,F403  (cases of the data-driven spatial operators)
+from op_cases_random import *  # noqa: E402,F401,F403  (cases of the random operators)

@@ -234,8 +234,14 @@ from op_references_linalg import *  # noqa: E402,F401,F403  (linear algebra)
 from op_references_spatial import *  # noqa: E402,F401,F403  (data-driven spatial)
 
 
+# ops whose values no other implementation reproduces: why, and where they are checked instead
+NO_ONNX_EQUIVALENT = {
+    op: "random draws: ONNX fixes no generator; distributions are tested in test_random_ops.py"
+    for op in ("random.uniform", "random.normal", "random.bernoulli")}
+
+
 def test_reference_table_covers_known_ops():
-    missing = sorted(set(CASES) - set(ONNX_OPS))
+    missing = sorted(set(CASES) - set(ONNX_OPS) - set(NO_ONNX_EQUIVALENT))
     assert not missing, f"ops with cases but no ONNX equivalent listed here: {missing}"
 
 

@@ -1,0 +1,58 @@
+"""Converters for ONNX random generators: RandomUniform, RandomNormal, RandomUniformLike,
+RandomNormalLike and Bernoulli, onto the counter-based kernels of ``ember.ops.random``.
+
+With a ``seed`` attribute the draws are a fixed function of the seed (the same on every run and
+every compile). Without one, a key is drawn once per converted node from the operating system's
+entropy, so the compiled graph returns the same tensor on each run (no generator state is kept
+between runs) and a new compile draws anew.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from ...errors import UnsupportedOpError
+from ...ops.random import key_of
+from ..dtypes import onnx_dtype
+from . import converter
+
+
+def _key(node) -> int:
+    seed = node.attr("seed")
+    return key_of(seed) if seed is not None else secrets.randbits(64)
+
+
+def _dtype(node, default: str) -> str:
+    dt = node.attr("dtype")
+    return onnx_dtype(dt, f"{node.op_type} dtype: ") if dt is not None else default
+
+
+def _generator(kind, like):
+    def convert(ctx, node):
+        if like:
+            x = node.input(0)
+            shape, dtype = list(x.type.shape), _dtype(node, x.type.dtype)
+        else:
+            shape, dtype = list(node.attr("shape")), _dtype(node, "float32")
+        if kind == "uniform":
+            a, b = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
+        else:
+            a, b = float(node.attr("mean", 0.0)), float(node.attr("scale", 1.0))
+        if dtype not in ("float16", "float32", "float64", "bfloat16"):
+            raise UnsupportedOpError(f"{node.op_type} dtype {dtype} is not floating point")
+        return [ctx.call(f"random.{kind}", [], {"shape": shape, "dtype": dtype, "a": a, "b": b,
+                                                "key": _key(node)})]
+    return convert
+
+
+converter("RandomUniform", since=1)(_generator("uniform", like=False))
+converter("RandomNormal", since=1)(_generator("normal", like=False))
+converter("RandomUniformLike", since=1)(_generator("uniform", like=True))
+converter("RandomNormalLike", since=1)(_generator("normal", like=True))
+
+
+@converter("Bernoulli", since=15)
+def bernoulli(ctx, node):
+    p = node.input(0)
+    return [ctx.call("random.bernoulli", [p], {"dtype": _dtype(node, p.type.dtype),
+                                               "key": _key(node)})]

@@ -18,7 +18,7 @@ from ..errors import ShapeMismatchError
 from ..graph.ir import TensorType
 from ..tir.expr import is_float
 from .imperative import imperative_kernel
-from .registry import REQUIRED, OpPattern, broadcast_shapes, np_dtype, register_op
+from .registry import REQUIRED, OpPattern, broadcast_shapes, register_op
 
 LETTERS = set(string.ascii_letters)
 

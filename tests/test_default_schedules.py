@@ -173,3 +173,21 @@ def test_vector_math_matches_float64_reference(name, ref):
     with np.errstate(all="ignore"):
         r = ref(x.astype(np.float64)).astype(np.float32)
     np.testing.assert_allclose(y, r, rtol=2e-6, atol=1e-30 if name == "exp" else 1e-7)
+
+
+@pytest.mark.parametrize("op, shape, attrs", [
+    ("nn.max_pool", (1, 17, 17, 48), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                      "pads": [1, 1, 1, 1], "data_layout": "NHWC"}),
+    ("nn.global_avg_pool", (1, 5, 5, 80), {"data_layout": "NHWC"}),
+    ("nn.global_max_pool", (2, 3, 3, 32), {"data_layout": "NHWC"}),
+])
+def test_pooling_rule_vectorizes_channels(op, shape, attrs):
+    od = get_op(op)
+    a = od.normalize_attrs(attrs)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    ins = [te.placeholder(shape, "float32", "x")]
+    y = od.compute(ins, a, od.infer_type([TensorType(shape, "float32")], a))[0]
+    g = schedule_default(te.create_prim_func(ins + [y], "f"), "llvm")
+    assert g.attrs["schedule_rule"] == "pooling_rule"
+    np.testing.assert_allclose(compile_prim_func(g).run([x])[0], od.reference([x], a)[0],
+                               rtol=1e-5, atol=1e-6)

@@ -18,12 +18,12 @@ from ...stmt import PrimFunc
 from ..schedule import Schedule
 from .gemm import gemm_rule
 from .generic import generic_rule
-from .depthwise import depthwise_rule
+from .pooling import pooling_rule
 
 ScheduleRule = Callable[[PrimFunc, Target], "Schedule | None"]
 
 RULES: dict[str, list] = {
-    "llvm": [gemm_rule, depthwise_rule, generic_rule],
+    "llvm": [gemm_rule, pooling_rule, generic_rule],
 }
 
 
@@ -50,4 +50,4 @@ def schedule_default(func: PrimFunc, target: "Target | str" = "llvm",
     return func
 
 
-__all__ = ["RULES", "schedule_default", "gemm_rule", "generic_rule", "depthwise_rule"]
+__all__ = ["RULES", "schedule_default", "gemm_rule", "generic_rule", "pooling_rule"]

@@ -50,6 +50,9 @@ RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731
     ("nn.conv", [(1, 10, 10, 8), (24, 8, 1, 1)], {"strides": [2, 2], "data_layout": "NHWC"}),
     ("nn.conv", [(1, 8, 8, 24), (24, 1, 3, 3)],
      {"pads": [1, 1, 1, 1], "group": 24, "data_layout": "NHWC"}),
+    ("nn.conv", [(1, 6, 6, 128), (32, 128, 3, 3)],  # long reduction: K-blocked variant
+     {"pads": [1, 1, 1, 1], "data_layout": "NHWC"}),
+    ("nn.conv", [(1, 5, 5, 1024), (32, 1024, 1, 1), (32,)], {"data_layout": "NHWC"}),
     ("nn.gemm", [(6, 40), (40, 40), (40,)], {"trans_b": 1}),
     ("matmul", [(2, 12, 16), (16, 48)], {}),
 ])

@@ -146,6 +146,9 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
     mr, nr = tile
     if mr * nr < 16 and n_iv.extent * (m_iv.extent if m_iv is not None else 1) < 64:
         return None  # too small to be worth a micro-kernel
+    kb = _kblock_plan(g, mr, nr, lanes)
+    if kb is not None:
+        nr = kb[0]
     sch = Schedule(func)
     consts = func.attrs.get("constant_params")
     params = {id(p) for k, p in enumerate(func.params) if consts is None or k in consts}
@@ -164,6 +167,8 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
         reads = block_reads(R)
         sch.transform_layout(R.name, ("read", [id(b) for b in reads].index(id(B.src))),
                              IndexMap.from_func(len(bivs), fmap))
+    if kb is not None:
+        return _kblocked(sch, g, target, mr, nr, kb[1])
     # the output loops
     out_block = g["epi"].name if g["epi"] is not None else R.name
     sp_loops = _spatial_loops(sch, out_block, g)
@@ -236,3 +241,70 @@ def _spatial_loops(sch: Schedule, block: str, g) -> list | None:
         else:
             return None
     return out
+
+
+KBLOCK_TILE_BYTES = 40 * 1024  # the accumulators of one output-channel tile of a whole image
+KBLOCK_MIN_K = 1024
+
+
+def _kblock_plan(g, mr: int, nr: int, lanes: int):
+    """``(nr, kc)`` when the reduction should be blocked (see ``_kblocked``), else ``None``:
+    small images (the whole image's ``mr``-pixel rows for one channel tile fit in L1) with a
+    long reduction, where streaming the packed weights from L2 for every row dominates."""
+    m_iv, sp, rd = g["m"], g["sp"], g["rd"]
+    if m_iv is None or mr != m_iv.extent or len(sp) < 3 or g["a_vec"]:
+        return None
+    o_iv = sp[-3]
+    k_total = 1
+    for iv in rd:
+        k_total *= iv.extent
+    inner = rd[-1]  # the contiguous reduction dim (input channels)
+    if k_total < KBLOCK_MIN_K or inner.extent < 64 or o_iv.extent < 2:
+        return None
+    while nr > lanes and o_iv.extent * mr * nr * 4 > KBLOCK_TILE_BYTES:
+        if nr % 2 or (nr // 2) % lanes or g["n"].extent % (nr // 2):
+            return None
+        nr //= 2
+    if o_iv.extent * mr * nr * 4 > KBLOCK_TILE_BYTES:
+        return None
+    kc = max(d for d in range(1, min(inner.extent, 128) + 1) if inner.extent % d == 0)
+    if kc < 32:
+        return None
+    return nr, kc
+
+
+def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int) -> Schedule | None:
+    """The reduction blocked by ``kc`` input channels: for each output-channel tile the whole
+    image's accumulators stay in a local buffer (L1) while, per block of channels and kernel
+    tap, the ``kc x nr`` slice of packed weights is reused by every output row."""
+    R, n_iv, m_iv = g["R"], g["n"], g["m"]
+    epi = g["epi"].name if g["epi"] is not None else None
+    if epi is None:
+        epi = sch.cache_write(R.name, 0, "local")
+    sp_loops = _spatial_loops(sch, epi, g)
+    if sp_loops is None or sp_loops[-1] is None:
+        return None
+    no, ni = sch.split(sp_loops[-1], [None, nr])
+    rest = [x for x in sp_loops[:-1] if x is not None]
+    sch.reorder(no, *rest, ni)
+    batch = [x for x in sp_loops[:-3] if x is not None]
+    par = sch.fuse(no, *batch) if batch else no
+    sch.compute_at(R.name, par)
+    inner = g["rd"][-1]
+    lc = _loop_of(sch, R.name, inner)
+    rco, rci = sch.split(lc, [None, kc])
+    taps = [x for x in (_loop_of(sch, R.name, iv) for iv in g["rd"][:-1]) if x is not None]
+    lo = _loop_of(sch, R.name, g["sp"][-3])
+    lm = _loop_of(sch, R.name, m_iv)
+    ln = _loop_of(sch, R.name, n_iv)
+    if lm is None or ln is None:
+        return None
+    order = [rco] + taps + ([lo] if lo is not None else []) + [rci, lm, ln]
+    sch.reorder(*order)
+    init = sch.decompose_reduction(R.name, rco)
+    sch.tensorize(rci, f"gemm.{target.isa}.f32")
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(epi)[-1])
+    sch.parallel(par)
+    finish_generic(sch, target, skip={R.name, init, epi})
+    return sch

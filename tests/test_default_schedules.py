@@ -194,3 +194,51 @@ def test_pooling_rule_vectorizes_channels(op, shape, attrs):
     assert g.attrs["schedule_rule"] == "pooling_rule"
     np.testing.assert_allclose(compile_prim_func(g).run([x])[0], od.reference([x], a)[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def _guarded(shape, before: bool):
+    """A float32 array whose data ends right before (``before=False``) or starts right after
+    (``before=True``) an inaccessible page: any out-of-bounds read of it faults."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    nbytes = int(np.prod(shape)) * 4
+    npages = -(-nbytes // page)
+    buf = mmap.mmap(-1, (npages + 1) * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None)
+    guard = addr if before else addr + npages * page
+    assert libc.mprotect(ctypes.c_void_p(guard), ctypes.c_size_t(page), 0) == 0
+    off = page if before else npages * page - nbytes
+    arr = np.frombuffer(buf, np.float32, int(np.prod(shape)), off).reshape(shape)
+    return arr, buf
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_padded_kernels_never_read_outside_their_input(before):
+    """Padding is a guarded load: vector code must not read the input where the guard fails
+    (a fault here is a crash in real use)."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent(f"""
+        import sys, numpy as np
+        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
+        import test_default_schedules as T
+        f, xs, ref = T._op_kernel("nn.conv", [(1, 8, 8, 64), (32, 64, 3, 3)],
+                                  {{"pads": [1, 1, 1, 1], "data_layout": "NHWC"}})
+        g = T.schedule_default(f, "llvm")
+        lay = {{int(k): v for k, v in g.attrs.get("param_layouts", {{}}).items()}}
+        w = T.IndexMap.from_json(lay[1]["index_map"]).apply_numpy(xs[1]) if 1 in lay else xs[1]
+        x, keep = T._guarded(xs[0].shape, {before})
+        x[...] = xs[0]
+        out = np.zeros(ref.shape, np.float32)
+        T.compile_prim_func(g)(x, np.ascontiguousarray(w), out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**__import__("os").environ,
+                            "PYTHONPATH": str(__import__("pathlib").Path(ember.__file__)
+                                              .parent.parent)})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

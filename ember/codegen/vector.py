@@ -4,8 +4,9 @@ A vectorized loop whose body is a sequence of float32 stores, each contiguous in
 variable, becomes a loop stepping by ``L`` lanes (16 for AVX-512, 8 for AVX2, 4 otherwise) over
 ``ember_f32xL`` values: contiguous loads are vector loads, loads that do not move with the loop
 are broadcast, arithmetic, ``min``/``max`` (NaN-propagating), comparisons and ``select`` are
-lane-wise (selects as bit blends, so no branch and no reliance on the C compiler's
-if-conversion), ``exp``/``tanh``/``erf``/``sigmoid``/``sqrt``... call vector helpers. A
+lane-wise (selects on a lane-varying condition as bit blends of load-free branches, so no
+branch and no reliance on the C compiler's if-conversion; a loop-invariant condition picks one
+side, keeping guarded loads guarded), ``exp``/``tanh``/``erf``/``sigmoid``/``sqrt``... call vector helpers. A
 remainder of ``extent % L`` iterations runs as scalar code. Loops this cannot express (other
 dtypes, strided stores, nested loops) are printed as scalar loops under ``#pragma omp simd``.
 """
@@ -175,6 +176,14 @@ class VectorLoop:
         if isinstance(e, Unary) and e.op == "neg" and e.dtype == "float32":
             return f"(-{self.vexpr(e.a)})"
         if isinstance(e, Select) and e.dtype == "float32":
+            # a select guards its branches (a load may be out of bounds where not taken): a
+            # loop-invariant condition picks one side; a lane-wise one blends only load-free
+            # branches
+            if not self._uses_v(e.cond):
+                return f"(({self.p.expr(e.cond)}) ? {self.vexpr(e.t)} : {self.vexpr(e.f)})"
+            if collect(e.t, lambda q: isinstance(q, Load)) or \
+                    collect(e.f, lambda q: isinstance(q, Load)):
+                raise _Unsupported
             return f"ember_vsel_{L}({self.vmask(e.cond)}, {self.vexpr(e.t)}, {self.vexpr(e.f)})"
         if isinstance(e, Call) and e.name in _CALLS and e.dtype == "float32" and len(e.args) == 1:
             return f"ember_v{e.name}_{L}({self.vexpr(e.args[0])})"

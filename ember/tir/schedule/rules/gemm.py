@@ -31,17 +31,22 @@ from .generic import finish_generic
 ISA_NAMES = {"avx512", "avx2", "scalar"}
 
 
+REGISTERS = {16: 32, 8: 16, 4: 16}  # SIMD registers by lane count (AVX-512, AVX2, SSE)
+
+
 def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | None:
     """``(mr, nr)`` register block for an ``m x n`` output: ``mr`` divides ``m``, ``nr``
-    divides ``n``; maximizes modelled FMA throughput (lane use x latency hiding x load/FMA
-    balance)."""
+    divides ``n``; the ``mr x ceil(nr / lanes)`` accumulators, the ``B`` vectors and one
+    broadcast fit the register file (no spills); maximizes modelled FMA throughput (lane use x
+    latency hiding x load/FMA balance)."""
     best, best_score = None, 0.0
+    regs = REGISTERS.get(lanes, 16)
     ncands = [d for d in range(1, min(n, 4 * lanes) + 1) if n % d == 0]
     for nr in ncands:
         nv = -(-nr // lanes)
         lane_eff = nr / (nv * lanes)
         for mr in range(1, min(m, 28) + 1):
-            if m % mr or mr * nv > max_acc:
+            if m % mr or mr * nv > max_acc or mr * nv + nv + 1 > regs:
                 continue
             acc = mr * nv
             score = lane_eff * min(1.0, acc / 24.0) * acc / max(acc, mr + nv)
@@ -148,7 +153,7 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
         return None  # too small to be worth a micro-kernel
     kb = _kblock_plan(g, mr, nr, lanes)
     if kb is not None:
-        nr = kb[0]
+        mr, nr = kb[0], kb[1]
     sch = Schedule(func)
     consts = func.attrs.get("constant_params")
     params = {id(p) for k, p in enumerate(func.params) if consts is None or k in consts}
@@ -168,7 +173,7 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
         sch.transform_layout(R.name, ("read", [id(b) for b in reads].index(id(B.src))),
                              IndexMap.from_func(len(bivs), fmap))
     if kb is not None:
-        return _kblocked(sch, g, target, mr, nr, kb[1])
+        return _kblocked(sch, g, target, mr, nr, kb[2])
     # the output loops
     out_block = g["epi"].name if g["epi"] is not None else R.name
     sp_loops = _spatial_loops(sch, out_block, g)
@@ -248,12 +253,23 @@ KBLOCK_MIN_K = 1024
 
 
 def _kblock_plan(g, mr: int, nr: int, lanes: int):
-    """``(nr, kc)`` when the reduction should be blocked (see ``_kblocked``), else ``None``:
-    small images (the whole image's ``mr``-pixel rows for one channel tile fit in L1) with a
-    long reduction, where streaming the packed weights from L2 for every row dominates."""
+    """``(mr, nr, kc)`` when the reduction should be blocked (see ``_kblocked``), else
+    ``None``: small images (whole output rows as the register block, and the whole image's
+    accumulators for one channel tile in L1) with a long reduction, where streaming the packed
+    weights from L2 for every row dominates."""
     m_iv, sp, rd = g["m"], g["sp"], g["rd"]
-    if m_iv is None or mr != m_iv.extent or len(sp) < 3 or g["a_vec"]:
+    if m_iv is None or len(sp) < 3 or g["a_vec"]:
         return None
+    if mr != m_iv.extent:
+        regs = REGISTERS.get(lanes, 16)
+        mr = m_iv.extent
+        nv = (regs - 1) // (mr + 1)
+        if nv < 1:
+            return None
+        nr = next((v * lanes for v in range(nv, 0, -1)
+                   if g["n"].extent % (v * lanes) == 0), None)
+        if nr is None:
+            return None
     o_iv = sp[-3]
     k_total = 1
     for iv in rd:
@@ -270,7 +286,7 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int):
     kc = max(d for d in range(1, min(inner.extent, 128) + 1) if inner.extent % d == 0)
     if kc < 32:
         return None
-    return nr, kc
+    return mr, nr, kc
 
 
 def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int) -> Schedule | None:

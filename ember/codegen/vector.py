@@ -177,13 +177,16 @@ class VectorLoop:
             return f"(-{self.vexpr(e.a)})"
         if isinstance(e, Select) and e.dtype == "float32":
             # a select guards its branches (a load may be out of bounds where not taken): a
-            # loop-invariant condition picks one side; a lane-wise one blends only load-free
-            # branches
+            # loop-invariant condition picks one side; a lane-wise one blends branches whose
+            # loads the condition itself already reads (relu-like selects)
             if not self._uses_v(e.cond):
                 return f"(({self.p.expr(e.cond)}) ? {self.vexpr(e.t)} : {self.vexpr(e.f)})"
-            if collect(e.t, lambda q: isinstance(q, Load)) or \
-                    collect(e.f, lambda q: isinstance(q, Load)):
-                raise _Unsupported
+            from ..tir.arith import expr_key
+            safe = {expr_key(q) for q in collect(e.cond, lambda q: isinstance(q, Load))}
+            for side in (e.t, e.f):
+                if any(expr_key(q) not in safe
+                       for q in collect(side, lambda q: isinstance(q, Load))):
+                    raise _Unsupported  # a load only the condition makes safe
             return f"ember_vsel_{L}({self.vmask(e.cond)}, {self.vexpr(e.t)}, {self.vexpr(e.f)})"
         if isinstance(e, Call) and e.name in _CALLS and e.dtype == "float32" and len(e.args) == 1:
             return f"ember_v{e.name}_{L}({self.vexpr(e.args[0])})"

@@ -202,10 +202,27 @@ def _error_kind(e: BaseException) -> str:
     return f"{name}: {msg[:110]}"
 
 
+def assert_similar(ref: list, out: list, rtol: float, atol: float) -> None:
+    """``Runner.assert_similar_outputs``, except that a sequence output is compared element by
+    element as a list of outputs (the runner's own recursion passes the elements, 0-d arrays
+    included, where it expects lists, and raises TypeError on ``len()`` of a 0-d array)."""
+    from onnx.backend.test.runner import Runner
+    if len(ref) != len(out):
+        raise AssertionError(f"{len(out)} outputs, expected {len(ref)}")
+    for r, o in zip(ref, out):
+        if isinstance(r, (list, tuple)):
+            if not isinstance(o, (list, tuple)) or len(o) != len(r):
+                raise AssertionError(f"sequence output of {type(o).__name__} "
+                                     f"(length {len(o) if isinstance(o, (list, tuple)) else '-'}), "
+                                     f"expected a sequence of length {len(r)}")
+            assert_similar(list(r), list(o), rtol, atol)
+        else:
+            Runner.assert_similar_outputs([r], [o], rtol=rtol, atol=atol)
+
+
 def run_case(case: Case) -> Result:
     """Prepare and run one case through ember's backend; compare like onnx's runner."""
     import numpy as np
-    from onnx.backend.test.runner import Runner
 
     t0 = time.perf_counter()
     res = Result(case.name, case.category, case.op, "error")
@@ -230,7 +247,7 @@ def run_case(case: Case) -> Result:
         return res
     try:
         for (ins, ref), out in zip(sets, outputs):
-            Runner.assert_similar_outputs(ref, out, rtol=case.rtol, atol=case.atol)
+            assert_similar(ref, out, case.rtol, case.atol)
         res.status = "passed"
     except AssertionError as e:
         res.status = "wrong"

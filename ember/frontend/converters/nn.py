@@ -93,8 +93,8 @@ def global_max_pool(ctx, node):
 @converter("BatchNormalization", since=1)
 def batch_norm(ctx, node):
     if node.attr("training_mode", 0):
-        raise UnsupportedOpError("BatchNormalization training_mode=1 is not supported (export the "
-                                 "model in eval mode)")
+        from .nn_ext import batch_norm_training
+        return batch_norm_training(ctx, node)
     if node.opset < 7 and node.attr("is_test", 0) == 0 and len(node.outputs) > 1:
         raise UnsupportedOpError("BatchNormalization in training mode (is_test=0) is not supported")
     ins = [node.input(k) for k in range(5)]
@@ -149,11 +149,9 @@ def matmul(ctx, node):
 def dropout(ctx, node):
     x = node.input(0)
     training = node.input(2)
-    if training is not None:
-        t = ctx.constant_value(training)
-        if t is None or bool(t):
-            raise UnsupportedOpError("Dropout with training_mode true (or not constant) is not "
-                                     "supported; ember compiles inference graphs")
+    if training is not None and bool(ctx.require_constant(training, "input 2 (training_mode)")):
+        from .nn_ext import dropout_training
+        return dropout_training(ctx, node)
     outs = [x]
     if len(node.outputs) > 1 and node.outputs[1]:
         outs.append(ctx.const(np.ones(x.type.shape, dtype=bool)))

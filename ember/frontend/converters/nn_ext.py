@@ -116,3 +116,62 @@ def layer_norm(ctx, node):
     if y.type.dtype != x.type.dtype:
         y = ctx.call("cast", [y], {"dtype": x.type.dtype})
     return [y, mean, inv]
+
+
+def batch_norm_training(ctx, node):
+    """BatchNormalization with training_mode=1: normalize with the batch statistics (mean and
+    population variance over every axis but 1) and return the updated running statistics
+    ``running * momentum + batch * (1 - momentum)``."""
+    x, scale, bias, mean, var = (node.input(k) for k in range(5))
+    r = x.type.ndim
+    axes = [0] + list(range(2, r))
+    eps = float(node.attr("epsilon", 1e-5))
+    mom = float(node.attr("momentum", 0.9))
+    dt = x.type.dtype
+    bmean = ctx.call("mean", [x], {"axes": axes, "keepdims": 1})
+    d = ctx.call("subtract", [x, bmean])
+    bvar = ctx.call("mean", [ctx.call("multiply", [d, d])], {"axes": axes, "keepdims": 1})
+    shp = [1, x.type.shape[1]] + [1] * (r - 2)
+    inv = ctx.call("reciprocal", [ctx.call("sqrt", [ctx.call("add", [
+        bvar, ctx.const(np.asarray(eps, dt))])])])
+    y = ctx.call("multiply", [d, ctx.call("multiply", [inv, ctx.call("reshape", [scale], {
+        "newshape": shp})])])
+    y = ctx.call("add", [y, ctx.call("reshape", [bias], {"newshape": shp})])
+    c = [x.type.shape[1]]
+
+    def running(run, batch):
+        b = ctx.call("reshape", [batch], {"newshape": c})
+        if b.type.dtype != run.type.dtype:
+            b = ctx.call("cast", [b], {"dtype": run.type.dtype})
+        m = ctx.const(np.asarray(mom, run.type.dtype))
+        return ctx.call("add", [ctx.call("multiply", [run, m]),
+                                ctx.call("multiply", [b, ctx.const(np.asarray(1 - mom,
+                                                                              run.type.dtype))])])
+    return [y, running(mean, bmean), running(var, bvar)]
+
+
+def dropout_training(ctx, node):
+    """Dropout with training_mode true: ``y = x * mask / (1 - ratio)``. The mask is drawn when
+    the graph is built (one per compiled model): with the ``seed`` attribute, as
+    ``numpy.random.RandomState(seed).uniform(size) >= ratio`` (the draws the ONNX suite's
+    reference makes), else from fresh entropy."""
+    x = node.input(0)
+    r = node.input(1)
+    ratio = float(ctx.require_constant(r, "input 1 (ratio)").reshape(-1)[0]) if r is not None \
+        else 0.5
+    if not 0 <= ratio < 1:
+        raise ShapeMismatchError(f"Dropout ratio must be in [0, 1), got {ratio}")
+    shape = x.type.shape
+    if ratio == 0:
+        mask = np.ones(shape, bool)
+    else:
+        seed = node.attr("seed")
+        rs = np.random.RandomState(int(seed)) if seed is not None else np.random.RandomState()
+        mask = rs.uniform(0, 1.0, shape) >= ratio
+    m = ctx.const(mask)
+    scale = ctx.const((mask / (1 - ratio)).astype(x.type.dtype))
+    y = ctx.call("multiply", [x, scale]) if ratio else ctx.call("copy", [x])
+    outs = [y]
+    if len(node.outputs) > 1 and node.outputs[1]:
+        outs.append(m)
+    return outs

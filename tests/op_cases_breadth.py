@@ -302,3 +302,18 @@ def bitcast(draw, op):
     src, dst = one_of(draw, BITCAST_PAIRS)
     x = values(rng(draw), shape(draw, allow_empty=True), src)
     return Case([x], {"dtype": dst})
+
+
+@cases("tensor_scatter")
+def tensor_scatter(draw, op):
+    r = rng(draw)
+    shp = (draw(st.integers(1, 3)),) + shape(draw, 1, 3, min_side=2)
+    ax = draw(st.integers(1, len(shp) - 1))
+    n = shp[ax]
+    s = draw(st.integers(1, n))
+    ushp = tuple(s if a == ax else d for a, d in enumerate(shp))
+    mode = one_of(draw, ["linear", "circular"])
+    hi = n - s if mode == "linear" else n - 1
+    wi = r.integers(0, hi + 1, (shp[0],)).astype(np.int64)
+    dt = one_of(draw, FLOATS)
+    return Case([values(r, shp, dt), values(r, ushp, dt), wi], {"axis": ax, "mode": mode})

@@ -127,3 +127,5 @@ ORT_INSTEAD["nn.max_pool_with_indices"] = lambda xs, a: True  # evaluator: see n
 
 
 ONNX_OPS["bitcast"] = ("BitCast", 26, lambda xs, a: (xs, {"to": ONNX_DTYPE[a["dtype"]]}))
+ONNX_OPS["tensor_scatter"] = ("TensorScatter", 24, lambda xs, a: (xs, {"axis": a["axis"],
+                                                                     "mode": a["mode"]}))

@@ -279,6 +279,13 @@ class CFunctionPrinter:
             sat, mode = e.args[1].value, e.args[2].value
             return self.narrow_cast(e.dtype, self.expr(e.args[0]), e.args[0].dtype, int(sat),
                                     int(mode))
+        if e.name == "round_dtype":  # a value rounded to e.dtype, as storing it would
+            v = self.expr(e.args[0])
+            if e.dtype == "float16":
+                return f"((float)(_Float16)({v}))"
+            if e.dtype in EXT_FLOAT:
+                return self.narrow_cast(e.dtype, v, e.args[0].dtype, 0)
+            return f"(({c_type(e.dtype)})({v}))"
         if e.name == "reinterpret":  # the bits of the argument as e.dtype (same width)
             src, dst = e.args[0].dtype, e.dtype
             fn = f"ember_reinterpret_{src}_{dst}"
@@ -412,7 +419,10 @@ class CFunctionPrinter:
         elif isinstance(s, Allocate):
             b = s.buffer
             name = self.buf_name(b)
-            ct = c_type(b.dtype) if _narrow_memory(b) or b.dtype not in EXT_FLOAT else "float"
+            # scalar locals of narrow floats (reduction accumulators) are plain floats: sums
+            # accumulate in float32 and round once, as numpy's float16 reductions do
+            ct = "float" if (b.scope == "local" and not b.shape and
+                             (b.dtype == "float16" or b.dtype in EXT_FLOAT)) else c_type(b.dtype)
             if b.scope == "local" and not b.shape:
                 self._declare(name, ct + "[]")
                 self.lines.append(f"{pad}{ct} {name};")

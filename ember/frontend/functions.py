@@ -39,8 +39,10 @@ def schema_function(node: onnx.NodeProto, opset: int, input_types: list) -> onnx
             f.CopyFrom(schema.function_body)
         return f
     if schema.has_context_dependent_function:
-        if any(t is None for t in input_types):
-            return None
+        names = list(node.input) + [""] * (len(input_types) - len(node.input))
+        if any(t is None and n for t, n in zip(input_types, names)):
+            return None  # an input whose type is unknown
+        input_types = [t if t is not None else onnx.TypeProto() for t in input_types]
         versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
         data = [t.SerializeToString() for t in input_types]
         try:

@@ -254,6 +254,7 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
         env[name] = Constant(arr)
         ctx.const_names[id(env[name])] = name
 
+    ctx.graph, ctx.values = g, env  # the whole graph, for converters that read it (Gradient)
     producers: dict[str, onnx.NodeProto] = {}
     for node in g.node:
         for o in node.output:

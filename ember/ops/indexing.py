@@ -594,3 +594,63 @@ register_op("reverse_sequence", infer_type=_rs_type, reference=_rs_ref, compute=
 
 
 __all__ = ["norm_index", "arg_extreme", "binop"]
+
+
+# tensor_scatter (KV-cache update) ----------------------------------------------------------------
+
+def _ts_type(types, attrs):
+    cache, upd = types[0], types[1]
+    ax = normalize_axis(attrs["axis"], cache.ndim, "tensor_scatter: ")
+    if upd.ndim != cache.ndim or any(a != b for k, (a, b) in enumerate(zip(cache.shape, upd.shape))
+                                     if k != ax) or upd.shape[ax] > cache.shape[ax]:
+        raise ShapeMismatchError(f"tensor_scatter: update {upd.shape} must match cache "
+                                 f"{cache.shape} outside axis {ax} and be no longer along it")
+    if ax == 0:
+        raise ShapeMismatchError("tensor_scatter: the sequence axis cannot be the batch axis 0")
+    if len(types) == 3:
+        _check_index(types[2], "tensor_scatter write_indices")
+    if attrs["mode"] not in ("linear", "circular"):
+        raise ShapeMismatchError(f"tensor_scatter: mode {attrs['mode']!r} is not linear or "
+                                 f"circular")
+    return [cache]
+
+
+def _ts_ref(xs, attrs):
+    cache, upd = xs[0], xs[1]
+    ax = normalize_axis(attrs["axis"], cache.ndim)
+    wi = xs[2] if len(xs) == 3 else np.zeros(cache.shape[0], np.int64)
+    out = cache.copy()
+    n = cache.shape[ax]
+    for prefix in np.ndindex(*cache.shape[:ax]):
+        for s in range(upd.shape[ax]):
+            c = int(wi[prefix[0]]) + s
+            if attrs["mode"] == "circular":
+                c %= n
+            out[prefix + (c,)] = upd[prefix + (s,)]
+    return [out]
+
+
+def _ts_compute(inputs, attrs, out_types):
+    cache_t, upd_t = inputs[0], inputs[1]
+    ax = normalize_axis(attrs["axis"], cache_t.ndim)
+    n = cache_t.shape[ax]
+    circular = attrs["mode"] == "circular"
+
+    def body(k):
+        cache, upd = k.inputs[0], k.inputs[1]
+        wi = k.inputs[2] if len(k.inputs) == 3 else None
+        y, = k.outputs
+
+        def write(*i):
+            base = te.cast("int64", k.read(wi, (i[0],))) if wi is not None else 0
+            c = base + i[ax]
+            c = (c % n) if circular else te.minimum(te.maximum(c, 0), n - 1)
+            return k.store(y, i[:ax] + (c,) + i[ax + 1:], k.read(upd, i))
+        return k.seq(k.copy(y, cache), k.loop(upd_t.shape, write))
+    return imperative_kernel(inputs, out_types, body, "tensor_scatter")
+
+
+register_op("tensor_scatter", infer_type=_ts_type, reference=_ts_ref, compute=_ts_compute,
+            pattern=OpPattern.OPAQUE, num_inputs=(2, 3), attrs={"axis": -2, "mode": "linear"},
+            doc="copy of the cache with update written along axis from write_indices[batch] "
+                "(0 when omitted), wrapping in mode 'circular' (ONNX TensorScatter)")

@@ -19,7 +19,11 @@ from typing import Sequence
 
 from ..errors import LoweringError
 from ..tir.arith import collect, post_order, simplify_stmt, substitute
-from ..tir.expr import Expr, Load, Reduce, Select, Var, binop
+from ..tir.expr import Call, Expr, Load, Reduce, Select, Var, binop
+
+# narrow float stages inlined into a consumer are rounded to their dtype, as a store would: each
+# operator's float16/bfloat16 result is then the same whether or not it was fused
+ROUNDED_DTYPES = ("float16", "bfloat16")
 from ..tir.stmt import Allocate, Block, Buffer, For, PrimFunc, Store, seq
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -95,6 +99,8 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
                     body = inlined_cache.get(id(t))
                     if body is None:
                         body = rewrite(t.op.body)
+                        if t.dtype in ROUNDED_DTYPES:  # the stage's result, as if stored
+                            body = Call("round_dtype", [body], t.dtype)
                         inlined_cache[id(t)] = body
                     vmap = {a.var: i for a, i in zip(t.op.axis, n.indices)}
                     return substitute(body, vmap)

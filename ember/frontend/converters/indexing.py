@@ -198,3 +198,10 @@ def eye_like(ctx, node):
     dtype = onnx_dtype(dt, "EyeLike dtype: ") if dt is not None else x.type.dtype
     from ...ops.registry import np_dtype
     return [ctx.const(np.eye(*x.type.shape, k=node.attr("k", 0), dtype=np_dtype(dtype)))]
+
+
+@converter("TensorScatter", since=24)
+def tensor_scatter(ctx, node):
+    ins = [node.input(0), node.input(1)] + ([node.input(2)] if node.input(2) is not None else [])
+    return [ctx.call("tensor_scatter", ins, {"axis": node.attr("axis", -2),
+                                             "mode": node.attr("mode", "linear")})]

@@ -259,8 +259,8 @@ class CFunctionPrinter:
 
     def narrow_store(self, dtype: str, value: str) -> str:
         self._support(dtype)
-        if dtype == "float8_e8m0fnu":
-            return f"ember_enc_{dtype}({value}, 1, 0)"
+        if dtype == "float8_e8m0fnu":  # nearest: exact for every decoded value (2^-127 too)
+            return f"ember_enc_{dtype}({value}, 1, 2)"
         if dtype in EXT_FLOAT:
             return f"ember_enc_{dtype}({value}, 0)"
         return f"ember_st_{dtype}((int64_t)({value}))"

@@ -409,11 +409,13 @@ class StagedModel:
 
     def report(self) -> dict:
         """``{"segments": [...], "host_nodes": [...]}``: compiled segments (their nodes, ops,
-        kernels, the run-time values they were specialized on) and the nodes that ran on the
-        host, as recorded so far."""
+        kernels, the run-time values they were specialized on and how many specializations were
+        compiled) and the nodes that ran on the host, as recorded so far."""
         segs = {}
         for s in self._report["segments"]:
-            segs[(s["graph"], tuple(s["nodes"]), tuple(s["specialized_on"]))] = s
+            key = (s["graph"], tuple(s["nodes"]), tuple(s["specialized_on"]))
+            prev = segs.get(key)
+            segs[key] = dict(s, specializations=(prev["specializations"] + 1) if prev else 1)
         hosts = {}
         for h in self._report["host_nodes"]:
             hosts[(h["graph"], h["node"])] = h

@@ -68,6 +68,8 @@ t = time.perf_counter()
 cm = ember.compile(m, target="llvm -num-threads={threads}")
 dt = time.perf_counter() - t
 cm.run(x)
+if {save!r}:
+    cm.save({save!r})
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
 rss = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({{"compile_s": dt, "peak_rss_mb": rss,
@@ -76,10 +78,34 @@ print(json.dumps({{"compile_s": dt, "peak_rss_mb": rss,
 """
 
 
-def child_compile(name: str, threads: int, cache_dir: str) -> dict:
+_RUN_CHILD = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+import numpy as np, ember
+m = ember.load({path!r})
+x = {{d["name"]: np.random.default_rng(0).standard_normal(d["shape"]).astype(d["dtype"])
+     if d["dtype"].startswith("float") else np.zeros(d["shape"], d["dtype"])
+     for d in m.plan["inputs"]}}
+m.run(x)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
+print(json.dumps({{"peak_rss_mb": int(hwm[0].split()[1]) / 1024}}))
+"""
+
+
+def child_run_artifact(path: str, cache_dir: str) -> dict:
+    """Peak RSS of a fresh process that loads a saved compiled model and runs it once."""
+    env = dict(os.environ, EMBER_CACHE_DIR=cache_dir)
+    r = subprocess.run([sys.executable, "-c", _RUN_CHILD.format(root=ROOT, path=path)],
+                       env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def child_compile(name: str, threads: int, cache_dir: str, save: str = "") -> dict:
     """Compile and run ``name`` in a fresh process with ``cache_dir`` as the kernel cache."""
     code = _CHILD.format(root=ROOT, bench=os.path.join(ROOT, "bench"), name=name,
-                         threads=threads)
+                         threads=threads, save=save)
     env = dict(os.environ, EMBER_CACHE_DIR=cache_dir)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -93,10 +119,13 @@ def bench_model(name: str, threads: int, repeat: int, compile_times: bool) -> di
     row = {"model": name}
     if compile_times:
         with tempfile.TemporaryDirectory() as cache:
-            cold = child_compile(name, threads, cache)
+            art = os.path.join(cache, f"{name}.ember")
+            cold = child_compile(name, threads, cache, save=art)
             warm = child_compile(name, threads, cache)
+            run = child_run_artifact(art, cache)
         row.update({"compile_cold_s": cold.get("compile_s"), "compile_warm_s": warm.get("compile_s"),
-                    "peak_rss_mb": cold.get("peak_rss_mb"), "weights_mb": cold.get("weights_mb"),
+                    "peak_rss_compile_mb": cold.get("peak_rss_mb"),
+                    "peak_rss_mb": run.get("peak_rss_mb"), "weights_mb": cold.get("weights_mb"),
                     "arena_mb": cold.get("arena_mb"), "compile_error": cold.get("error")})
     res = compare_runtimes(m, x, threads=threads, repeat=repeat)
     row["runtimes"] = {r.name: r.median_ms for r in res}
@@ -120,7 +149,8 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
             if k not in names:
                 names.append(k)
     head = f"{'model':14}" + "".join(f"{n:>15}" for n in names) + \
-        f"{'ember/best':>12}{'ember/ort':>11}{'match':>7}{'cold s':>8}{'warm s':>8}{'RSS MB':>8}"
+        f"{'ember/best':>12}{'ember/ort':>11}{'match':>7}{'cold s':>8}{'warm s':>8}{'RSS MB':>8}" \
+        f"{'2(W+A)':>8}"
     out = [f"median latency (ms), batch 1, {threads} threads, {repeat} interleaved runs", head,
            "-" * len(head)]
     for r in rows:
@@ -134,7 +164,12 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
         for k in ("compile_cold_s", "compile_warm_s", "peak_rss_mb"):
             v = r.get(k)
             line += f"{v:8.1f}" if isinstance(v, (int, float)) else f"{'-':>8}"
+        w, a = r.get("weights_mb"), r.get("arena_mb")
+        line += f"{2 * (w + a):8.1f}" if isinstance(w, (int, float)) else f"{'-':>8}"
         out.append(line)
+    out.append("RSS: peak resident memory of a fresh process that loads the saved compiled "
+               "model (ember.load) and runs it once; 2(W+A): twice the weights plus the "
+               "activation arena")
     return "\n".join(out)
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from ..codegen.build import install_library
 from ..errors import ArtifactError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: one .npy member per weight, read straight into aligned memory
+READABLE_VERSIONS = (1, 2)
 
 
 def save_artifact(model, path) -> None:
@@ -40,7 +41,6 @@ def save_artifact(model, path) -> None:
                             f"artifact; choose another output path (e.g. *.ember)")
     manifest = {"format": "ember-artifact", "version": FORMAT_VERSION, "target": model.target,
                 "plan": model.plan, "info": model.info}
-    params = io.BytesIO()
     arrays, ext = {}, {}
     for k, v in enumerate(model.params.values()):
         v = np.asarray(v)
@@ -48,7 +48,6 @@ def save_artifact(model, path) -> None:
             ext[f"p{k}"] = v.dtype.name  # ml_dtypes types: stored as raw bits
             v = v.view(f"u{v.dtype.itemsize}")
         arrays[f"p{k}"] = v
-    np.savez(params, **arrays)
     names = list(model.params.keys())
     manifest["param_names"] = names
     manifest["param_ext_dtypes"] = ext
@@ -62,7 +61,9 @@ def save_artifact(model, path) -> None:
             z.writestr("graph.txt", model.graph_text)
             z.writestr("kernels.c", model.source)
             z.write(model.lib_path, "lib.so")
-            z.writestr("params.npz", params.getvalue())
+            for key, v in arrays.items():
+                with z.open(f"params/{key}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; artifacts are shared like files
@@ -80,6 +81,30 @@ def save_artifact(model, path) -> None:
         raise
 
 
+def _read_aligned(z: zipfile.ZipFile, name: str) -> np.ndarray:
+    """A ``.npy`` member read straight into a 64-byte aligned array (one copy of the data in
+    memory, and the one the kernels use)."""
+    from .executor import aligned_empty
+    with z.open(name) as f:
+        major, _ = np.lib.format.read_magic(f)
+        if major == 1:
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        if fortran or dtype.hasobject:
+            raise ValueError(f"{name}: unsupported array layout")
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buf = aligned_empty(max(n, 1))
+        view = memoryview(buf)[:n]
+        got = 0
+        while got < n:
+            k = f.readinto(view[got:])
+            if not k:
+                raise ValueError(f"{name}: truncated")
+            got += k
+        return buf[:n].view(dtype).reshape(shape) if n else np.empty(shape, dtype)
+
+
 def load_artifact(path, num_threads: int | None = None):
     """Load a ``CompiledModel`` saved by ``save``.
 
@@ -95,21 +120,26 @@ def load_artifact(path, num_threads: int | None = None):
             manifest = json.loads(z.read("manifest.json"))
             if manifest.get("format") != "ember-artifact":
                 raise ArtifactError(f"{path} is not an ember artifact")
-            if manifest.get("version") != FORMAT_VERSION:
+            if manifest.get("version") not in READABLE_VERSIONS:
                 raise ArtifactError(f"{path} has artifact version {manifest.get('version')}, this "
                                     f"ember reads version {FORMAT_VERSION}: recompile the model")
             graph = z.read("graph.txt").decode()
             source = z.read("kernels.c").decode() if "kernels.c" in z.namelist() else ""
             lib = install_library(z.read("lib.so"))
             ext = manifest.get("param_ext_dtypes", {})
-            with np.load(io.BytesIO(z.read("params.npz"))) as npz:
-                params = {}
-                for k, n in enumerate(manifest["param_names"]):
-                    a = npz[f"p{k}"]
-                    if f"p{k}" in ext:
-                        import ml_dtypes
-                        a = a.view(np.dtype(getattr(ml_dtypes, ext[f"p{k}"])))
-                    params[n] = a
+            params = {}
+            if manifest.get("version") == 1:
+                with np.load(io.BytesIO(z.read("params.npz"))) as npz:
+                    raw = {f"p{k}": npz[f"p{k}"] for k in range(len(manifest["param_names"]))}
+            else:
+                raw = {f"p{k}": _read_aligned(z, f"params/p{k}.npy")
+                       for k in range(len(manifest["param_names"]))}
+            for k, n in enumerate(manifest["param_names"]):
+                a = raw.pop(f"p{k}")
+                if f"p{k}" in ext:
+                    import ml_dtypes
+                    a = a.view(np.dtype(getattr(ml_dtypes, ext[f"p{k}"])))
+                params[n] = a
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError) as e:
         raise ArtifactError(f"{path} is not a readable ember artifact (truncated or corrupted): "
                             f"{type(e).__name__}: {e}") from None

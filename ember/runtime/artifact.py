@@ -36,7 +36,8 @@ def save_artifact(model, path) -> None:
         raise ArtifactError(f"cannot save the artifact to {str(path)!r}: it exists and is not a "
                             f"regular file (a folder or a device); choose another path")
     source_model = model.info.get("model")
-    if source_model and path.exists() and os.path.samefile(path, source_model):
+    if source_model and path.exists() and os.path.exists(source_model) \
+            and os.path.samefile(path, source_model):
         raise ArtifactError(f"refusing to overwrite the source model {str(path)!r} with the "
                             f"artifact; choose another output path (e.g. *.ember)")
     manifest = {"format": "ember-artifact", "version": FORMAT_VERSION, "target": model.target,

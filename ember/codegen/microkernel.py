@@ -20,6 +20,7 @@ from typing import Callable
 from ..errors import LoweringError
 
 _REGISTRY: dict[tuple[str, str, str], Callable[..., str]] = {}
+PREFETCH_STEPS = 8  # reduction steps ahead that the SIMD kernels prefetch B
 
 
 def register_microkernel(family: str, isa: str, dtype: str):
@@ -90,6 +91,10 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
     L += heads
     L.append(f"    const float* a = A + {aoff};")
     L.append(f"    const float* b = B + {boff};")
+    if nred:  # software prefetch of the B stream a few steps ahead (weights come from DRAM)
+        for j in range(0, nv, 1):
+            L.append(f"    _mm_prefetch((const char*)(b + {PREFETCH_STEPS} * sb{nred - 1} + "
+                     f"{j * lanes}), _MM_HINT_T0);")
     for j in range(nv):
         ld = loadm if (tail and j == nv - 1) else load
         L.append(f"    {vt} b{j} = {ld(f'b + {j * lanes}')};")

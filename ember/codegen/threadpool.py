@@ -16,6 +16,7 @@ default, ``ember_set_num_threads(n)`` to change (1: everything runs on the calle
 
 THREADPOOL_C = r"""
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 typedef void (*ember_task_fn)(int64_t lo, int64_t hi, void* ctx);
@@ -116,10 +117,17 @@ void ember_parallel_for(int64_t n, int64_t chunk, ember_task_fn fn, void* ctx) {
   pthread_cond_broadcast(&ember_pool.cv);
   pthread_mutex_unlock(&ember_pool.mu);
   ember_pool_run_chunks(seq, fn, ctx, n, chunk);
-  while (atomic_load_explicit(&ember_pool.done, memory_order_acquire) < n) {
+  /* wait for the chunks workers claimed; a worker the OS preempted mid-chunk gets this core
+     (sched_yield) instead of the caller spinning until the worker's next time slice */
+  for (int spins = 0; atomic_load_explicit(&ember_pool.done, memory_order_acquire) < n;
+       ++spins) {
+    if (spins < 256) {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else {
+      sched_yield();
+    }
   }
   pthread_mutex_unlock(&ember_pool_caller);
 }

@@ -315,9 +315,11 @@ def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int) -> Sc
     ln = _loop_of(sch, R.name, n_iv)
     if lm is None or ln is None:
         return None
-    order = [rco] + taps + ([lo] if lo is not None else []) + [rci, lm, ln]
+    # kernel taps outside the channel blocks: consecutive weight slices are contiguous in the
+    # packed panel, so the weights stream from memory in one sequential pass
+    order = taps + [rco] + ([lo] if lo is not None else []) + [rci, lm, ln]
     sch.reorder(*order)
-    init = sch.decompose_reduction(R.name, rco)
+    init = sch.decompose_reduction(R.name, taps[0] if taps else rco)
     sch.tensorize(rci, f"gemm.{target.isa}.f32")
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(epi)[-1])

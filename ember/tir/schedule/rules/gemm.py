@@ -189,7 +189,13 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
     no, ni = sch.split(ln, [None, nr])
     if lm is not None and mr > 1:
         mo, mi = sch.split(lm, [None, mr])
-        order = [no] + list(outer) + [mo, mi, ni]
+        if _b_bytes(g) <= SMALL_B_BYTES:
+            # all of B stays in L2: rows outer, so each A row block is read once (from L1
+            # for every channel tile) instead of once per channel tile
+            order = list(outer) + [mo, no, mi, ni]
+        else:
+            # B panels outer: one panel stays in L2 while all rows stream past it
+            order = [no] + list(outer) + [mo, mi, ni]
     else:
         mi = None
         if lm is not None:
@@ -250,6 +256,17 @@ def _spatial_loops(sch: Schedule, block: str, g) -> list | None:
 
 KBLOCK_TILE_BYTES = 40 * 1024  # the accumulators of one output-channel tile of a whole image
 KBLOCK_MIN_K = 1024
+
+
+SMALL_B_BYTES = 256 * 1024
+
+
+def _b_bytes(g) -> int:
+    """Bytes of the reduction's B operand (the weights)."""
+    n = 1
+    for d in g["B"].src.shape:
+        n *= d
+    return 4 * n
 
 
 def _kblock_plan(g, mr: int, nr: int, lanes: int):

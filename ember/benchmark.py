@@ -20,6 +20,9 @@ import numpy as np
 
 from .graph.passes import PassContext
 
+SETTLE_S = 0.05  # pause before each timed run: thread pools spin for a while after a run, and a
+# peer's spinning workers would otherwise take a core from the runtime timed next
+
 # the optimization ladder of ``ablation``: (label, PassContext kwargs)
 ABLATION_STEPS = [
     ("naive (no fusion, loop nests as lowered)",
@@ -132,6 +135,7 @@ def compare_runtimes(onnx_model, inputs: dict, threads: int = 2, repeat: int = 2
     timers = {n: _timeit(fn) for n, fn in runners.items()}
     for _ in range(repeat):
         for n, t in timers.items():
+            time.sleep(SETTLE_S)  # the previous runtime's idle threads stop spinning first
             results[n].runs.append(t())
     for r in results.values():
         r.median_ms = float(np.median(r.runs))
@@ -171,6 +175,7 @@ def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
         for k, t in enumerate(timers):
             if k == 0 and r >= max(3, repeat // 4):
                 continue
+            time.sleep(SETTLE_S)
             runs[k].append(t())
     out, prev, naive = [], None, None
     for k, (label, m, cs) in enumerate(models):

@@ -4,8 +4,8 @@
     rows = compare_runtimes(onnx_model, inputs, threads=2, repeat=20)
     steps = ablation(onnx_model, inputs, threads=2, repeat=10)
 
-Runtimes run interleaved (one run of each in turn, ``repeat`` times) so that machine noise hits
-them alike; results are medians. Peers are used when importable: onnxruntime, OpenVINO (``openvino``)
+Runtimes run interleaved (turns of one untimed and ``BLOCK`` timed runs of each, until
+``repeat`` runs are timed) so that machine noise hits them alike; results are medians. Peers are used when importable: onnxruntime, OpenVINO (``openvino``)
 and PyTorch through ``onnx2torch`` (eager and ``torch.compile``). On a machine shared with other
 busy processes absolute numbers drift; ratios taken in one interleaved run are what to compare.
 """
@@ -20,8 +20,9 @@ import numpy as np
 
 from .graph.passes import PassContext
 
-SETTLE_S = 0.05  # pause before each timed run: thread pools spin for a while after a run, and a
-# peer's spinning workers would otherwise take a core from the runtime timed next
+BLOCK = 3  # timed runs per turn; each turn starts with one untimed run, because thread pools
+# spin for a while after a run and a peer's spinning workers would take a core from the runtime
+# timed next
 
 # the optimization ladder of ``ablation``: (label, PassContext kwargs)
 ABLATION_STEPS = [
@@ -133,10 +134,12 @@ def compare_runtimes(onnx_model, inputs: dict, threads: int = 2, repeat: int = 2
         results["ember"].matches = all(np.allclose(a, b, rtol=rtol, atol=atol)
                                        for a, b in zip(ours, ref))
     timers = {n: _timeit(fn) for n, fn in runners.items()}
-    for _ in range(repeat):
+    rounds = -(-repeat // BLOCK)
+    for _ in range(rounds):
         for n, t in timers.items():
-            time.sleep(SETTLE_S)  # the previous runtime's idle threads stop spinning first
-            results[n].runs.append(t())
+            t()  # untimed: the previous runtime's pool threads may still be spinning
+            for _ in range(BLOCK):
+                results[n].runs.append(t())
     for r in results.values():
         r.median_ms = float(np.median(r.runs))
     return list(results.values())
@@ -157,9 +160,8 @@ class AblationStep:
 def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
              steps=None, target: str | None = None) -> list[AblationStep]:
     """Compile ``onnx_model`` at each rung of ``steps`` (default ``ABLATION_STEPS``: naive ->
-    + fusion -> + layout/packed weights -> + vectorized micro-kernels) and time it (runs of all
-    rungs interleaved; the naive rung, orders of magnitude slower, runs ``max(3, repeat // 4)``
-    times)."""
+    + fusion -> + layout/packed weights -> + vectorized micro-kernels) and time it (turns of all
+    rungs interleaved; the naive rung, orders of magnitude slower, gets one turn)."""
     from .driver import compile as ember_compile
     steps = steps or ABLATION_STEPS
     tgt = target or f"llvm -num-threads={threads}"
@@ -171,12 +173,13 @@ def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
         models.append((label, m, time.perf_counter() - t0))
     runs = {k: [] for k in range(len(models))}
     timers = [_timeit(lambda m=m: m.run(inputs), warmup=1) for _, m, _ in models]
-    for r in range(repeat):
+    for r in range(-(-repeat // BLOCK)):
         for k, t in enumerate(timers):
-            if k == 0 and r >= max(3, repeat // 4):
-                continue
-            time.sleep(SETTLE_S)
-            runs[k].append(t())
+            if k == 0 and r >= 1:
+                continue  # the naive rung: one turn is enough (it is orders of magnitude slower)
+            t()
+            for _ in range(BLOCK):
+                runs[k].append(t())
     out, prev, naive = [], None, None
     for k, (label, m, cs) in enumerate(models):
         med = float(np.median(runs[k]))

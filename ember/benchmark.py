@@ -20,9 +20,10 @@ import numpy as np
 
 from .graph.passes import PassContext
 
-BLOCK = 3  # timed runs per turn; each turn starts with one untimed run, because thread pools
-# spin for a while after a run and a peer's spinning workers would take a core from the runtime
-# timed next
+BLOCK = 3  # timed runs per turn
+SETTLE_S = 0.04  # before a turn: pools keep spinning after a run (onnxruntime's for ~25 ms), and
+# a peer's spinning workers would take a core from the runtime timed next; then one untimed run
+# wakes the runtime's own pool
 
 # the optimization ladder of ``ablation``: (label, PassContext kwargs)
 ABLATION_STEPS = [
@@ -137,7 +138,8 @@ def compare_runtimes(onnx_model, inputs: dict, threads: int = 2, repeat: int = 2
     rounds = -(-repeat // BLOCK)
     for _ in range(rounds):
         for n, t in timers.items():
-            t()  # untimed: the previous runtime's pool threads may still be spinning
+            time.sleep(SETTLE_S)
+            t()  # untimed: wakes this runtime's pool
             for _ in range(BLOCK):
                 results[n].runs.append(t())
     for r in results.values():
@@ -177,6 +179,7 @@ def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
         for k, t in enumerate(timers):
             if k == 0 and r >= 1:
                 continue  # the naive rung: one turn is enough (it is orders of magnitude slower)
+            time.sleep(SETTLE_S)
             t()
             for _ in range(BLOCK):
                 runs[k].append(t())

@@ -84,7 +84,9 @@ def peer_runners(onnx_model, inputs: dict, threads: int) -> dict[str, Callable]:
     def _openvino():
         import openvino as ov
         core = ov.Core()
-        core.set_property("CPU", {"INFERENCE_NUM_THREADS": threads})
+        # fp32 comparison: on CPUs with AMX/AVX-512-BF16 OpenVINO otherwise runs in bf16 by default
+        core.set_property("CPU", {"INFERENCE_NUM_THREADS": threads,
+                                  "INFERENCE_PRECISION_HINT": "f32"})
         compiled = core.compile_model(core.read_model(data, b""), "CPU")
         req = compiled.create_infer_request()
         out["openvino"] = lambda: [v for v in req.infer(inputs).values()]

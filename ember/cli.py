@@ -243,13 +243,23 @@ def cmd_conformance(args) -> int:
 
 
 def cmd_ops(args) -> int:
-    from .frontend.converters import supported_onnx_ops
+    from .frontend.converters import onnx_first_opsets, supported_onnx_ops
+    from .frontend.hostops import host_ops
     rows = []
-    for (domain, op), ranges in supported_onnx_ops().items():
-        r = ", ".join(f"{s}-{u if u else ''}" for s, u in ranges)
-        rows.append(((domain + ".") if domain else "", op, r))
-    print(_table([(d + o, r) for d, o, r in rows], ["ONNX operator", "opsets"]))
-    print(f"\n{len(rows)} ONNX operators")
+    host = host_ops()
+    compiled = supported_onnx_ops()
+    first = onnx_first_opsets()
+    for key in sorted(set(compiled) | set(host)):
+        domain, op = key
+        r = ", ".join(f"{s}-{u if u else ''}" for s, u in compiled.get(key, []))
+        mode = host.get(key)
+        where = ("host" if key not in compiled or mode == "always" else
+                 "compiled (host for strings/sequences)" if mode == "fallback" else "compiled")
+        rows.append(((domain + ".") if domain else "", op, r or f"{first.get(key, 1)}-", where))
+    print(_table([(d + o, r, w) for d, o, r, w in rows], ["ONNX operator", "opsets", "runs"]))
+    n_host = sum(1 for *_, w in rows if w == "host")
+    print(f"\n{len(rows)} ONNX operators ({len(rows) - n_host} compiled to native kernels, "
+          f"{n_host} on the host: data-dependent shapes, strings, sequences, control flow)")
     return 0
 
 

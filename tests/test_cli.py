@@ -53,6 +53,20 @@ def test_ops_lists_converters(capsys):
     assert main(["ops"]) == 0
     out = capsys.readouterr().out
     assert "Conv" in out and "MatMul" in out
+    rows = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.strip()}
+    # opset ranges start where onnx introduced the op, not at 1
+    assert rows["Gelu"][0] == "20-" and rows["LayerNormalization"][0] == "17-"
+    # host kernels are listed and say where they run
+    assert rows["NonZero"][1] == "host" and rows["If"][1] == "host"
+    assert rows["Conv"][1] == "compiled"
+
+
+def test_supported_onnx_ops_never_precede_the_onnx_schema():
+    from ember.frontend.converters import onnx_first_opsets, supported_onnx_ops
+    first = onnx_first_opsets()
+    for key, ranges in supported_onnx_ops().items():
+        if key in first:
+            assert all(s >= first[key] for s, _ in ranges), key
 
 
 @pytest.mark.slow

@@ -32,9 +32,30 @@ def lookup_converter(domain: str, op_type: str, opset: int) -> Callable | None:
     return best
 
 
+def onnx_first_opsets() -> dict[tuple[str, str], int]:
+    """``{(domain, op_type): opset}``: the opset that introduced each operator in onnx's
+    schemas (``onnx.defs``)."""
+    import onnx.defs
+    first: dict[tuple[str, str], int] = {}
+    for s in onnx.defs.get_all_schemas_with_history():
+        k = (s.domain, s.name)
+        first[k] = min(first.get(k, s.since_version), s.since_version)
+    return first
+
+
 def supported_onnx_ops() -> dict[tuple[str, str], list[tuple[int, int | None]]]:
-    """``{(domain, op_type): [(since, until), ...]}`` of every registered converter."""
-    return {k: [(s, u) for s, u, _ in v] for k, v in sorted(_CONVERTERS.items())}
+    """``{(domain, op_type): [(since, until), ...]}`` of every registered converter.
+
+    ``since`` is never below the opset in which ONNX introduced the operator (a converter
+    registered with the default ``since=1`` for ``Gelu`` reports ``20-``).
+    """
+    first = onnx_first_opsets()
+    out = {}
+    for k, v in sorted(_CONVERTERS.items()):
+        lo = first.get(k, 1)
+        ranges = [(max(s, lo), u) for s, u, _ in v if u is None or u >= lo]
+        out[k] = ranges
+    return out
 
 
 from . import math, nn, tensor  # noqa: E402,F401  (register the converters)

@@ -241,6 +241,10 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         if cached is not None:
             cached.info["cache_hit"] = True
             cached.info["compile_s"] = time.perf_counter() - t0
+            # the cached entry remembers the path it was first compiled from, not this one
+            cached.info.pop("model", None)
+            if isinstance(model, (str, os.PathLike)):
+                cached.info["model"] = os.fspath(model)
             return cached
     mod, params = from_onnx(proto, shapes=shapes)
     t1 = time.perf_counter()

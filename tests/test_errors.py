@@ -389,3 +389,68 @@ def test_softmax_axis_out_of_range_is_typed(opset):
     with pytest.raises(ember.errors.ShapeMismatchError, match="axis") as e:
         ember.compile(model)
     assert "sm" in str(e.value)
+
+
+def _rewrite_artifact(src, dst, edit_manifest=None, drop=()):
+    """Copy artifact ``src`` to ``dst`` with its manifest edited and members dropped."""
+    import json
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.infolist():
+            if item.filename in drop:
+                continue
+            data = zin.read(item.filename)
+            if item.filename == "manifest.json" and edit_manifest is not None:
+                man = json.loads(data)
+                edit_manifest(man)
+                data = json.dumps(man).encode()
+            zout.writestr(item, data)
+
+
+def _tamper_param_shape(man):
+    for s in man["plan"]["slots"]:
+        if s["kind"] == "param":
+            s["shape"] = [d * 2 for d in s["shape"]] or [2]
+            return
+
+
+def _tamper_arena_offset(man):
+    for s in man["plan"]["slots"]:
+        if s["kind"] == "arena":
+            s["offset"] = man["plan"]["arena_bytes"] + 4096
+            return
+
+
+def _tamper_symbol(man):
+    man["plan"]["steps"][0]["symbol"] = "no_such_kernel"
+
+
+def _tamper_step_slot(man):
+    man["plan"]["steps"][0]["args"][0] = 10_000
+
+
+@pytest.mark.parametrize("edit,match", [
+    (_tamper_param_shape, "weights and the plan disagree"),
+    (_tamper_arena_offset, "outside the"),
+    (_tamper_symbol, "no symbol 'no_such_kernel'"),
+    (_tamper_step_slot, "does not have"),
+])
+def test_artifact_whose_plan_disagrees_is_refused(tmp_path, edit, match):
+    m = ember.compile(M.mobilenet_v2(seed=1, image_size=32))
+    m.save(tmp_path / "ok.ember")
+    _rewrite_artifact(tmp_path / "ok.ember", tmp_path / "bad.ember", edit)
+    with pytest.raises(ArtifactError, match=match):
+        ember.load(tmp_path / "bad.ember")
+
+
+def test_artifact_with_a_weight_of_the_wrong_dtype_is_refused(tmp_path):
+    m = ember.compile(M.mobilenet_v2(seed=1, image_size=32))
+    m.save(tmp_path / "ok.ember")
+
+    def edit(man):
+        for s in man["plan"]["slots"]:
+            if s["kind"] == "param" and s["dtype"] == "float32":
+                s["dtype"] = "int32"
+                return
+    _rewrite_artifact(tmp_path / "ok.ember", tmp_path / "bad.ember", edit)
+    with pytest.raises(ArtifactError, match="expects int32"):
+        ember.load(tmp_path / "bad.ember")

@@ -22,7 +22,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import EmberError, InputError
+from ..errors import ArtifactError, EmberError, InputError
 
 ALIGN = 64
 
@@ -47,6 +47,53 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def check_plan(plan: dict, params: Mapping[str, np.ndarray], lib=None) -> None:
+    """Check that a plan, its weights and its library agree before any kernel runs.
+
+    Every arena slot lies inside the arena, every parameter slot has a weight of exactly the
+    slot's dtype and element count, every step's symbol (and the AOT entry) is exported by
+    ``lib`` and every step argument names a slot. A saved artifact whose manifest was edited or
+    whose members were swapped is refused here instead of running kernels out of bounds.
+
+    Raises:
+        ArtifactError: naming the slot, parameter or symbol that disagrees.
+    """
+    try:
+        arena = int(plan["arena_bytes"])
+        slots = plan["slots"]
+        for k, s in enumerate(slots):
+            n = int(np.prod(s["shape"], dtype=np.int64))
+            if s["kind"] == "arena":
+                nbytes = n * _dtype(s["dtype"]).itemsize
+                if int(s["offset"]) < 0 or int(s["offset"]) + nbytes > arena:
+                    raise ArtifactError(f"plan slot {k} ({s['dtype']}{list(s['shape'])}) at offset "
+                                        f"{s['offset']} lies outside the {arena}-byte arena: the "
+                                        f"plan is corrupted; recompile the model")
+            elif s["kind"] == "param":
+                arr = params.get(s["param"])
+                if arr is None:
+                    raise ArtifactError(f"no weight for parameter {s['param']!r} (plan slot {k}); "
+                                        f"recompile the model")
+                arr = np.asarray(arr)
+                if arr.dtype != _dtype(s["dtype"]) or arr.size != n:
+                    raise ArtifactError(
+                        f"weight {s['param']!r} is {arr.dtype}{list(arr.shape)} but the plan's slot "
+                        f"{k} expects {s['dtype']}{list(s['shape'])}: the weights and the plan "
+                        f"disagree; recompile the model")
+        for st in plan["steps"]:
+            bad = [a for a in st["args"] if not 0 <= int(a) < len(slots)]
+            if bad:
+                raise ArtifactError(f"step {st.get('name', st['symbol'])!r} uses slots {bad} that the "
+                                    f"plan does not have; recompile the model")
+            if lib is not None and not hasattr(lib, st["symbol"]):
+                raise ArtifactError(f"the kernel library has no symbol {st['symbol']!r} that step "
+                                    f"{st.get('name', '?')!r} calls; the library and the plan "
+                                    f"disagree; recompile the model")
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArtifactError(f"malformed execution plan ({type(e).__name__}: {e}); recompile the "
+                            f"model") from None
+
+
 class GraphExecutor:
     """Runs an execution plan with the kernels of a loaded shared library.
 
@@ -61,6 +108,7 @@ class GraphExecutor:
                  num_threads: int | None = None):
         self.lib = lib
         self.plan = plan
+        check_plan(plan, params, lib)
         if num_threads and hasattr(lib, "ember_set_num_threads"):
             lib.ember_set_num_threads(ctypes.c_int(int(num_threads)))
         self.arena = aligned_empty(max(int(plan["arena_bytes"]), ALIGN))

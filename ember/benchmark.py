@@ -124,7 +124,8 @@ def compare_runtimes(onnx_model, inputs: dict, threads: int = 2, repeat: int = 2
     checked at ``rtol``/``atol``.
     """
     from .driver import compile as ember_compile
-    em = ember_model or ember_compile(onnx_model, target=f"llvm -num-threads={threads}")
+    em = ember_model or ember_compile(onnx_model, target=f"llvm -num-threads={threads}",
+                                           executor="static")
     runners = {"ember": lambda: em.run(inputs)}
     runners.update(peer_runners(onnx_model, inputs, threads))
     results = {n: RuntimeResult(n, 0.0) for n in runners}
@@ -173,7 +174,7 @@ def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
     for label, kw in steps:
         t0 = time.perf_counter()
         with PassContext(**kw):
-            m = ember_compile(onnx_model, target=tgt)
+            m = ember_compile(onnx_model, target=tgt, executor="static")
         models.append((label, m, time.perf_counter() - t0))
     runs = {k: [] for k in range(len(models))}
     timers = [_timeit(lambda m=m: m.run(inputs), warmup=1) for _, m, _ in models]

@@ -34,11 +34,11 @@ def checksum(a: np.ndarray) -> str:
     return h.hexdigest()[:12]
 
 
-def _load_any(path: str, target: str, shapes=None):
+def _load_any(path: str, target: str, shapes=None, executor: str = "auto"):
     import ember
     if path.endswith(".ember"):
         return ember.load(path)
-    return ember.compile(path, target=target, shapes=shapes)
+    return ember.compile(path, target=target, shapes=shapes, executor=executor)
 
 
 def _parse_shapes(items) -> dict | None:
@@ -108,7 +108,8 @@ def cmd_compile(args) -> int:
     ctx, timing = _pass_context(args)
     t0 = time.perf_counter()
     with ctx, records_context(args.records):
-        model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape))
+        model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
+                              executor="static")
     dt = time.perf_counter() - t0
     if timing is not None:
         print(timing.report())
@@ -199,7 +200,7 @@ def cmd_graph(args) -> int:
 
 def cmd_profile(args) -> int:
     from .runtime.profiler import profile
-    model = _load_any(args.model, args.target, _parse_shapes(args.shape))
+    model = _load_any(args.model, args.target, _parse_shapes(args.shape), executor="static")
     inputs = _parse_inputs(args.input, model)
     report = profile(model, inputs, repeat=args.repeat)
     print(report.table(top=args.top))

@@ -214,8 +214,11 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     return model
 
 
+EXECUTORS = ("auto", "static", "staged")
+
+
 def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public verb
-            shapes: Mapping[str, Sequence[int]] | None = None) -> CompiledModel:
+            shapes: Mapping[str, Sequence[int]] | None = None, executor: str = "auto"):
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) to a runnable model.
 
     Example::
@@ -226,9 +229,50 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     A model compiled before (same bytes, target, shapes, ``PassContext`` and ember version) is
     loaded from the compiled-model cache (``ember.compile_cache``; ``info["cache_hit"]``).
 
+    ``executor``:
+      - ``"static"``: the whole model as one ahead-of-time compiled ``CompiledModel`` (static
+        shapes, one native call per inference, ``save``-able). Raises ``RuntimeValueError`` /
+        ``UnsupportedOpError`` when a shape depends on run-time data.
+      - ``"staged"``: a ``StagedModel`` (``ember.frontend.staging``): compiled segments
+        specialized on run-time shape values, host kernels for data-dependent operators
+        (``NonZero``, ``Unique``, control flow, strings). Its segments compile at first run.
+      - ``"auto"`` (default): static when possible, else staged (``info["executor"]`` says
+        which, and why).
+
     Raises:
-        ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError.
+        ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError;
+        ValueError for an unknown ``executor``.
     """
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if executor == "static":
+        return _compile_static(model, target, shapes)
+    if executor == "staged":
+        return _compile_staged(model, target, shapes, reason="executor='staged'")
+    from .errors import RuntimeValueError, UnsupportedOpError
+    from .frontend.hostops import lookup_host_op
+    try:
+        return _compile_static(model, target, shapes)
+    except RuntimeValueError as e:
+        return _compile_staged(model, target, shapes, reason=str(e))
+    except UnsupportedOpError as e:
+        if e.op is None or lookup_host_op("", e.op) is None:
+            raise
+        return _compile_staged(model, target, shapes, reason=str(e))
+
+
+def _compile_staged(model, target, shapes, reason: str):
+    from .frontend.staging import StagedModel
+    if shapes:
+        raise ValueError("shapes= is for the static executor; the staged executor takes the "
+                         "shapes of the inputs it is run on")
+    tgt = Target(target)
+    staged = StagedModel(model, build=lambda mod, params: build(mod, tgt, params))
+    staged.info.update(executor="staged", staged_reason=reason, target=str(tgt))
+    return staged
+
+
+def _compile_static(model, target, shapes) -> CompiledModel:
     from . import compile_cache
     from .frontend.onnx import from_onnx, load_model
     t0 = time.perf_counter()
@@ -251,6 +295,7 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     compiled = build(mod, target, params)
     compiled.info["import_s"] = t1 - t0
     compiled.info["compile_s"] = time.perf_counter() - t0
+    compiled.info["executor"] = "static"
     if isinstance(model, (str, os.PathLike)):
         compiled.info["model"] = os.fspath(model)
     if key is not None:

@@ -143,3 +143,74 @@ def test_onnx_backend_test_drives_ember():
 
 
 __all__ = ["onnx"]
+
+
+# ember.compile(executor=...) -------------------------------------------------------------------
+
+def _nonzero_model():
+    return _model([helper.make_node("NonZero", ["x"], ["y"])],
+                  [vi("x", TensorProto.FLOAT, [5])], [vi("y", TensorProto.INT64, None)])
+
+
+def _runtime_axes_model():
+    return _model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+                  [vi("x", TensorProto.FLOAT, [2, 3, 4]), vi("axes", TensorProto.INT64, [1])],
+                  [vi("y", TensorProto.FLOAT, None)])
+
+
+def test_compile_falls_back_to_the_staged_executor_for_data_dependent_shapes():
+    import ember
+    from ember.frontend.staging import StagedModel
+    m = ember.compile(_nonzero_model())
+    assert isinstance(m, StagedModel) and m.info["executor"] == "staged"
+    assert "NonZero" in m.info["staged_reason"]
+    x = np.array([0, 1.5, 0, -2, 0], np.float32)
+    y, = m.run({"x": x})
+    np.testing.assert_array_equal(y, np.stack(np.nonzero(x)))
+
+
+def test_compile_falls_back_for_run_time_shape_values():
+    import ember
+    m = ember.compile(_runtime_axes_model())
+    assert m.info["executor"] == "staged"
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    y, = m.run({"x": x, "axes": np.array([1], np.int64)})
+    np.testing.assert_allclose(y, x.sum(axis=1), rtol=1e-5)
+
+
+def test_static_executor_refuses_run_time_shapes_with_a_typed_error():
+    import ember
+    from ember.errors import RuntimeValueError
+    with pytest.raises(RuntimeValueError, match="run time"):
+        ember.compile(_runtime_axes_model(), executor="static")
+    with pytest.raises(UnsupportedOpError, match="NonZero"):
+        ember.compile(_nonzero_model(), executor="static")
+    with pytest.raises(ValueError, match="executor"):
+        ember.compile(_nonzero_model(), executor="vm")
+
+
+def test_static_model_reports_its_executor():
+    import ember
+    m = ember.compile(_model([helper.make_node("Relu", ["x"], ["y"])],
+                             [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])]))
+    assert m.info["executor"] == "static"
+
+
+def test_staged_model_cannot_be_saved(tmp_path):
+    import ember
+    from ember.errors import ArtifactError
+    m = ember.compile(_nonzero_model())
+    with pytest.raises(ArtifactError, match="staged executor"):
+        m.save(tmp_path / "m.ember")
+    assert not (tmp_path / "m.ember").exists()
+
+
+def test_cli_runs_a_data_dependent_model(tmp_path, capsys):
+    from ember.cli import main
+    onnx.save(_nonzero_model(), tmp_path / "nz.onnx")
+    assert main(["run", str(tmp_path / "nz.onnx"), "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "int64" in out and "latency" in out
+    # compiling to an artifact needs static shapes: a typed error, no file written
+    assert main(["compile", str(tmp_path / "nz.onnx"), "-o", str(tmp_path / "nz.ember")]) == 2
+    assert not (tmp_path / "nz.ember").exists()

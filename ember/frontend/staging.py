@@ -371,6 +371,7 @@ class StagedModel:
             opsets.setdefault("", opsets.pop("ai.onnx"))
         opsets.setdefault("", 1)
         self._report: dict = {"segments": [], "host_nodes": []}
+        self.info: dict = {"executor": "staged"}
         self.program = GraphProgram(m.graph, opsets, build, m.ir_version, self._report)
 
     @property
@@ -406,6 +407,55 @@ class StagedModel:
             for n in missing:  # trailing optional inputs left out
                 env[n] = None
         return self.program.run(env)
+
+    def benchmark(self, inputs, number: int = 20, warmup: int = 3) -> dict:
+        """Latency statistics in ms (``median_ms``, ``mean_ms``, ``min_ms``) of ``run(inputs)``
+        (host kernels and per-shape compiles included; the warm-up runs compile)."""
+        from ..runtime.executor import benchmark
+        return benchmark(lambda: self.run(inputs), number, warmup)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random tensors for the graph inputs (numeric tensors with static dims).
+
+        Raises:
+            InputError: an input has a symbolic dim or is not a numeric tensor (give it
+                explicitly).
+        """
+        from onnx.helper import tensor_dtype_to_np_dtype
+        rng = np.random.default_rng(seed)
+        init = {t.name for t in self.model.graph.initializer}
+        out = {}
+        for vi in self.model.graph.input:
+            if vi.name in init:
+                continue
+            tt = vi.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if not vi.type.HasField("tensor_type") or None in dims or not tt.HasField("shape"):
+                raise InputError(f"input {vi.name!r} has no static tensor shape; give its value "
+                                 f"explicitly (e.g. --input {vi.name}=file.npy)")
+            dt = np.dtype(tensor_dtype_to_np_dtype(tt.elem_type))
+            if dt.kind == "f":
+                out[vi.name] = rng.standard_normal(dims).astype(dt)
+            elif dt.kind == "b":
+                out[vi.name] = rng.integers(0, 2, dims).astype(bool)
+            elif dt.kind in "iu":
+                out[vi.name] = rng.integers(0, 10, dims).astype(dt)
+            else:
+                raise InputError(f"input {vi.name!r} is {dt}; give its value explicitly")
+        return out
+
+    def save(self, path) -> None:
+        """Staged models are not saved (their segments are compiled per run-time shape).
+
+        Raises:
+            ArtifactError: always; compile with static shapes (``ember.compile(...,
+                shapes=...)``, ``executor="static"``) to get a saveable model.
+        """
+        from ..errors import ArtifactError
+        raise ArtifactError(f"cannot save {str(path)!r}: this model runs on the staged executor "
+                            f"(shapes or operators depend on run-time values: "
+                            f"{self.info.get('staged_reason', 'executor=staged')}); only "
+                            f"static-shape models compile to an artifact")
 
     def report(self) -> dict:
         """``{"segments": [...], "host_nodes": [...]}``: compiled segments (their nodes, ops,

@@ -82,13 +82,16 @@ _RUN_CHILD = r"""
 import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np, ember
+from ember.runtime import executor  # noqa: F401 (everything a run imports, before the baseline)
+rss0 = [l for l in open("/proc/self/status") if l.startswith("VmRSS")]
 m = ember.load({path!r})
 x = {{d["name"]: np.random.default_rng(0).standard_normal(d["shape"]).astype(d["dtype"])
      if d["dtype"].startswith("float") else np.zeros(d["shape"], d["dtype"])
      for d in m.plan["inputs"]}}
 m.run(x)
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
-print(json.dumps({{"peak_rss_mb": int(hwm[0].split()[1]) / 1024}}))
+print(json.dumps({{"peak_rss_mb": int(hwm[0].split()[1]) / 1024,
+                  "base_rss_mb": int(rss0[0].split()[1]) / 1024}}))
 """
 
 
@@ -125,7 +128,10 @@ def bench_model(name: str, threads: int, repeat: int, compile_times: bool) -> di
             run = child_run_artifact(art, cache)
         row.update({"compile_cold_s": cold.get("compile_s"), "compile_warm_s": warm.get("compile_s"),
                     "peak_rss_compile_mb": cold.get("peak_rss_mb"),
-                    "peak_rss_mb": run.get("peak_rss_mb"), "weights_mb": cold.get("weights_mb"),
+                    "peak_rss_mb": run.get("peak_rss_mb"), "base_rss_mb": run.get("base_rss_mb"),
+                    "model_rss_mb": (run["peak_rss_mb"] - run["base_rss_mb"])
+                    if "base_rss_mb" in run else None,
+                    "weights_mb": cold.get("weights_mb"),
                     "arena_mb": cold.get("arena_mb"), "compile_error": cold.get("error")})
     res = compare_runtimes(m, x, threads=threads, repeat=repeat)
     row["runtimes"] = {r.name: r.median_ms for r in res}
@@ -150,7 +156,7 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
                 names.append(k)
     head = f"{'model':14}" + "".join(f"{n:>15}" for n in names) + \
         f"{'ember/best':>12}{'ember/ort':>11}{'match':>7}{'cold s':>8}{'warm s':>8}{'RSS MB':>8}" \
-        f"{'2(W+A)':>8}"
+        f"{'model':>8}{'2(W+A)':>8}"
     out = [f"median latency (ms), batch 1, {threads} threads, {repeat} interleaved runs", head,
            "-" * len(head)]
     for r in rows:
@@ -161,15 +167,16 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
         line += f"{r.get('ratio_vs_best_peer', float('nan')):12.2f}"
         line += f"{r.get('ratio_vs_onnxruntime', float('nan')):11.2f}"
         line += f"{str(r.get('matches_onnxruntime')):>7}"
-        for k in ("compile_cold_s", "compile_warm_s", "peak_rss_mb"):
+        for k in ("compile_cold_s", "compile_warm_s", "peak_rss_mb", "model_rss_mb"):
             v = r.get(k)
             line += f"{v:8.1f}" if isinstance(v, (int, float)) else f"{'-':>8}"
         w, a = r.get("weights_mb"), r.get("arena_mb")
         line += f"{2 * (w + a):8.1f}" if isinstance(w, (int, float)) else f"{'-':>8}"
         out.append(line)
     out.append("RSS: peak resident memory of a fresh process that loads the saved compiled "
-               "model (ember.load) and runs it once; 2(W+A): twice the weights plus the "
-               "activation arena")
+               "model (ember.load) and runs it once; model: that peak minus the process's RSS "
+               "after importing numpy and ember (the interpreter's own ~50-60 MB); 2(W+A): twice "
+               "the weights plus the activation arena")
     return "\n".join(out)
 
 

@@ -15,7 +15,7 @@ from .codegen.aot import AOT_SYMBOL, generate_aot_entry
 from .codegen.build import build_library
 from .codegen.module import generate_c_module
 from .graph.ir import Constant, IRModule, Var
-from .graph.lower import kernel_args, lower_binding
+from .graph.lower import constant_args, kernel_args, lower_binding
 from .graph.passes import PassContext, optimize, register_config
 from .runtime.memory_plan import plan_memory
 from .runtime.module import CompiledModel
@@ -130,15 +130,6 @@ def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
     return args
 
 
-def _constant_args(binding, params) -> list[int]:
-    """Positions of ``binding``'s kernel arguments that are compile-time constants."""
-    out = []
-    for k, a in enumerate(kernel_args(binding)):
-        if isinstance(a, Constant) or (isinstance(a, Var) and a.name in params):
-            out.append(k)
-    return out
-
-
 def schedule_kernels(kernels: list, bindings, params, target: Target, level: int) -> list:
     """Each kernel scheduled by the target's default rules (``level``: see ``schedule.level``);
     kernels already scheduled by tuning records are kept."""
@@ -148,7 +139,7 @@ def schedule_kernels(kernels: list, bindings, params, target: Target, level: int
     tgt = target if level >= 2 else Target(str(target) + " -isa=scalar")
     out = []
     for k, b in zip(kernels, bindings):
-        k.attrs["constant_params"] = _constant_args(b, params)
+        k.attrs["constant_params"] = constant_args(b, params)
         out.append(schedule_default(k, tgt))
     return out
 
@@ -183,6 +174,8 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     t_passes = time.perf_counter()
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
+    for k, b in zip(kernels, func.bindings):  # what a schedule may pack at compile time
+        k.attrs["constant_params"] = constant_args(b, params)
     flops = [count_flops(k) for k in kernels]
     tuned = apply_best_schedules(kernels, target)  # tuning records, when a context is active
     ctx = PassContext.current()

@@ -168,10 +168,22 @@ def kernel_args(binding: Binding) -> Sequence:
     return kernel_inputs(binding.call) + list(binding.outputs)
 
 
+def constant_args(binding: Binding, params) -> list[int]:
+    """Positions of ``binding``'s kernel arguments that are compile-time constants (a
+    ``Constant`` or a function parameter named in ``params``): the arguments a schedule may
+    re-lay out (pack) once at compile time."""
+    from .ir import Constant, Var
+    out = []
+    for k, a in enumerate(kernel_args(binding)):
+        if isinstance(a, Constant) or (isinstance(a, Var) and a.name in params):
+            out.append(k)
+    return out
+
+
 def count_kernels(mod: IRModule) -> int:
     """Kernels ``mod["main"]`` launches: one per binding (an operator or a fused group)."""
     return len(mod.main.bindings)
 
 
-__all__ = ["lower_binding", "lower_function", "kernel_args", "kernel_inputs", "compose_function",
+__all__ = ["lower_binding", "lower_function", "kernel_args", "constant_args", "kernel_inputs", "compose_function",
            "count_kernels", "is_immediate", "np"]

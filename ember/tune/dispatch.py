@@ -2,7 +2,8 @@
 
 Inside the context, ``ember.build`` / ``ember.compile`` replace each kernel that has a successful
 record for the build's target by its best measured program: the best configuration of its
-``tile`` task or the best trace of its template-free ``search`` task, whichever measured faster
+``rule`` task (the default rule's own knobs) or ``tile`` task, or the best trace of its
+template-free ``search`` task, whichever measured faster
 (records of other targets and failed candidates are ignored; kernels without a record, or whose
 recorded untuned run was the fastest, keep their default schedule). Contexts nest; the innermost wins. ``ApplyHistoryBest.applied`` counts the kernels
 it replaced in the builds it served.
@@ -23,12 +24,25 @@ _current: contextvars.ContextVar = contextvars.ContextVar("ember_tune_dispatch",
 class ApplyHistoryBest:
     """The best record of each (workload, target) from ``records`` (a path or records)."""
 
-    def __init__(self, records: "str | os.PathLike | Iterable[Record]"):
+    def __init__(self, records: "str | os.PathLike | Iterable[Record]", margin: float = 0.01):
         if isinstance(records, (str, os.PathLike)):
             records = load_records(records)
+        records = list(records)
         self.best = best_records(records)
+        self.margin = margin
+        # the fastest measurement of each workload's default schedule: a "default" record or
+        # configuration 0 of its rule task (both are the untuned schedule)
+        self.defaults: dict[tuple[str, str], float] = {}
+        for r in records:
+            if r.ok and r.result.costs and (r.kind == "default" or _is_default_config(r)):
+                k = (str(r.task_args[0]), r.target)
+                self.defaults[k] = min(self.defaults.get(k, float("inf")), r.cost)
         self.applied = 0
         self._token = None
+
+    def default_cost(self, workload: str, target: "str | Target") -> float | None:
+        """Fastest measured cost (s) of a workload's untuned schedule, or ``None``."""
+        return self.defaults.get((workload, str(Target(target))))
 
     def query(self, task_key: str, target: "str | Target") -> Record | None:
         """The best record of a task key for ``target``, or ``None``."""
@@ -42,10 +56,12 @@ class ApplyHistoryBest:
         _current.reset(self._token)
 
 
-def apply_history_best(records) -> ApplyHistoryBest:
+def apply_history_best(records, margin: float = 0.01) -> ApplyHistoryBest:
     """Context manager applying the best records of ``records`` (path or ``Record``s) to the
-    builds inside it. Raises ``TuningError`` on a malformed records file."""
-    return ApplyHistoryBest(records)
+    builds inside it. A tuned program replaces the default schedule only when it measured at
+    least ``margin`` (a fraction) faster than the default's best measurement, when the
+    records hold one. Raises ``TuningError`` on a malformed records file."""
+    return ApplyHistoryBest(records, margin)
 
 
 def current() -> ApplyHistoryBest | None:
@@ -63,24 +79,36 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
     from .space import ConfigEntity
     from .task import Task, task_key
     out = []
+    tgt = str(Target(target))
     for func in kernels:
         key = register_workload(func)
         recs = [r for r in (ctx.query(task_key("tile", [key]), target),
-                            ctx.query(task_key("search", [key]), target)) if r is not None]
+                            ctx.query(task_key("search", [key]), target),
+                            ctx.query(task_key("rule", [key, tgt]), target)) if r is not None]
         if not recs:
             out.append(func)
             continue
         rec = min(recs, key=lambda r: r.cost)
-        if rec.kind == "default":  # the untuned kernel measured fastest
-            out.append(func)
+        if rec.kind == "default" or _is_default_config(rec):
+            out.append(func)  # the untuned kernel measured fastest
+            continue
+        default_cost = ctx.default_cost(key, target)
+        if default_cost is not None and rec.cost > default_cost * (1.0 - ctx.margin):
+            out.append(func)  # not measurably faster than the default schedule
             continue
         if rec.kind == "trace":
             from .search import SearchTask, Trace
             tuned = SearchTask(func, target).instantiate(Trace.from_json(rec.config))
         else:
-            task = Task("tile", [key], target)
+            task = Task(rec.task_name, rec.task_args, target)
             tuned = task.instantiate(ConfigEntity.from_json(rec.config, task.config_space))
         tuned.name = func.name
         out.append(tuned)
         ctx.applied += 1
     return out
+
+
+def _is_default_config(rec: Record) -> bool:
+    """A ``rule`` record of configuration 0: the default schedule itself."""
+    return rec.task_name == "rule" and rec.kind == "config" and \
+        isinstance(rec.config, dict) and rec.config.get("index") == 0

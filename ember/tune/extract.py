@@ -23,6 +23,7 @@ from ..errors import ScheduleError, TuningError
 from ..target import Target
 from ..tir.stmt import PrimFunc, Store
 from .task import Task
+from .templates import has_rule_space
 from .tiling import as_reduction_nest
 
 _WORKLOADS: dict[str, PrimFunc] = {}
@@ -100,15 +101,25 @@ def model_kernels(mod, params: Mapping[str, np.ndarray] | None, target: "str | T
                   ) -> list[PrimFunc]:
     """The kernels ``ember.build`` would generate for ``mod`` (after the pass pipeline), in
     execution order."""
-    from ..graph.lower import lower_binding
+    from ..graph.lower import constant_args, lower_binding
     from ..graph.passes import optimize
-    mod, _ = optimize(mod, Target(target), dict(params or {}))
-    return [lower_binding(b, f"k{k}", mod) for k, b in enumerate(mod.main.bindings)]
+    mod, params = optimize(mod, Target(target), dict(params or {}))
+    out = []
+    for k, b in enumerate(mod.main.bindings):
+        func = lower_binding(b, f"k{k}", mod)
+        func.attrs["constant_params"] = constant_args(b, params)  # as ember.build marks them
+        out.append(func)
+    return out
 
 
 def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
-                  target: "str | Target" = "llvm", include_all: bool = False) -> list[TaskInfo]:
+                  target: "str | Target" = "llvm", include_all: bool = False,
+                  template: str = "rule") -> list[TaskInfo]:
     """The distinct tunable workloads of ``mod`` for ``target``, heaviest (total FLOPs) first.
+    With ``template="rule"`` (the default) a kernel whose default schedule rule exposes knobs
+    (``ember.tir.schedule.rules.rule_knobs``: the GEMM rule's register tile, loop order,
+    reduction blocking, parallel fusion) becomes a ``rule`` task ``[key, target]``, the others
+    ``tile`` tasks; ``template="tile"`` makes every tunable kernel a ``tile`` task.
     With ``include_all``, every kernel with loops is listed (elementwise, softmax...: the
     template-free search can still parallelize and vectorize them); their ``task`` is ``None``.
 
@@ -120,15 +131,17 @@ def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
     found: dict[str, TaskInfo] = {}
     from .features import count_flops
     for func in model_kernels(mod, params, target):
-        tunable = is_tunable(func)
-        if not tunable and not (include_all and not isinstance(func.body, Store)):
-            continue
         key = register_workload(func)
         if key in found:
             found[key].count += 1
             found[key].flops += found[key].flop
             continue
-        task = Task("tile", [key], target) if tunable else None
+        ruled = template == "rule" and has_rule_space(key, target)
+        tunable = ruled or is_tunable(func)
+        if not tunable and not (include_all and not isinstance(func.body, Store)):
+            continue
+        task = (Task("rule", [key, str(target)], target) if ruled else
+                Task("tile", [key], target) if tunable else None)
         flop = task.flop if task is not None else count_flops(func)
         found[key] = TaskInfo(task, kernel_op(func), 1, flop, func, key)
     if not found:

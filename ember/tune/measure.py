@@ -57,6 +57,7 @@ class BuildResult:
     ref: str | None = None
     specs: list = field(default_factory=list)
     num_inputs: int = 0
+    layouts: dict = field(default_factory=dict)
     error_no: int = MeasureErrorNo.NO_ERROR
     error_msg: str = ""
     time_cost: float = 0.0
@@ -104,9 +105,23 @@ def default_program(func, target):
 
 
 def kernel_specs(func) -> tuple[list, int]:
-    """``([(shape, dtype)] of the parameters, number of inputs)`` of a PrimFunc."""
-    specs = [(tuple(b.shape), b.dtype) for b in func.params]
+    """``([(shape, dtype)] of the parameters, number of inputs)`` of a PrimFunc. A parameter
+    the schedule re-laid out (``attrs["param_layouts"]``, e.g. packed weights) is listed with
+    its logical shape: the caller passes it through ``kernel_layouts``."""
+    layouts = func.attrs.get("param_layouts") or {}
+    specs = []
+    for k, b in enumerate(func.params):
+        lay = layouts.get(k, layouts.get(str(k)))
+        specs.append((tuple(lay["shape"]) if lay else tuple(b.shape), b.dtype))
     return specs, int(func.attrs.get("num_inputs", len(specs) - 1))
+
+
+def kernel_layouts(func) -> dict:
+    """``{parameter position: IndexMap JSON}`` of the parameters ``func`` takes re-laid out
+    (the worker applies ``IndexMap.apply_numpy`` to the logical arrays, as ``ember.build``
+    packs weights at compile time)."""
+    layouts = func.attrs.get("param_layouts") or {}
+    return {int(k): v["index_map"] for k, v in layouts.items()}
 
 
 class LocalBuilder:
@@ -138,6 +153,7 @@ class LocalBuilder:
         try:
             func = inp.task.instantiate(inp.config)
             specs, n_in = kernel_specs(func)
+            layouts = kernel_layouts(func)
             src = kernel_source(func, inp.task.target)
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
             return BuildResult(error_no=MeasureErrorNo.INSTANTIATION_ERROR,
@@ -154,7 +170,7 @@ class LocalBuilder:
         except EmberError as e:
             return BuildResult(error_no=MeasureErrorNo.COMPILE_HOST, error_msg=str(e)[:2000],
                                time_cost=time.perf_counter() - t0)
-        return BuildResult(lib=lib, ref=ref, specs=specs, num_inputs=n_in,
+        return BuildResult(lib=lib, ref=ref, specs=specs, num_inputs=n_in, layouts=layouts,
                            time_cost=time.perf_counter() - t0)
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
@@ -198,6 +214,7 @@ class LocalRunner:
         return {"kind": "measure", "lib": build.lib,
                 "ref": build.ref if self.check_correctness else None,
                 "specs": build.specs, "num_inputs": build.num_inputs, "seed": self.seed,
+                "layouts": build.layouts,
                 "number": self.number, "repeat": self.repeat,
                 "min_repeat_ms": self.min_repeat_ms, "flush_bytes": self.flush_bytes,
                 "num_threads": threads, "rtol": self.rtol, "atol": self.atol}
@@ -271,7 +288,7 @@ def measure_reference(task, option: dict) -> MeasureResult:
         return MeasureResult([], MeasureErrorNo.COMPILE_HOST, f"{type(e).__name__}: {e}",
                              time.perf_counter() - t0, time.time())
     build = BuildResult(lib=lib, ref=None, specs=specs, num_inputs=n_in,
-                        time_cost=time.perf_counter() - t0)
+                        layouts=kernel_layouts(func), time_cost=time.perf_counter() - t0)
     return runner.run([MeasureInput(task.target, task, None)], [build])[0]
 
 

@@ -192,8 +192,9 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 cbs = [log_to_file(records)]
                 if progress:
                     cbs.append(progress_bar(prefix=f"[{k + 1}/{len(tasks)}] {info.op[:28]}"))
+                initial = [info.task.config_space.get(0)] if info.task.name == "rule" else []
                 tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
-                         deadline=task_deadline)
+                         deadline=task_deadline, initial=initial)
                 results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task

@@ -113,3 +113,65 @@ def tile(cfg, *workload) -> PrimFunc:
     if isinstance(cfg, ConfigSpace):
         return nest.func
     return tile_reduction_nest(nest, tile_spec(cfg, nest))
+
+
+# the default rules' own decisions as a template ------------------------------------------------
+
+@functools.lru_cache(maxsize=512)
+def _rule_knobs(key: str, target: str):
+    from ..tir.schedule.rules import rule_knobs
+    return rule_knobs(workload_func(key), target)
+
+
+def has_rule_space(key: str, target) -> bool:
+    """True when the default rule scheduling workload ``key`` exposes tuning knobs."""
+    return _rule_knobs(key, str(target)) is not None
+
+
+def _redundant(rule_name: str, vals: dict, knobs: dict) -> str | None:
+    """Why configuration ``vals`` builds the same program as another one (``None`` if not)."""
+    if rule_name != "gemm_rule":
+        return None
+    default = {k: v[0] for k, v in knobs.items()}
+    if vals["kblock"]:
+        moved = [k for k in ("tile", "order", "fuse") if vals[k] != default[k]]
+        if moved:
+            return f"kblock={vals['kblock']} ignores {moved}"
+    elif vals["tile"][0] == 1 and vals["order"] != default["order"]:
+        return "a one-row tile has no loop order to choose"
+    return None
+
+
+def _rule_reference(key: str, target: str) -> PrimFunc:
+    return workload_func(key)
+
+
+@register_template("rule", reference=_rule_reference)
+def rule(cfg, key: str, target: str) -> PrimFunc:
+    """The default schedule rule of workload ``key`` with its own decisions as knobs
+    (``ember.tir.schedule.rules.rule_knobs``; for the GEMM rule: register tile, loop order,
+    reduction blocking, parallel fusion). Every knob's first value is the rule's default, so
+    configuration 0 is the untuned schedule. Configurations that build the same program as
+    another one are rejected (``TuningError``: invalid, not measured).
+
+    Raises:
+        TuningError: the kernel's default rule has no knobs, or ``cfg`` is redundant.
+    """
+    func = workload_func(key)
+    found = _rule_knobs(key, str(target))
+    if found is None:
+        raise TuningError(f"the default schedule of workload {key} has no tuning knobs")
+    name, knobs = found
+    for k, vals in knobs.items():
+        cfg.define_knob(k, vals)
+    from .features import count_flops
+    cfg.add_flop(float(count_flops(func)))
+    from .space import ConfigSpace
+    if isinstance(cfg, ConfigSpace):
+        return func
+    vals = cfg.values()
+    why = _redundant(name, vals, knobs)
+    if why:
+        raise TuningError(f"redundant configuration: {why}")
+    from ..tir.schedule.rules import schedule_config
+    return schedule_config(func, target, name, vals)

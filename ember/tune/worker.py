@@ -182,7 +182,9 @@ def measure_kernel(req: dict) -> dict:
 
     ``req``: ``lib`` (path of a library exporting ``int32_t ember_kernel(...)``), ``ref``
     (library of the reference kernel or None), ``specs`` ([(shape, dtype)] of the parameters),
-    ``num_inputs``, ``seed``, ``number`` (calls per timed repeat), ``repeat``,
+    ``num_inputs``, ``layouts`` (``{parameter: IndexMap JSON}``: those inputs are generated in
+their logical shape, checked by the reference that way, and passed to the kernel re-laid
+out), ``seed``, ``number`` (calls per timed repeat), ``repeat``,
     ``min_repeat_ms``, ``flush_bytes`` (bytes written between repeats to flush caches; 0 = no
     flushing), ``num_threads``, ``rtol``/``atol``/``scale_tol``: an output passes when
     ``|got - want| <= atol + scale_tol * max|want| + rtol * |want|`` elementwise (the scale term
@@ -200,6 +202,10 @@ def measure_kernel(req: dict) -> dict:
         except AttributeError:
             pass
     args = make_args(specs, n_in, req.get("seed", 0))
+    if req.get("layouts"):  # re-laid-out (packed) parameters: the kernel takes them packed
+        from ember.tir.schedule.layout import IndexMap
+        for k, imap in req["layouts"].items():
+            args[int(k)] = np.ascontiguousarray(IndexMap.from_json(imap).apply_numpy(args[int(k)]))
     if req.get("ref"):
         key = (req["ref"], req.get("seed", 0))
         expect = _ref_cache.get(key)

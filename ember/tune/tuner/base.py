@@ -93,11 +93,12 @@ class Tuner:
 
     def tune(self, n_trial: int, measure_option: dict | None = None,
              early_stopping: int | None = None, callbacks: Sequence[Callable] = (),
-             batch_size: int | None = None, deadline: float | None = None
-             ) -> ConfigEntity | None:
+             batch_size: int | None = None, deadline: float | None = None,
+             initial: Sequence[ConfigEntity] = ()) -> ConfigEntity | None:
         """Measure up to ``n_trial`` new configurations (stopping early once
-        ``time.monotonic()`` passes ``deadline``); returns the best configuration found (over
-        this run and loaded history), or ``None`` when every candidate failed."""
+        ``time.monotonic()`` passes ``deadline``), the not yet measured ones of ``initial``
+        first (e.g. the default configuration, as trial 0); returns the best configuration
+        found (over this run and loaded history), or ``None`` when every candidate failed."""
         option = measure_option or globals()["measure_option"]()
         measure = create_measure_batch(option)
         if batch_size is None:
@@ -111,8 +112,13 @@ class Tuner:
                 if deadline is not None and time.monotonic() >= deadline:
                     logger.info("tuning time budget spent")
                     break
-                configs = self.next_batch(min(batch_size, n_trial - self.trials))
-                configs = [c for c in configs if c.index not in self.visited]
+                first = [c for c in initial if c.index not in self.visited][:batch_size]
+                initial = [c for c in initial if c not in first]
+                want = min(batch_size, n_trial - self.trials) - len(first)
+                configs = first + (self.next_batch(want) if want > 0 else [])
+                seen: set[int] = set()
+                configs = [c for c in configs if c.index not in self.visited
+                           and not (c.index in seen or seen.add(c.index))]
                 if not configs:
                     break
                 inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]

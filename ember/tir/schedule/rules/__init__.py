@@ -16,7 +16,7 @@ from ....errors import ScheduleError
 from ....target import Target
 from ...stmt import PrimFunc
 from ..schedule import Schedule
-from .gemm import gemm_rule
+from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
 from .pooling import pooling_rule
 
@@ -50,4 +50,52 @@ def schedule_default(func: PrimFunc, target: "Target | str" = "llvm",
     return func
 
 
-__all__ = ["RULES", "schedule_default", "gemm_rule", "generic_rule", "pooling_rule"]
+# rules whose own decisions are tunable: rule name -> knobs(func, target) -> {knob: [values]}
+# with the rule's default decision first in every list (``gemm_rule`` documents the knobs)
+RULE_KNOBS: dict = {"gemm_rule": gemm_knobs}
+
+
+def rule_knobs(func: PrimFunc, target: "Target | str" = "llvm") -> "tuple[str, dict] | None":
+    """``(rule name, {knob: [values]})`` of the rule that schedules ``func`` by default, when
+    that rule exposes tuning knobs with more than one configuration; else ``None``."""
+    target = Target(target)
+    out = schedule_default(func, target)
+    name = out.attrs.get("schedule_rule") if out is not func else None
+    knobs_of = RULE_KNOBS.get(name)
+    if knobs_of is None:
+        return None
+    try:
+        knobs = knobs_of(func, target)
+    except ScheduleError:
+        return None
+    if not knobs or all(len(v) <= 1 for v in knobs.values()):
+        return None
+    return name, knobs
+
+
+def schedule_config(func: PrimFunc, target: "Target | str", rule: str, cfg: dict) -> PrimFunc:
+    """``func`` scheduled by the default rule named ``rule`` with its decisions overridden by
+    ``cfg`` (see ``rule_knobs``); ``attrs`` as ``schedule_default`` sets them plus
+    ``schedule_config``.
+
+    Raises:
+        ScheduleError: unknown rule, a ``cfg`` the rule cannot apply to ``func``, or a rule
+            that does not apply to ``func``.
+    """
+    target = Target(target)
+    fn = {r.__name__: r for rs in RULES.values() for r in rs}.get(rule)
+    if fn is None or rule not in RULE_KNOBS:
+        raise ScheduleError(f"schedule_config: rule {rule!r} has no tuning knobs (known: "
+                            f"{sorted(RULE_KNOBS)})")
+    sch = fn(func, target, cfg=dict(cfg))
+    if sch is None:
+        raise ScheduleError(f"schedule_config: {rule} does not apply to kernel {func.name}")
+    out = sch.func
+    out.attrs["schedule_rule"] = rule
+    out.attrs["schedule_trace"] = sch.trace.to_json()
+    out.attrs["schedule_config"] = dict(cfg)
+    return out
+
+
+__all__ = ["RULES", "RULE_KNOBS", "rule_knobs", "schedule_config", "schedule_default",
+           "gemm_knobs", "gemm_rule", "generic_rule", "pooling_rule"]

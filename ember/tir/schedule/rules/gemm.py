@@ -34,12 +34,12 @@ ISA_NAMES = {"avx512", "avx2", "scalar"}
 REGISTERS = {16: 32, 8: 16, 4: 16}  # SIMD registers by lane count (AVX-512, AVX2, SSE)
 
 
-def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | None:
-    """``(mr, nr)`` register block for an ``m x n`` output: ``mr`` divides ``m``, ``nr``
+def tile_candidates(m: int, n: int, lanes: int, max_acc: int) -> list[tuple[float, tuple]]:
+    """Every legal ``(mr, nr)`` register block of an ``m x n`` output with its modelled FMA
+    throughput score, in the order ``choose_tile`` considers them: ``mr`` divides ``m``, ``nr``
     divides ``n``; the ``mr x ceil(nr / lanes)`` accumulators, the ``B`` vectors and one
-    broadcast fit the register file (no spills); maximizes modelled FMA throughput (lane use x
-    latency hiding x load/FMA balance)."""
-    best, best_score = None, 0.0
+    broadcast fit the register file (no spills)."""
+    out = []
     regs = REGISTERS.get(lanes, 16)
     ncands = [d for d in range(1, min(n, 4 * lanes) + 1) if n % d == 0]
     for nr in ncands:
@@ -51,8 +51,17 @@ def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | N
             acc = mr * nv
             score = lane_eff * min(1.0, acc / 24.0) * acc / max(acc, mr + nv)
             score *= 1.0 + 0.01 * nr + 0.001 * mr  # tie-break: wider panels, fewer calls
-            if score > best_score:
-                best, best_score = (mr, nr), score
+            out.append((score, (mr, nr)))
+    return out
+
+
+def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | None:
+    """``(mr, nr)`` register block for an ``m x n`` output: of ``tile_candidates``, the one
+    that maximizes modelled FMA throughput (lane use x latency hiding x load/FMA balance)."""
+    best, best_score = None, 0.0
+    for score, tile in tile_candidates(m, n, lanes, max_acc):
+        if score > best_score:
+            best, best_score = tile, score
     return best
 
 
@@ -137,21 +146,50 @@ def analyze(func: PrimFunc):
             "rd": rd_sorted, "epi": epi[0] if len(epi) == 1 else None, "others": others}
 
 
-def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
-    """Packed GEMM with a register-blocked micro-kernel (see the module doc)."""
+def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedule | None:
+    """Packed GEMM with a register-blocked micro-kernel (see the module doc).
+
+    ``cfg`` overrides the rule's own decisions (the tuning knobs of ``gemm_knobs``; a missing
+    key keeps the default decision, so ``cfg=None`` is the untuned schedule):
+
+    - ``tile``: ``[mr, nr]`` register block (one of ``tile_candidates``);
+    - ``order``: ``"panels"`` (B panels outer) or ``"rows"`` (output rows outer);
+    - ``kblock``: ``0`` = no reduction blocking, ``kc > 0`` = block the input channels by
+      ``kc`` (the whole image's accumulators per channel tile; ``tile``/``order``/``fuse``
+      then do not apply);
+    - ``fuse``: how many of the innermost outer loops stay serial inside the parallel loop
+      (``0`` = all fused into it).
+
+    Raises:
+        ScheduleError: a ``cfg`` value that is not legal for this kernel.
+    """
+    cfg = cfg or {}
     g = analyze(func)
     if g is None or target.isa not in ISA_NAMES:
         return None
     R, n_iv, m_iv = g["R"], g["n"], g["m"]
     lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[target.isa]
-    tile = choose_tile(m_iv.extent if m_iv is not None else 1, n_iv.extent, lanes,
-                       MAX_ACCUMULATORS[target.isa])
+    m_ext = m_iv.extent if m_iv is not None else 1
+    tile = choose_tile(m_ext, n_iv.extent, lanes, MAX_ACCUMULATORS[target.isa])
     if tile is None:
         return None
     mr, nr = tile
-    if mr * nr < 16 and n_iv.extent * (m_iv.extent if m_iv is not None else 1) < 64:
+    if mr * nr < 16 and n_iv.extent * m_ext < 64:
         return None  # too small to be worth a micro-kernel
-    kb = _kblock_plan(g, mr, nr, lanes)
+    if cfg.get("tile") is not None:
+        mr, nr = (int(x) for x in cfg["tile"])
+        legal = [t for _, t in tile_candidates(m_ext, n_iv.extent, lanes,
+                                               MAX_ACCUMULATORS[target.isa])]
+        if (mr, nr) not in legal:
+            raise ScheduleError(f"gemm rule: register tile {[mr, nr]} is not legal for a "
+                                f"{m_ext}x{n_iv.extent} output (see tile_candidates)")
+    kc = cfg.get("kblock")
+    if kc is not None and int(kc) > 0:
+        kb = _kblock_plan(g, mr, nr, lanes, kc=int(kc))
+        if kb is None:
+            raise ScheduleError(f"gemm rule: cannot block the reduction by {kc} here")
+    else:
+        kb = _kblock_plan(g, mr, nr, lanes) if kc is None else None
     if kb is not None:
         mr, nr = kb[0], kb[1]
     sch = Schedule(func)
@@ -189,13 +227,16 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
     no, ni = sch.split(ln, [None, nr])
     if lm is not None and mr > 1:
         mo, mi = sch.split(lm, [None, mr])
-        if _b_bytes(g) <= SMALL_B_BYTES:
+        order_kind = cfg.get("order") or ("rows" if _b_bytes(g) <= SMALL_B_BYTES else "panels")
+        if order_kind == "rows":
             # all of B stays in L2: rows outer, so each A row block is read once (from L1
             # for every channel tile) instead of once per channel tile
             order = list(outer) + [mo, no, mi, ni]
-        else:
+        elif order_kind == "panels":
             # B panels outer: one panel stays in L2 while all rows stream past it
             order = [no] + list(outer) + [mo, mi, ni]
+        else:
+            raise ScheduleError(f"gemm rule: order {order_kind!r} is not 'rows' or 'panels'")
     else:
         mi = None
         if lm is not None:
@@ -203,9 +244,14 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
         order = [no] + list(outer) + [ni]
     sch.reorder(*order)
     fused_outer = [x for x in order[:-2 if mi is not None else -1]]
-    par = sch.fuse(*fused_outer) if len(fused_outer) > 1 else fused_outer[0]
+    serial = int(cfg.get("fuse") or 0)
+    if not 0 <= serial < len(fused_outer):
+        raise ScheduleError(f"gemm rule: cannot keep {serial} of the {len(fused_outer)} outer "
+                            f"loops serial")
+    head, tail = fused_outer[:len(fused_outer) - serial], fused_outer[len(fused_outer) - serial:]
+    par = sch.fuse(*head) if len(head) > 1 else head[0]
     if g["epi"] is not None:
-        sch.compute_at(R.name, par)
+        sch.compute_at(R.name, tail[-1] if tail else par)
     sp_m = _loop_of(sch, R.name, m_iv) if m_iv is not None else None
     sp_n = _loop_of(sch, R.name, n_iv)
     rd_order = [x for x in (_loop_of(sch, R.name, iv) for iv in g["rd"]) if x is not None]
@@ -219,6 +265,44 @@ def gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
     sch.parallel(par)
     finish_generic(sch, target, skip={R.name} | ({g["epi"].name} if g["epi"] else set()))
     return sch
+
+
+MAX_TILE_KNOBS = 6
+KBLOCK_KNOBS = (32, 64, 128)
+
+
+def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
+    """The tuning space of ``gemm_rule`` on ``func``: ``{knob: [values]}`` with the rule's
+    default decision first in every list (so the all-first configuration is the untuned
+    schedule), or ``None`` when the rule does not apply. Knobs: ``tile`` (the default and the
+    best-modelled full-lane ``tile_candidates``, at most ``MAX_TILE_KNOBS``), ``order``,
+    ``kblock`` (``0`` and the feasible channel blocks) and ``fuse`` (see ``gemm_rule``)."""
+    g = analyze(func)
+    if g is None or target.isa not in ISA_NAMES:
+        return None
+    n_iv, m_iv = g["n"], g["m"]
+    lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[target.isa]
+    m_ext = m_iv.extent if m_iv is not None else 1
+    max_acc = MAX_ACCUMULATORS[target.isa]
+    tile = choose_tile(m_ext, n_iv.extent, lanes, max_acc)
+    if tile is None or (tile[0] * tile[1] < 16 and n_iv.extent * m_ext < 64):
+        return None
+    cands = sorted(tile_candidates(m_ext, n_iv.extent, lanes, max_acc), key=lambda c: -c[0])
+    tiles = [list(tile)]
+    for _, t in cands:
+        if len(tiles) >= MAX_TILE_KNOBS:
+            break
+        if list(t) not in tiles and (t[1] % lanes == 0 or n_iv.extent < lanes):
+            tiles.append(list(t))
+    kb = _kblock_plan(g, tile[0], tile[1], lanes)
+    kbs = [kb[2] if kb is not None else 0]
+    for kc in (0,) + KBLOCK_KNOBS:
+        if kc not in kbs and (kc == 0 or _kblock_plan(g, tile[0], tile[1], lanes, kc=kc)):
+            kbs.append(kc)
+    orders = ["rows" if _b_bytes(g) <= SMALL_B_BYTES else "panels"]
+    if m_iv is not None:
+        orders.append("panels" if orders[0] == "rows" else "rows")
+    return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": [0, 1]}
 
 
 def _loop_of(sch: Schedule, block: str, iv):
@@ -269,11 +353,12 @@ def _b_bytes(g) -> int:
     return 4 * n
 
 
-def _kblock_plan(g, mr: int, nr: int, lanes: int):
+def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None):
     """``(mr, nr, kc)`` when the reduction should be blocked (see ``_kblocked``), else
     ``None``: small images (whole output rows as the register block, and the whole image's
     accumulators for one channel tile in L1) with a long reduction, where streaming the packed
-    weights from L2 for every row dominates."""
+    weights from L2 for every row dominates. A given ``kc`` forces the blocking where it is
+    legal (the size thresholds are skipped)."""
     m_iv, sp, rd = g["m"], g["sp"], g["rd"]
     if m_iv is None or len(sp) < 3 or g["a_vec"]:
         return None
@@ -292,7 +377,7 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int):
     for iv in rd:
         k_total *= iv.extent
     inner = rd[-1]  # the contiguous reduction dim (input channels)
-    if k_total < KBLOCK_MIN_K or inner.extent < 64 or o_iv.extent < 2:
+    if kc is None and (k_total < KBLOCK_MIN_K or inner.extent < 64 or o_iv.extent < 2):
         return None
     while nr > lanes and o_iv.extent * mr * nr * 4 > KBLOCK_TILE_BYTES:
         if nr % 2 or (nr // 2) % lanes or g["n"].extent % (nr // 2):
@@ -300,6 +385,8 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int):
         nr //= 2
     if o_iv.extent * mr * nr * 4 > KBLOCK_TILE_BYTES:
         return None
+    if kc is not None:
+        return (mr, nr, kc) if 0 < kc <= inner.extent and inner.extent % kc == 0 else None
     kc = max(d for d in range(1, min(inner.extent, 128) + 1) if inner.extent % d == 0)
     if kc < 32:
         return None

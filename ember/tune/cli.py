@@ -37,6 +37,12 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--early-stopping", type=int, metavar="N",
                    help="stop a task after N trials without improvement (template tuners)")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
+    p.add_argument("--template", choices=["rule", "tile"], default="rule",
+                   help="rule: tune the default schedule rules' own knobs where they have "
+                   "them (default); tile: the multi-level tiling template everywhere")
+    p.add_argument("--confirm", type=int, default=3, metavar="K",
+                   help="re-measure each rule task's K best configurations and its default, "
+                   "interleaved, before choosing (default 3; 0 = off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -58,6 +64,8 @@ def run_tune(args: argparse.Namespace) -> int:
                          records=args.records, dask=args.dask, shapes=_shapes(args.shape),
                          early_stopping=args.early_stopping, time_budget=args.time_budget,
                          max_tasks=args.max_tasks, progress=not args.no_progress,
+                         template=args.template, confirm=args.confirm, per_call=True,
+                         repeat=1, number=10,
                          log=lambda s: print(s, file=sys.stdout))
     return 0 if summary.tasks else 1
 

@@ -12,12 +12,15 @@ it replaced in the builds it served.
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 from typing import Iterable, Sequence
 
+from ..errors import TuningError
 from ..target import Target
 from .records import Record, best_records, load_records
 
+logger = logging.getLogger("ember.tune")
 _current: contextvars.ContextVar = contextvars.ContextVar("ember_tune_dispatch", default=None)
 
 
@@ -100,8 +103,13 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
             from .search import SearchTask, Trace
             tuned = SearchTask(func, target).instantiate(Trace.from_json(rec.config))
         else:
-            task = Task(rec.task_name, rec.task_args, target)
-            tuned = task.instantiate(ConfigEntity.from_json(rec.config, task.config_space))
+            try:
+                task = Task(rec.task_name, rec.task_args, target)
+                tuned = task.instantiate(ConfigEntity.from_json(rec.config, task.config_space))
+            except TuningError as e:  # a record this ember cannot replay: keep the default
+                logger.warning("not applying the record of %s: %s", key, e)
+                out.append(func)
+                continue
         tuned.name = func.name
         out.append(tuned)
         ctx.applied += 1

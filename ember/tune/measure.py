@@ -191,14 +191,16 @@ class LocalRunner:
     Each candidate is checked against the reference kernel's output on the same seeded inputs
     (``rtol``/``atol``), then timed: ``repeat`` repeats of ``number`` calls (doubling the calls
     until a repeat takes ``min_repeat_ms``), with ``flush_bytes`` written between repeats to flush
-    the CPU caches when ``enable_cpu_cache_flush``. ``timeout`` bounds one candidate's run (seconds).
+    the CPU caches when ``enable_cpu_cache_flush``. With ``per_call``, each call is timed
+    alone after its own flush and a repeat reports its fastest call (robust on a machine
+    shared with other work). ``timeout`` bounds one candidate's run (seconds).
     """
 
     def __init__(self, number: int = 2, repeat: int = 3, min_repeat_ms: float = 0.0,
                  timeout: float = 10.0, enable_cpu_cache_flush: bool = True,
                  flush_bytes: int = 8 << 20, check_correctness: bool = True,
                  rtol: float = 1e-3, atol: float = 1e-4, num_threads: int | None = None,
-                 seed: int = 0):
+                 seed: int = 0, per_call: bool = False):
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
         self.timeout = timeout
         self.flush_bytes = flush_bytes if enable_cpu_cache_flush else 0
@@ -206,6 +208,7 @@ class LocalRunner:
         self.rtol, self.atol = rtol, atol
         self.num_threads = num_threads
         self.seed = seed
+        self.per_call = per_call
         self._worker = WorkerProcess()
 
     def request(self, build: BuildResult, target=None) -> dict:
@@ -217,6 +220,7 @@ class LocalRunner:
                 "layouts": build.layouts,
                 "number": self.number, "repeat": self.repeat,
                 "min_repeat_ms": self.min_repeat_ms, "flush_bytes": self.flush_bytes,
+                "per_call": self.per_call,
                 "num_threads": threads, "rtol": self.rtol, "atol": self.atol}
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]

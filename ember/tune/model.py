@@ -109,9 +109,10 @@ def allocate_trials(tasks: Sequence[TaskInfo], trials: int, min_trials: int = 8)
     return [min(a, s) for a, s in zip(alloc, sizes)]
 
 
-def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number: int) -> dict:
+def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number: int,
+                 per_call: bool = False) -> dict:
     runner_kw = {"timeout": timeout, "repeat": repeat, "number": number,
-                 "num_threads": target.num_threads}
+                 "num_threads": target.num_threads, "per_call": per_call}
     if dask:
         from .dask_runner import DaskRunner
         runner = DaskRunner(dask, resource=None, **runner_kw)
@@ -120,13 +121,36 @@ def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number:
     return measure_option(builder=LocalBuilder(timeout=60), runner=runner)
 
 
+def confirm_best(tuner, option: dict, records: str, top: int = 3, rounds: int = 2) -> None:
+    """Measure the ``top`` fastest configurations of ``tuner``'s history and configuration 0
+    (the default) again, interleaved (the order reversed every round), ``rounds`` times; the
+    measurements are appended to ``records`` and update ``tuner``'s best."""
+    from .measure import create_measure_batch
+    space = tuner.space
+    ok = sorted((r.mean, c.index) for c, r in tuner.history if r.ok and c.index != 0)
+    picks = [0] + [i for _, i in ok[:top]]
+    if len(picks) < 2:
+        return
+    measure = create_measure_batch(option)
+    for k in range(rounds):
+        order = picks if k % 2 == 0 else picks[::-1]
+        inputs = [MeasureInput(tuner.task.target, tuner.task, space.get(i)) for i in order]
+        results = measure(inputs)
+        save_records(records, list(zip(inputs, results)))
+        for inp, res in zip(inputs, results):
+            tuner.history.append((inp.config, res))
+            if res.ok and res.mean < tuner.best_cost:
+                tuner.best_cost, tuner.best_config = res.mean, inp.config
+
+
 def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                tuner: str = "xgb", records: "str | os.PathLike | None" = None,
                dask: Any = None, shapes: Mapping[str, Sequence[int]] | None = None,
                early_stopping: int | None = None, timeout: float = 10.0, repeat: int = 3,
                min_trials: int = 8, progress: bool = True, max_tasks: int | None = None,
                seed: int = 0, time_budget: float | None = None, number: int = 2,
-               log=print) -> TuneSummary:
+               log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
+               confirm_rounds: int = 2) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -143,6 +167,15 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         timeout, repeat, number: per-candidate run time-out (s), timed repeats, calls per
             repeat.
         log: where the summary lines go (``print``; ``None`` for silence).
+        template: ``"rule"``: kernels whose default schedule rule has knobs are tuned over
+            those knobs (``rule`` tasks), the others with ``tile``; ``"tile"``: all with
+            ``tile`` (see ``extract_tasks``).
+        per_call: time each call alone and keep the fastest (see ``LocalRunner``); robust on
+            a machine shared with other work.
+        confirm, confirm_rounds: after tuning a ``rule`` task, its ``confirm`` fastest
+            configurations and the default (configuration 0) are measured again,
+            interleaved, ``confirm_rounds`` times, so the default and the candidates are
+            compared under the same machine load (0: no confirmation).
 
     Returns:
         A ``TuneSummary`` (``.table()`` prints the per-task table).
@@ -161,10 +194,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                    if isinstance(model, (str, os.PathLike)) else "tune.jsonl")
     records = os.fspath(records)
     mod, params = load_model(model, shapes)
-    tasks = extract_tasks(mod, params, target, include_all=tuner == "search")
+    tasks = extract_tasks(mod, params, target, include_all=tuner == "search", template=template)
     if max_tasks:
         tasks = tasks[:max_tasks]
-    option = _make_option(target, dask, timeout, repeat, number)
+    option = _make_option(target, dask, timeout, repeat, number, per_call)
     deadline = time.monotonic() + time_budget if time_budget else None
     history = list(load_records(records))
     summary = TuneSummary(records=records)
@@ -195,6 +228,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 initial = [info.task.config_space.get(0)] if info.task.name == "rule" else []
                 tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
                          deadline=task_deadline, initial=initial)
+                if info.task.name == "rule" and confirm:
+                    confirm_best(tnr, option, records, top=confirm, rounds=confirm_rounds)
                 results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task
@@ -204,8 +239,13 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             ref = measure_reference(ref_task, option)
             if ref.ok:
                 save_records(records, [(MeasureInput(target, ref_task, None), ref)])
+            untuned = ref.mean
+            if ref_task.name == "rule":  # configuration 0 is the untuned schedule too
+                untuned = min([untuned] + [r.cost for r in load_records(records)
+                                           if r.task_key == ref_task.key and r.ok
+                                           and r.kind == "config" and r.config["index"] == 0])
             summary.tasks.append(TaskSummary(info.key, info.op, info.count, info.flop / 1e9,
-                                             n, errors, ref.mean, best))
+                                             n, errors, untuned, best))
     finally:
         close = getattr(option["runner"], "close", None)
         if close:

@@ -89,7 +89,9 @@ class Tuner:
             results.append(r.result)
         if inputs:
             self.update(inputs, results)
-        return sum(r.error_no != MeasureErrorNo.INSTANTIATION_ERROR for r in results)
+        # distinct configurations (a configuration re-measured to confirm it counts once)
+        return len({inp.config.index for inp, r in zip(inputs, results)
+                    if r.error_no != MeasureErrorNo.INSTANTIATION_ERROR})
 
     def tune(self, n_trial: int, measure_option: dict | None = None,
              early_stopping: int | None = None, callbacks: Sequence[Callable] = (),

@@ -1,0 +1,203 @@
+"""The ``rule`` template: the default GEMM rule's own decisions (register tile, loop order,
+K-blocking, parallel fusion) as tuning knobs. Every configuration must compute the operator's
+NumPy reference; configuration 0 must be the untuned schedule; records of a tuned
+configuration must round-trip and be replayed by ``apply_history_best``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import te, tune
+from ember.codegen.c import emit_c_function
+from ember.errors import TuningError
+from ember.graph.ir import TensorType
+from ember.ops import get_op
+from ember.runtime.kernel import compile_prim_func
+from ember.tir.schedule import IndexMap
+from ember.tir.schedule.rules import gemm_knobs, rule_knobs, schedule_default
+from ember.tune import MeasureInput, MeasureResult, load_records, save_records
+from ember.tune.extract import register_workload
+from ember.tune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, create_measure_batch,
+                                measure_option)
+from ember.tune.task import Task
+
+TARGET = ember.Target("llvm -num-threads=2")
+RNG = np.random.default_rng(0)
+RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731
+
+CASES = [
+    # 3x3 convolution, NHWC, padded, bias + ReLU epilogue
+    ("nn.conv", [(1, 8, 8, 16), (32, 16, 3, 3), (32,)],
+     {"pads": [1, 1, 1, 1], "data_layout": "NHWC"}),
+    # long reduction on a small image: the K-blocked variant is the default
+    ("nn.conv", [(1, 6, 6, 128), (32, 128, 3, 3)], {"pads": [1, 1, 1, 1],
+                                                    "data_layout": "NHWC"}),
+    # dense and batched matmul
+    ("nn.gemm", [(6, 40), (40, 48), (48,)], {}),
+    ("matmul", [(2, 12, 16), (16, 48)], {}),
+]
+
+
+def _op_kernel(op, shapes, attrs):
+    od = get_op(op)
+    a = od.normalize_attrs(attrs)
+    out_t = od.infer_type([TensorType(s, "float32") for s in shapes], a)
+    ins = [te.placeholder(s, "float32", f"x{k}") for k, s in enumerate(shapes)]
+    y = od.compute(ins, a, out_t)[0]
+    y = te.compute(y.shape, lambda *i: RELU(y[i]), name="epi")
+    f = te.create_prim_func(ins + [y], "f")
+    f.attrs["constant_params"] = list(range(1, len(shapes)))
+    xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    return f, xs, np.maximum(od.reference(xs, a)[0], 0)
+
+
+def _run(g, xs):
+    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
+    packed = [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
+              for k, x in enumerate(xs)]
+    return compile_prim_func(g, TARGET).run(packed)[0]
+
+
+def _rule_task(f):
+    return Task("rule", [register_workload(f), str(TARGET)], TARGET)
+
+
+@pytest.mark.parametrize("op, shapes, attrs", CASES)
+def test_every_rule_config_matches_the_numpy_reference(op, shapes, attrs):
+    f, xs, ref = _op_kernel(op, shapes, attrs)
+    task = _rule_task(f)
+    space = task.config_space
+    assert len(space) > 1
+    ran, redundant = 0, 0
+    for cfg in space:
+        try:
+            g = task.instantiate(cfg)
+        except TuningError as e:  # a configuration equal to another one: never measured
+            assert "redundant" in str(e)
+            redundant += 1
+            continue
+        assert g.attrs["schedule_rule"] == "gemm_rule"
+        assert g.attrs["schedule_config"] == cfg.values()
+        np.testing.assert_allclose(_run(g, xs), ref, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"config {cfg.values()}")
+        ran += 1
+    assert ran + redundant == len(space) and ran >= 2
+
+
+@pytest.mark.parametrize("op, shapes, attrs", CASES)
+def test_default_config_is_the_untuned_schedule(op, shapes, attrs):
+    f, _, _ = _op_kernel(op, shapes, attrs)
+    task = _rule_task(f)
+    knobs = gemm_knobs(f, TARGET)
+    assert task.config_space.get(0).values() == {k: v[0] for k, v in knobs.items()}
+    tuned0 = task.instantiate(task.config_space.get(0))
+    default = schedule_default(f, TARGET)
+    assert emit_c_function(tuned0, "k", target=TARGET) == emit_c_function(default, "k",
+                                                                           target=TARGET)
+    # and the rule with an empty configuration is the rule without one
+    assert rule_knobs(f, TARGET)[0] == "gemm_rule"
+
+
+def test_k_blocking_is_a_knob_both_ways():
+    f, _, _ = _op_kernel(*CASES[1])
+    assert gemm_knobs(f, TARGET)["kblock"][0] > 0     # default: blocked
+    f2, _, _ = _op_kernel(*CASES[0])
+    assert gemm_knobs(f2, TARGET)["kblock"][0] == 0   # default: not blocked
+
+
+def test_illegal_tile_is_a_typed_error():
+    from ember.errors import ScheduleError
+    from ember.tir.schedule.rules import schedule_config
+    f, _, _ = _op_kernel(*CASES[0])
+    with pytest.raises(ScheduleError, match="register tile"):
+        schedule_config(f, TARGET, "gemm_rule", {"tile": [5, 7]})
+
+
+def test_measurement_packs_weights_and_catches_a_wrong_layout():
+    f, _, _ = _op_kernel(*CASES[0])
+    task = _rule_task(f)
+    cfgs = [c for c in task.config_space if c.values()["tile"] != task.config_space.get(0)
+            .values()["tile"]][:1] + [task.config_space.get(0)]
+    option = measure_option(LocalBuilder(), LocalRunner(repeat=1, number=1, per_call=True))
+    measure = create_measure_batch(option)
+    inputs = [MeasureInput(TARGET, task, c) for c in cfgs]
+    builds = option["builder"].build(inputs)
+    assert all(b.layouts for b in builds)  # the weights are packed by the schedule
+    res = option["runner"].run(inputs, builds)
+    assert all(r.ok for r in res), [r.error_msg for r in res]
+    for b in builds:  # the same kernels fed unpacked weights compute something else
+        b.layouts = {}
+    wrong = option["runner"].run(inputs, builds)
+    assert all(r.error_no == MeasureErrorNo.WRONG_ANSWER for r in wrong)
+    option["runner"].close()
+    assert measure  # (the batch API builds the same way)
+
+
+def _small_model():
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype("float32") * 0.2, "w")
+    b = numpy_helper.from_array(rng.standard_normal(32).astype("float32"), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "small",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, 16, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                             [1, 32, 12, 12])], [w, b])
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_records_round_trip_and_apply_history_best_replays_the_config(tmp_path):
+    from ember.frontend.onnx import from_onnx
+    import onnxruntime as ort
+    model = _small_model()
+    mod, params = from_onnx(model)
+    tasks = tune.extract_tasks(mod, params, TARGET)
+    task = tasks[0].task
+    assert task.name == "rule"
+    default = task.config_space.get(0).values()
+    pick = next(c for c in task.config_space
+                if c.values()["tile"] != default["tile"] and c.values()["kblock"] == 0
+                and c.values()["order"] == default["order"])
+    log = tmp_path / "r.jsonl"
+    # measurements stated here (not timed): the picked config 2x faster than the default
+    save_records(log, [(MeasureInput(TARGET, task, task.config_space.get(0)),
+                        MeasureResult([2e-4], 0)),
+                       (MeasureInput(TARGET, task, pick), MeasureResult([1e-4], 0)),
+                       (MeasureInput(TARGET, task, None), MeasureResult([2e-4], 0))])
+    recs = list(load_records(log))
+    assert [r.kind for r in recs] == ["config", "config", "default"]
+    assert recs[1].task_name == "rule" and recs[1].config["index"] == pick.index
+    assert tune.space.ConfigEntity.from_json(recs[1].config, task.config_space).values() \
+        == pick.values()
+    x = np.random.default_rng(1).standard_normal((1, 16, 12, 12)).astype("float32")
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with tune.apply_history_best(log) as ctx:
+        tuned = ember.compile(model, target=TARGET)
+    assert ctx.applied == 1
+    mr, nr = pick.values()["tile"]
+    assert f"_{mr}x{nr}_" in tuned.source  # the tuned register tile's micro-kernel
+    np.testing.assert_allclose(tuned.run({"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    # the same config within the margin of the default: the default schedule is kept
+    save_records(log, [(MeasureInput(TARGET, task, None), MeasureResult([1.005e-4], 0))])
+    with tune.apply_history_best(log) as ctx:
+        ember.compile(model, target=TARGET)
+    assert ctx.applied == 0
+
+
+def test_tune_model_rule_tasks_measure_the_default_first(tmp_path):
+    log = tmp_path / "t.jsonl"
+    s = tune.tune_model(_small_model(), target=TARGET, trials=6, tuner="xgb", records=log,
+                        progress=False, repeat=1, number=2, per_call=True, confirm=2,
+                        confirm_rounds=1, log=None)
+    recs = [r for r in load_records(log) if r.task_name == "rule"]
+    assert recs[0].kind == "config" and recs[0].config["index"] == 0
+    assert all(r.ok for r in recs)  # every configuration passed the correctness check
+    # the confirmation round re-measures the default and the best configurations
+    assert sum(r.kind == "config" and r.config["index"] == 0 for r in recs) == 2
+    assert s.tasks[0].trials == 6

@@ -48,8 +48,6 @@ RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731
     ("nn.conv", [(1, 9, 9, 16), (32, 16, 3, 3), (32,)],
      {"pads": [1, 1, 1, 1], "data_layout": "NHWC"}),
     ("nn.conv", [(1, 10, 10, 8), (24, 8, 1, 1)], {"strides": [2, 2], "data_layout": "NHWC"}),
-    ("nn.conv", [(1, 8, 8, 24), (24, 1, 3, 3)],
-     {"pads": [1, 1, 1, 1], "group": 24, "data_layout": "NHWC"}),
     ("nn.conv", [(1, 6, 6, 128), (32, 128, 3, 3)],  # long reduction: K-blocked variant
      {"pads": [1, 1, 1, 1], "data_layout": "NHWC"}),
     ("nn.conv", [(1, 5, 5, 1024), (32, 1024, 1, 1), (32,)], {"data_layout": "NHWC"}),

@@ -35,17 +35,21 @@ def register_microkernel(family: str, isa: str, dtype: str):
 
 def microkernel_source(name: str, key: tuple) -> str:
     """C definition of micro-kernel ``name`` for ``key = (family, isa, dtype, mr, nr, nred[,
-    a_vec])``.
+    a_vec])`` (``gemm``) or ``(family, isa, dtype, *params)`` (other families, e.g. ``dwconv``:
+    ``ember.codegen.microkernel_dwconv``).
 
     Raises:
         LoweringError: no generator is registered for the family, ISA and dtype.
     """
-    family, isa, dtype, mr, nr, nred = key[:6]
-    a_vec = bool(key[6]) if len(key) > 6 else False
+    family, isa, dtype = key[:3]
     gen = _REGISTRY.get((family, isa, dtype))
     if gen is None:
         raise LoweringError(f"no {family} micro-kernel for isa={isa} dtype={dtype} (registered: "
                             f"{sorted(_REGISTRY)})")
+    if family != "gemm":  # other families take their key's parameters as they are
+        return gen(name, *key[3:])
+    mr, nr, nred = key[3:6]
+    a_vec = bool(key[6]) if len(key) > 6 else False
     return gen(name, mr, nr, nred, a_vec)
 
 
@@ -168,3 +172,6 @@ def _gemm_scalar(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) ->
 def registered() -> list[tuple[str, str, str]]:
     """The registered ``(family, isa, dtype)`` keys."""
     return sorted(_REGISTRY)
+
+
+from . import microkernel_dwconv  # noqa: E402,F401 - registers the dwconv family

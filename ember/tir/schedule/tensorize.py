@@ -13,6 +13,8 @@ stride_a, stride_b) per reduction loop, accumulate)`` whose C definition the cod
 from its micro-kernel registry (``ember.codegen.microkernel``), keyed by ISA x register block x
 dtype. A block with a zero ``init`` whose reduction lies entirely inside the nest starts from zero
 (``accumulate = 0``); otherwise it must have been decomposed (``decompose_reduction``) first.
+The ``dwconv`` family (depthwise convolution register blocks) is matched by
+``tensorize_dwconv``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ ISAS = {"avx512": 16, "avx2": 8, "scalar": 4}
 DTYPES = {"f32": "float32"}
 MAX_ACCUMULATORS = {"avx512": 28, "avx2": 12, "scalar": 64}
 MAX_REDUCTION_LOOPS = 4
+FAMILIES = ("gemm", "dwconv")  # dwconv: ``tensorize_dwconv`` (depthwise convolution blocks)
 
 
 def parse_intrin(name: str) -> tuple[str, str, str]:
@@ -36,9 +39,11 @@ def parse_intrin(name: str) -> tuple[str, str, str]:
         ScheduleError: unknown family, ISA or dtype.
     """
     parts = name.split(".") if isinstance(name, str) else []
-    if len(parts) != 3 or parts[0] != "gemm" or parts[1] not in ISAS or parts[2] not in DTYPES:
-        raise ScheduleError(f"tensorize: unknown intrinsic {name!r}; known: gemm.<isa>.<dtype> "
-                            f"with isa in {sorted(ISAS)} and dtype in {sorted(DTYPES)}")
+    if len(parts) != 3 or parts[0] not in FAMILIES or parts[1] not in ISAS \
+            or parts[2] not in DTYPES:
+        raise ScheduleError(f"tensorize: unknown intrinsic {name!r}; known: <family>.<isa>.<dtype> "
+                            f"with family in {list(FAMILIES)}, isa in {sorted(ISAS)} and dtype in "
+                            f"{sorted(DTYPES)}")
     return parts[0], parts[1], DTYPES[parts[2]]
 
 
@@ -93,6 +98,9 @@ def _vars(e):
 
 def tensorize(sch, loop, intrin: str) -> None:
     family, isa, dtype = parse_intrin(intrin)
+    if family == "dwconv":
+        from .tensorize_dwconv import tensorize_dwconv
+        return tensorize_dwconv(sch, loop, isa, dtype)
     f, path = sch.find_loop(loop, "tensorize")
     where = f"tensorize of loop {f.var.name} with {intrin}"
     chain = [f]

@@ -16,6 +16,7 @@ from ....errors import ScheduleError
 from ....target import Target
 from ...stmt import PrimFunc
 from ..schedule import Schedule
+from .depthwise import depthwise_rule
 from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
 from .pooling import pooling_rule
@@ -23,7 +24,7 @@ from .pooling import pooling_rule
 ScheduleRule = Callable[[PrimFunc, Target], "Schedule | None"]
 
 RULES: dict[str, list] = {
-    "llvm": [gemm_rule, pooling_rule, generic_rule],
+    "llvm": [depthwise_rule, gemm_rule, pooling_rule, generic_rule],
 }
 
 
@@ -98,4 +99,4 @@ def schedule_config(func: PrimFunc, target: "Target | str", rule: str, cfg: dict
 
 
 __all__ = ["RULES", "RULE_KNOBS", "rule_knobs", "schedule_config", "schedule_default",
-           "gemm_knobs", "gemm_rule", "generic_rule", "pooling_rule"]
+           "depthwise_rule", "gemm_knobs", "gemm_rule", "generic_rule", "pooling_rule"]

@@ -1,0 +1,163 @@
+"""The ``dwconv`` micro-kernel family: one register block of a depthwise 2-D convolution in NHWC.
+
+A kernel computes ``wr`` consecutive output pixels of one output row times ``nr`` channels,
+summing all ``kh x kw`` taps with the accumulators (``wr x ceil(nr / lanes)`` vectors) in SIMD
+registers:
+
+    C[i*ldc + j] (+)= sum over (r, s) of X[ih(r)*sxh + iw(i, s)*sxw + j] * Wt[r*swh + s*sww + j]
+    ih(r) = ih0 + r*dh,  iw(i, s) = iw0 + i*sw + s*dw
+
+for ``i < wr``, ``j < nr``. ``X`` points at the input image's pixel (0, 0) of the block's first
+channel; ``ih0``/``iw0`` (run-time arguments) are the input coordinates of tap (0, 0) of output
+pixel 0 and may lie in the padding. With ``guarded`` set, taps outside ``[0, H) x [0, W)`` read
+zero (the convolution's zero padding, with no padded copy of the input): a block whose taps all
+lie inside the image runs the fully unrolled fast path; border blocks take a path that checks
+each row and pixel. Every shape constant (tap counts, strides, dilations, the image's extent
+and element strides, the weight strides) is compiled in, so addresses are immediate offsets and
+loads shared by neighbouring taps (stride 1) are loaded once.
+
+Key: ``("dwconv", isa, dtype, wr, nr, kh, kw, sw, dh, dw, H, W, sxh, sxw, swh, sww, ldc,
+guarded)``; C signature ``void name(float* C, const float* X, const float* Wt, int64_t ih0,
+int64_t iw0, int32_t accumulate)``.
+"""
+
+from __future__ import annotations
+
+from .microkernel import register_microkernel
+
+_FIELDS = ("wr", "nr", "kh", "kw", "sw", "dh", "dw", "H", "W", "sxh", "sxw", "swh", "sww",
+           "ldc", "guarded")
+
+
+def dwconv_params(key: tuple) -> dict:
+    """The named shape parameters of a ``dwconv`` micro-kernel key (see the module doc)."""
+    return dict(zip(_FIELDS, key[3:]))
+
+
+def _signature(name: str) -> str:
+    return (f"static __attribute__((noinline)) void {name}(float* restrict C, "
+            f"const float* restrict X, const float* restrict Wt, int64_t ih0, int64_t iw0, "
+            f"int32_t accumulate)")
+
+
+def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl):
+    wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
+    sw, dh, dw, H, W = p["sw"], p["dh"], p["dw"], p["H"], p["W"]
+    sxh, sxw, swh, sww, ldc = p["sxh"], p["sxw"], p["swh"], p["sww"], p["ldc"]
+    nv = -(-nr // lanes)
+    tail = nr % lanes
+
+    def ld(ptr, j):
+        return loadm(ptr) if (tail and j == nv - 1) else load(ptr)
+
+    acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(wr)]
+    L = [_signature(name) + " {"]
+    if tail:
+        L.append(mask_decl(tail))
+    L.append(f"  {vt} " + ", ".join(x for row in acc for x in row) + ";")
+    L.append("  if (accumulate) {")
+    for i in range(wr):
+        for j in range(nv):
+            L.append(f"    {acc[i][j]} = {ld(f'C + {i * ldc + j * lanes}', j)};")
+    L.append("  } else {")
+    for i in range(wr):
+        for j in range(nv):
+            L.append(f"    {acc[i][j]} = {zero};")
+    L.append("  }")
+    last_h = (kh - 1) * dh
+    last_w = (wr - 1) * sw + (kw - 1) * dw
+    if p["guarded"]:
+        L.append(f"  if (ih0 >= 0 && ih0 + {last_h} < {H} && iw0 >= 0 && iw0 + {last_w} < {W}) {{")
+    else:
+        L.append("  {")
+    # fast path: every tap inside the image, fully unrolled
+    L.append(f"    const float* x0 = X + ih0 * {sxh}LL + iw0 * {sxw}LL;")
+    for r in range(kh):
+        for s in range(kw):
+            wv = [f"w{r}_{s}_{j}" for j in range(nv)]
+            for j in range(nv):
+                L.append(f"    const {vt} {wv[j]} = {ld(f'Wt + {r * swh + s * sww + j * lanes}', j)};")
+            for i in range(wr):
+                off = r * dh * sxh + (i * sw + s * dw) * sxw
+                for j in range(nv):
+                    L.append(f"    {acc[i][j]} = {fma(ld(f'x0 + {off + j * lanes}', j), wv[j], acc[i][j])};")
+    if p["guarded"]:
+        # border blocks: skip taps in the padding (rows, then pixels)
+        L.append("  } else {")
+        L.append(f"    for (int64_t r = 0; r < {kh}; ++r) {{")
+        L.append(f"      const int64_t ih = ih0 + r * {dh};")
+        L.append(f"      if (ih < 0 || ih >= {H}) continue;")
+        L.append(f"      const float* xr = X + ih * {sxh}LL;")
+        L.append(f"      for (int64_t s = 0; s < {kw}; ++s) {{")
+        L.append(f"        const float* wp = Wt + r * {swh}LL + s * {sww}LL;")
+        for j in range(nv):
+            L.append(f"        const {vt} w{j} = {ld(f'wp + {j * lanes}', j)};")
+        L.append(f"        const int64_t iwb = iw0 + s * {dw};")
+        for i in range(wr):
+            L.append(f"        if (iwb + {i * sw} >= 0 && iwb + {i * sw} < {W}) {{")
+            L.append(f"          const float* xp = xr + (iwb + {i * sw}) * {sxw}LL;")
+            for j in range(nv):
+                L.append(f"          {acc[i][j]} = {fma(ld(f'xp + {j * lanes}', j), f'w{j}', acc[i][j])};")
+            L.append("        }")
+        L.append("      }")
+        L.append("    }")
+    L.append("  }")
+    for i in range(wr):
+        for j in range(nv):
+            ptr = f"C + {i * ldc + j * lanes}"
+            L.append(f"  {storem(ptr, acc[i][j]) if (tail and j == nv - 1) else store(ptr, acc[i][j])};")
+    L.append("}")
+    return "#include <immintrin.h>\n" + "\n".join(L) + "\n"
+
+
+@register_microkernel("dwconv", "avx512", "float32")
+def _dwconv_avx512(name: str, *key) -> str:
+    return _simd(
+        name, dict(zip(_FIELDS, key)), 16, "__m512",
+        load=lambda p: f"_mm512_loadu_ps({p})",
+        loadm=lambda p: f"_mm512_maskz_loadu_ps(tail_mask, {p})",
+        store=lambda p, v: f"_mm512_storeu_ps({p}, {v})",
+        storem=lambda p, v: f"_mm512_mask_storeu_ps({p}, tail_mask, {v})",
+        zero="_mm512_setzero_ps()",
+        fma=lambda a, b, c: f"_mm512_fmadd_ps({a}, {b}, {c})",
+        mask_decl=lambda t: f"  const __mmask16 tail_mask = (__mmask16){(1 << t) - 1};")
+
+
+@register_microkernel("dwconv", "avx2", "float32")
+def _dwconv_avx2(name: str, *key) -> str:
+    def mask_decl(t):
+        bits = ", ".join("-1" if k < t else "0" for k in range(8))
+        return f"  const __m256i tail_mask = _mm256_setr_epi32({bits});"
+    return _simd(
+        name, dict(zip(_FIELDS, key)), 8, "__m256",
+        load=lambda p: f"_mm256_loadu_ps({p})",
+        loadm=lambda p: f"_mm256_maskload_ps({p}, tail_mask)",
+        store=lambda p, v: f"_mm256_storeu_ps({p}, {v})",
+        storem=lambda p, v: f"_mm256_maskstore_ps({p}, tail_mask, {v})",
+        zero="_mm256_setzero_ps()",
+        fma=lambda a, b, c: f"_mm256_fmadd_ps({a}, {b}, {c})",
+        mask_decl=mask_decl)
+
+
+@register_microkernel("dwconv", "scalar", "float32")
+def _dwconv_scalar(name: str, *key) -> str:
+    p = dict(zip(_FIELDS, key))
+    wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
+    guard = (f"if (ih < 0 || ih >= {p['H']} || iw < 0 || iw >= {p['W']}) continue;"
+             if p["guarded"] else "")
+    L = [_signature(name) + " {",
+         f"  float c[{wr}][{nr}];",
+         f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
+         f"c[i][j] = accumulate ? C[i * {p['ldc']} + j] : 0.0f;",
+         f"  for (int64_t r = 0; r < {kh}; ++r) for (int64_t s = 0; s < {kw}; ++s) "
+         f"for (int i = 0; i < {wr}; ++i) {{",
+         f"    const int64_t ih = ih0 + r * {p['dh']}, iw = iw0 + i * {p['sw']} + s * {p['dw']};",
+         f"    {guard}",
+         f"    const float* xp = X + ih * {p['sxh']}LL + iw * {p['sxw']}LL;",
+         f"    const float* wp = Wt + r * {p['swh']}LL + s * {p['sww']}LL;",
+         f"    for (int j = 0; j < {nr}; ++j) c[i][j] += xp[j] * wp[j];",
+         "  }",
+         f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
+         f"C[i * {p['ldc']} + j] = c[i][j];",
+         "}"]
+    return "\n".join(L) + "\n"

@@ -1,0 +1,121 @@
+"""The depthwise-convolution rule: NHWC depthwise 2-D convolution (channel multiplier 1, any
+stride, dilation and zero padding) as ``dwconv`` register blocks.
+
+A kernel qualifies when its one reduction block is ``C[n, oh, ow, c] += X'[n, h, w, c] *
+W[c, 0, r, s]`` -- both operands move along the output channels -- with ``X'`` the input image or
+its materialized zero padding (the ``pad`` block of a channels-last ``nn.conv``). Then:
+
+- the ``pad`` block is inlined (``compute_inline``): no padded copy of the image is written; the
+  micro-kernel reads the image and skips taps in the padding;
+- the weights are packed tap-major with channels contiguous, ``[1, kh, kw, C]``
+  (``transform_layout``; the driver packs them once at compile time);
+- the output's ``ow`` and ``c`` dims are split into ``wr`` pixels x ``nr`` channels (the register
+  block, ``choose_dw_tile``); the outer loops ``n, oh, ow // wr, c // nr`` are fused and run in
+  parallel; the reduction is computed per block (``compute_at``; its buffer becomes a ``wr x nr``
+  tile in L1) and tensorized with the ``dwconv`` micro-kernel (taps unrolled, accumulators in
+  registers); the fused epilogue (bias, folded batch norm, clip, residual add) reads the tile and
+  is vectorized over the channels.
+"""
+
+from __future__ import annotations
+
+from ....target import Target
+from ...stmt import PrimFunc
+from ..analysis import block_reads, block_writes, blocks_in
+from ..layout import IndexMap
+from ..schedule import Schedule
+from ..tensorize import MAX_ACCUMULATORS
+from .gemm import REGISTERS, _loop_of, _spatial_loops, analyze
+from .generic import finish_generic
+
+ISA_NAMES = {"avx512", "avx2", "scalar"}
+MAX_WR = 16  # output pixels per register block
+
+
+def choose_dw_tile(ow: int, c: int, lanes: int, max_acc: int) -> tuple[int, int]:
+    """``(wr, nr)``: ``wr`` divides ``ow`` and ``nr`` divides ``c``; the ``wr x ceil(nr /
+    lanes)`` accumulators plus one vector per channel group of weights and two loads fit the
+    register file; maximizes lane use x accumulators (latency hiding, up to 24), then ``wr``
+    (fewer calls, more reuse of input vectors between neighbouring taps)."""
+    regs = REGISTERS.get(lanes, 16)
+    cap = min(max_acc, regs * 3 // 4)
+    best, best_score = (1, 1), -1.0
+    for nr in (d for d in range(1, min(c, 4 * lanes) + 1) if c % d == 0):
+        nv = -(-nr // lanes)
+        lane_eff = nr / (nv * lanes)
+        for wr in (d for d in range(1, min(ow, MAX_WR) + 1) if ow % d == 0):
+            acc = wr * nv
+            if acc > cap or acc + nv + 2 > regs:
+                continue
+            score = lane_eff * min(acc, cap) / cap + 0.001 * wr + 0.0001 * nr
+            if score > best_score:
+                best, best_score = (wr, nr), score
+    return best
+
+
+def _is_depthwise(func: PrimFunc, g) -> bool:
+    """Rank-4 NHWC output, the weights a constant (C, 1, kh, kw) parameter, one reduction."""
+    if g is None or not g["a_vec"] or len(g["sp"]) != 4:
+        return False
+    A, B = g["A"], g["B"]
+    consts = func.attrs.get("constant_params")
+    pidx = {id(p): k for k, p in enumerate(func.params)}
+    if consts is None or pidx.get(id(B.src)) not in consts:
+        return False
+    if len(B.src.shape) != 4 or B.src.shape[1] != 1 or len(A.src.shape) != 4:
+        return False
+    return B.src.shape[0] == g["n"].extent == A.src.shape[3]
+
+
+def depthwise_rule(func: PrimFunc, target: Target) -> Schedule | None:
+    """Depthwise convolution as ``dwconv`` register blocks (see the module doc)."""
+    g = analyze(func)
+    if target.isa not in ISA_NAMES or not _is_depthwise(func, g):
+        return None
+    R, n_iv = g["R"], g["n"]
+    ow_iv = g["sp"][2]
+    lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[target.isa]
+    wr, nr = choose_dw_tile(ow_iv.extent, n_iv.extent, lanes, MAX_ACCUMULATORS[target.isa])
+    sch = Schedule(func)
+    # weights [C, 1, kh, kw] -> [1, kh, kw, C]: one tap's channels contiguous
+    reads = block_reads(R)
+    widx = [id(b) for b in reads].index(id(g["B"].src))
+    sch.transform_layout(R.name, ("read", widx),
+                         IndexMap.from_func(4, lambda c, z, r, s: (z, r, s, c)))
+    # the zero padding is read through a guard instead of a padded copy
+    A = g["A"].src
+    producers = [b.name for b in blocks_in(sch.body) if any(w is A for w in block_writes(b))]
+    if producers:
+        if len(producers) != 1:
+            return None
+        sch.compute_inline(producers[0])
+    epi = g["epi"].name if g["epi"] is not None else sch.cache_write(R.name, 0, "local")
+    sp = _spatial_loops(sch, epi, g)
+    if sp is None:
+        return None
+    outer = [x for x in (sp[0], sp[1]) if x is not None]
+    inner = []
+    for lp, factor in ((sp[2], wr), (sp[3], nr)):  # (a unit ow or c dim has no loop)
+        if lp is not None:
+            o, i = sch.split(lp, [None, factor])
+            outer.append(o)
+            inner.append(i)
+    if not outer:
+        return None
+    sch.reorder(*outer, *inner)
+    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.compute_at(R.name, par)
+    lw = _loop_of(sch, R.name, ow_iv)
+    lc = _loop_of(sch, R.name, n_iv)
+    taps = [x for x in (_loop_of(sch, R.name, iv) for iv in g["rd"]) if x is not None]
+    order = taps + [x for x in (lw, lc) if x is not None]
+    if not order:
+        return None
+    if len(order) > 1:
+        sch.reorder(*order)
+    sch.tensorize(order[0], f"dwconv.{target.isa}.f32")
+    if sp[3] is not None:
+        sch.vectorize(sch.get_loops(epi)[-1])
+    sch.parallel(par)
+    finish_generic(sch, target, skip={R.name, epi})
+    return sch

@@ -1,0 +1,241 @@
+"""tensorize with the ``dwconv`` intrinsic: a depthwise 2-D convolution register block.
+
+Matches a perfect loop nest around one block whose update is
+
+    C[..] = C[..] + X' * Wt[..]      X' = X[n, h, w, c]  or  select(guard, X[n, h, w, c], 0)
+
+with ``X`` a rank-4 NHWC image and all indices affine in the nest's loops. The loops are
+classified by the strides they give the operands:
+
+- the *lanes* loop: unit stride in ``C``, in ``X``'s channel index and in ``Wt``, nothing else;
+- the *pixel* loop (optional, ``wr``): strided in ``C``, moves only ``X``'s ``w`` index (the
+  convolution's stride ``sw``), absent from ``Wt``;
+- at most two reduction loops (the taps): absent from ``C``; one moves only ``X``'s ``h`` index
+  (dilation ``dh``), the other only its ``w`` index (dilation ``dw``).
+
+A ``guard`` (the inlined zero padding) must be a conjunction of bounds checks ``0 <= h``,
+``h < H``, ``0 <= w``, ``w < W`` of the load's own ``h``/``w`` indices against ``X``'s extent;
+the micro-kernel then skips taps outside the image (``ember.codegen.microkernel_dwconv``). The
+nest becomes ``ember_ukr_dwconv_<isa>_<dtype>_<wr>x<nr>_k<kh>x<kw>_<digest>(C, X, Wt, ih0, iw0,
+accumulate)`` where ``X`` points at image pixel (0, 0) and ``ih0``/``iw0`` are the (possibly
+negative) input coordinates of the block's first tap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ...errors import ScheduleError
+from ..arith import linear_terms, simplify, substitute
+from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Select
+from ..stmt import Block, For, KernelCall
+from .analysis import replace_node
+
+
+def _split_update(blk: Block, where: str):
+    """``(store, x_load, guard | None, w_load)`` of ``C = C + X' * Wt``."""
+    from ..stmt import Store
+    from ..transform import expr_equal
+    st = blk.body
+    if not isinstance(st, Store) or not isinstance(st.value, BinOp) or st.value.op != "add":
+        raise ScheduleError(f"{where}: block {blk.name!r} is not an update C = C + X * W")
+    for acc, prod in ((st.value.a, st.value.b), (st.value.b, st.value.a)):
+        if not (isinstance(acc, Load) and acc.src is st.buffer and all(
+                expr_equal(x, y) for x, y in zip(acc.indices, st.indices))):
+            continue
+        while isinstance(prod, Cast) and prod.dtype == prod.value.dtype:
+            prod = prod.value
+        if not (isinstance(prod, BinOp) and prod.op == "mul"):
+            break
+        for x, w in ((prod.a, prod.b), (prod.b, prod.a)):
+            guard = None
+            if isinstance(x, Select) and isinstance(x.f, Const) and x.f.value == 0:
+                guard, x = x.cond, x.t
+            if isinstance(x, Load) and isinstance(w, Load) and len(x.src.shape) == 4 \
+                    and x.src is not st.buffer and w.src is not st.buffer:
+                return st, x, guard, w
+        break
+    raise ScheduleError(f"{where}: block {blk.name!r} is not C = C + [select(guard,] X[n, h, w, "
+                        f"c] [, 0)] * W[..] with a rank-4 image X")
+
+
+def _coef(e: Expr, ids: set, where: str, what: str) -> tuple[dict, dict, int]:
+    """Per nest loop id the coefficient of ``e``; the non-nest terms; the constant."""
+    from ..arith import collect
+    from ..expr import Var
+    lt = linear_terms(e)
+    if lt is None:
+        raise ScheduleError(f"{where}: {what} is not an integer index")
+    terms, const = lt
+    nest, rest = {}, {}
+    for key, (atom, c) in terms.items():
+        if isinstance(atom, Var) and id(atom) in ids:
+            nest[id(atom)] = c
+        elif any(id(v) in ids for v in collect(atom, lambda n: isinstance(n, Var))):
+            raise ScheduleError(f"{where}: {what} is not affine in the tensorized loops")
+        else:
+            rest[key] = c
+    return nest, rest, const
+
+
+def _flat(buf, idx):
+    from ..arith import flat_index
+    return flat_index(buf, idx)
+
+
+def _check_guard(guard: Expr, hw_idx: list, shape: tuple, where: str) -> None:
+    """``guard`` must be a conjunction of bounds checks of the load's h/w indices."""
+    conds = []
+
+    def flatten(c):
+        if isinstance(c, BinOp) and c.op == "and":
+            flatten(c.a)
+            flatten(c.b)
+        elif isinstance(c, Const) and c.dtype == "bool" and c.value:
+            pass
+        else:
+            conds.append(c)
+    flatten(guard)
+    forms = []  # (terms, const) of L in L >= 0
+    for c in conds:
+        if not (isinstance(c, BinOp) and c.op in ("ge", "gt", "le", "lt")):
+            raise ScheduleError(f"{where}: the padding guard term {c!r} is not a bounds check")
+        a, b = (c.a, c.b) if c.op in ("ge", "gt") else (c.b, c.a)
+        lt = linear_terms(simplify(BinOp("sub", a, b)))
+        if lt is None:
+            raise ScheduleError(f"{where}: the padding guard term {c!r} is not integer")
+        terms, k = lt
+        forms.append((terms, k - (1 if c.op in ("gt", "lt") else 0)))
+    allowed = []
+    for d, e in zip((1, 2), hw_idx):
+        t, k = linear_terms(e)
+        allowed.append((t, k))  # e >= 0
+        allowed.append(({key: (a, -c) for key, (a, c) in t.items()}, shape[d] - 1 - k))
+    for terms, k in forms:
+        if not any(k == k2 and {key: c for key, (_, c) in terms.items()} ==
+                   {key: c for key, (_, c) in t2.items()} for t2, k2 in allowed):
+            raise ScheduleError(f"{where}: the padding guard checks something other than the "
+                                f"image bounds of the loaded pixel")
+
+
+def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
+    """Replace the nest at ``loop`` by a ``dwconv`` micro-kernel call (see the module doc).
+
+    Raises:
+        ScheduleError: the nest is not a depthwise-convolution block as described, the block
+            has a predicate, or the register block is too large for ``isa``.
+    """
+    from .tensorize import ISAS, MAX_ACCUMULATORS, _vars
+    f, path = sch.find_loop(loop, "tensorize")
+    where = f"tensorize of loop {f.var.name} with dwconv.{isa}"
+    chain = [f]
+    s = f.body
+    while isinstance(s, For):
+        chain.append(s)
+        s = s.body
+    if not isinstance(s, Block):
+        raise ScheduleError(f"{where}: the loops below must nest perfectly around one block")
+    blk = s
+    if blk.predicate is not None:
+        raise ScheduleError(f"{where}: block {blk.name!r} has a predicate (a split that does not "
+                            f"divide); use divisible tiles")
+    for c in chain:
+        if c.kind not in ("serial", "unrolled"):
+            raise ScheduleError(f"{where}: loop {c.var.name} is {c.kind}")
+    st, lx, guard, lw = _split_update(blk, where)
+    if not (st.buffer.dtype == lx.dtype == lw.dtype == dtype):
+        raise ScheduleError(f"{where}: operand dtypes ({lx.dtype}, {lw.dtype} -> "
+                            f"{st.buffer.dtype}) are not {dtype}")
+    vmap = {iv.var: b for iv, b in zip(blk.iter_vars, blk.bindings)}
+    bounds = {c.var: (0, c.extent - 1) for c in list(path) + chain if isinstance(c, For)}
+    zero = {c.var: Const(0, "int64") for c in chain if c.extent == 1}
+
+    def norm(e):
+        return simplify(substitute(simplify(substitute(e, vmap), bounds), zero))
+    cidx = [norm(i) for i in st.indices]
+    xidx = [norm(i) for i in lx.indices]
+    widx = [norm(i) for i in lw.indices]
+    live = [c for c in chain if c.extent > 1]
+    ids = {id(c.var) for c in live}
+    cc, _, _ = _coef(_flat(st.buffer, cidx), ids, where, "the output index")
+    cw, _, _ = _coef(_flat(lw.src, widx), ids, where, "the weight index")
+    cx = [_coef(e, ids, where, f"input index {d}")[0] for d, e in enumerate(xidx)]
+    def moves(c):
+        return [d for d in range(4) if cx[d].get(id(c.var), 0) != 0]
+    lane = [c for c in live if moves(c) == [3]]
+    pix = [c for c in live if c not in lane and cc.get(id(c.var), 0) != 0]
+    if len(lane) > 1 or len(pix) > 1:
+        raise ScheduleError(f"{where}: expected at most one channel (lanes) loop and one output "
+                            f"pixel loop, found {[c.var.name for c in lane]} and "
+                            f"{[c.var.name for c in pix]}")
+    nl = lane[0] if lane else None  # none: a one-channel block
+    if nl is not None and not (cx[3][id(nl.var)] == 1 and cw.get(id(nl.var)) == 1
+                               and cc.get(id(nl.var)) == 1):
+        raise ScheduleError(f"{where}: the lanes loop {nl.var.name} must have unit stride in the "
+                            f"output, the input's channels and the weights")
+    ml = pix[0] if pix else None
+    sw = 1
+    if ml is not None:
+        if moves(ml) != [2] or cw.get(id(ml.var), 0) != 0:
+            raise ScheduleError(f"{where}: the pixel loop {ml.var.name} must move only the "
+                                f"input's w index and not the weights")
+        sw = cx[2][id(ml.var)]
+    taps = {}
+    for c in live:
+        if c is nl or c is ml:
+            continue
+        bound_to = [iv for iv, b in zip(blk.iter_vars, blk.bindings)
+                    if any(v is c.var for v in _vars(b))]
+        if any(iv.kind != "reduce" for iv in bound_to):
+            raise ScheduleError(f"{where}: loop {c.var.name} does not move the output but drives "
+                                f"spatial iterator(s) {[iv.var.name for iv in bound_to]}")
+        m = moves(c)
+        if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps:
+            raise ScheduleError(f"{where}: reduction loop {c.var.name} must move exactly one of "
+                                f"the input's h and w indices (moves dims {m})")
+        taps[m[0]] = c
+    th, tw = taps.get(1), taps.get(2)
+    kh, kw = (th.extent if th else 1), (tw.extent if tw else 1)
+    dh = cx[1][id(th.var)] if th else 1
+    dw = cx[2][id(tw.var)] if tw else 1
+    wr = ml.extent if ml is not None else 1
+    nr = nl.extent if nl is not None else 1
+    nv = -(-nr // ISAS[isa])
+    if wr * nv > MAX_ACCUMULATORS[isa]:
+        raise ScheduleError(f"{where}: register block {wr}x{nr} needs {wr * nv} accumulators; "
+                            f"{isa} has room for {MAX_ACCUMULATORS[isa]}")
+    _, H, W, Cx = lx.src.shape
+    if guard is not None:
+        _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
+    accumulate = 1
+    if blk.init is not None:
+        inside = {id(c.var) for c in chain}
+        complete = all(all(id(v) in inside for v in _vars(b))
+                       for iv, b in zip(blk.iter_vars, blk.bindings) if iv.kind == "reduce")
+        if not (isinstance(blk.init.value, Const) and blk.init.value.value == 0 and complete):
+            raise ScheduleError(f"{where}: block {blk.name!r} initializes inside a reduction "
+                                f"that is not entirely in the nest; decompose_reduction first")
+        accumulate = 0
+    zmap = {c.var: Const(0, "int64") for c in live}
+
+    def at0(e):
+        return simplify(substitute(e, zmap))
+    z = Const(0, "int64")
+    params = (wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx,
+              cw.get(id(th.var), 0) if th else 0, cw.get(id(tw.var), 0) if tw else 0,
+              cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
+    key = ("dwconv", isa, dtype) + params
+    digest = hashlib.sha1(repr(params).encode()).hexdigest()[:8]
+    short = {"float32": "f32"}[dtype]
+    name = f"ember_ukr_dwconv_{isa}_{short}_{wr}x{nr}_k{kh}x{kw}_{digest}"
+    args = [AddressOf(st.buffer, [at0(i) for i in cidx]),
+            AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
+            AddressOf(lw.src, [at0(i) for i in widx]),
+            at0(xidx[1]), at0(xidx[2]), Const(accumulate, "int32")]
+    call = KernelCall(name, args, key, reads=[lx.src, lw.src], writes=[st.buffer])
+    chain_ids = {id(c.var) for c in chain}
+    keep = [(iv, b) for iv, b in zip(blk.iter_vars, blk.bindings)
+            if not any(id(v) in chain_ids for v in _vars(b))]
+    new = Block(blk.name, [iv for iv, _ in keep], [b for _, b in keep], call, None, None,
+                {**blk.annotations, "tensorized": f"dwconv.{isa}.{short}"})
+    sch.body = replace_node(sch.body, f, new)

@@ -78,6 +78,9 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
                 last[s] = max(last[s], k)
         steps.append({"symbol": symbols[k], "args": args, "op": b.call.op,
                       "name": b.outputs[0].name})
+        if kernels is not None and kernels[k].attrs.get("index_checks"):
+            steps[-1]["index_checks"] = [{"what": c["what"], "bounds": c["bounds"]}
+                                         for c in kernels[k].attrs["index_checks"]]
     outputs = []
     for k, o in enumerate(func.outputs):
         s = slot(o)

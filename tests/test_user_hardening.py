@@ -10,7 +10,8 @@ from onnx import TensorProto, helper
 
 import ember
 from ember.cli import main
-from ember.errors import ArtifactError, ModelLoadError, ShapeMismatchError, TargetError
+from ember.errors import (ArtifactError, InputError, ModelLoadError, ShapeMismatchError,
+                          TargetError)
 
 
 def _model(batch="N", opset=13):
@@ -114,3 +115,37 @@ def test_cli_rejects_bad_values(tmp_path, capsys):
     (tmp_path / "t.npy").write_text("not an array")
     assert main(["run", str(src), "--input", f"x={tmp_path / 't.npy'}"]) == 2
     assert "not a numeric .npy" in capsys.readouterr().err
+
+
+def _gather_model(op, data_shape, index_shape, opset=13, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(data_shape))
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, list(index_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node(op, ["x", "i"], ["y"], **attrs)], "g", [x, i], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("use_aot", [True, False])
+@pytest.mark.parametrize("op, attrs, good, bad, bound", [
+    ("Gather", {"axis": 1}, [[2, -3]], [[0, 3]], "[-3, 2]"),
+    ("GatherElements", {"axis": 0}, [[3, -4, 0], [1, 1, 1]], [[0, 0, 0], [-5, 0, 0]], "[-4, 3]"),
+    ("GatherND", {}, [[3, 2], [-4, -3]], [[3, 2], [4, 0]], "(-4, 3), (-3, 2)"),
+])
+def test_run_time_index_out_of_range_is_a_typed_error(op, attrs, good, bad, bound, use_aot):
+    """ONNX makes out-of-range gather indices an error: the kernel checks its index input and
+    the run fails with an InputError naming the node, instead of a clamped (wrong) answer."""
+    import onnxruntime as ort
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    good, bad = np.array(good, np.int64), np.array(bad, np.int64)
+    model = _gather_model(op, x.shape, good.shape, **attrs)
+    m = ember.compile(model)
+    m._executor.use_aot = use_aot
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(m.run({"x": x, "i": good})[0],
+                                  ref.run(None, {"x": x, "i": good})[0])
+    with pytest.raises(InputError, match=r"out of range") as e:
+        m.run({"x": x, "i": bad})
+    assert "'y'" in str(e.value) and bound in str(e.value)
+    # the model still runs correctly after a refused input
+    np.testing.assert_array_equal(m.run({"x": x, "i": good})[0],
+                                  ref.run(None, {"x": x, "i": good})[0])

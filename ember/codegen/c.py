@@ -465,10 +465,41 @@ class CFunctionPrinter:
             params.append(f"{const}{c_type(b.dtype)}* restrict p{k}")
             self.decl[f"p{k}"] = f"{const}{c_type(b.dtype)}* restrict"
         self.fname = name
+        self.lines += index_check_lines(f)
         self.stmt(f.body, 1)
         sig = f"int32_t {name}({', '.join(params)})"
         return "".join(self.outlined) + sig + " {\n" + "\n".join(self.lines) + \
             "\n  return 0;\n}\n"
+
+
+STATUS_INDEX_OUT_OF_RANGE = -2  # a kernel's return value when an index check fails
+
+
+def index_check_lines(func: PrimFunc) -> list[str]:
+    """C lines that check ``func.attrs["index_checks"]`` before the body runs: every element of
+    each checked index parameter must lie in its inclusive bounds, else the kernel returns
+    ``STATUS_INDEX_OUT_OF_RANGE`` without writing anything."""
+    out = []
+    for chk in func.attrs.get("index_checks", ()):
+        buf = func.params[chk["param"]]
+        n = 1
+        for d in buf.shape:
+            n *= int(d)
+        if n == 0:
+            continue
+        b = chk["bounds"]
+        p = f"p{chk['param']}"
+        if len(b) == 1:
+            lo, hi = b[0]
+            cond = f"v < {lo}LL || v > {hi}LL"
+            pre = ""
+        else:
+            pre = (f"static const int64_t lo[{len(b)}] = {{{', '.join(f'{x}LL' for x, _ in b)}}}, "
+                   f"hi[{len(b)}] = {{{', '.join(f'{y}LL' for _, y in b)}}}; ")
+            cond = f"v < lo[i % {len(b)}] || v > hi[i % {len(b)}]"
+        out.append(f"  {{ {pre}for (int64_t i = 0; i < {n}LL; ++i) {{ int64_t v = (int64_t){p}[i]; "
+                   f"if ({cond}) return {STATUS_INDEX_OUT_OF_RANGE}; }} }}  /* {chk['what']} */")
+    return out
 
 
 def _np_dtype(dtype: str) -> str:

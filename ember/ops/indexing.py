@@ -1,9 +1,10 @@
 """Indexing operators: gathers and scatters by index tensors, triangular masks, one-hot, tiling,
 arg-reductions, top-k, running sums/products and sequence reversal.
 
-Index tensors are read at run time; negative indices count from the end of their axis and
-indices still out of range after that are clamped inside the kernels (never an out-of-bounds
-read or write; the NumPy references raise instead). Scatters and running sums are imperative
+Index tensors are read at run time; negative indices count from the end of their axis. A gather
+whose index tensor is a kernel input checks every index first and fails with an ``InputError``
+naming the node when one is out of range (ONNX makes it an error); indices computed inside a
+fused kernel, and scatter indices, are clamped (never an out-of-bounds read or write). Scatters and running sums are imperative
 kernels (``ember.ops.imperative``), the others one expression per output element.
 """
 
@@ -67,7 +68,9 @@ def _ge_compute(inputs, attrs, out_types):
     def f(*i):
         j = norm_index(ind[i], x.shape[ax])
         return x[tuple(j if k == ax else v for k, v in enumerate(i))]
-    return [te.compute(out_types[0].shape, f, name="gather_elements")]
+    n = x.shape[ax]
+    return [te.compute(out_types[0].shape, f, name="gather_elements",
+                       checks=[te.IndexCheck(ind, [(-n, n - 1)], "GatherElements index")])]
 
 
 register_op("gather_elements", infer_type=_ge_type, reference=_ge_ref, compute=_ge_compute,
@@ -119,7 +122,9 @@ def _gnd_compute(inputs, attrs, out_types):
         lead = i[:q - 1]
         key = [norm_index(ind[lead + (k,)], x.shape[b + k]) for k in range(m)]
         return x[tuple(i[:b]) + tuple(key) + tuple(i[q - 1:])]
-    return [te.compute(out_types[0].shape, f, name="gather_nd")]
+    bounds = [(-x.shape[b + k], x.shape[b + k] - 1) for k in range(m)]
+    return [te.compute(out_types[0].shape, f, name="gather_nd",
+                       checks=[te.IndexCheck(ind, bounds, "GatherND index")])]
 
 
 register_op("gather_nd", infer_type=_gnd_type, reference=_gnd_ref, compute=_gnd_compute,

@@ -187,7 +187,8 @@ def _take_compute(inputs, attrs, out_types):
         j = te.select(te.lt(raw, 0), raw + n, raw)
         j = te.minimum(te.maximum(j, 0), n - 1)  # out-of-range indices never read out of bounds
         return x[i[:ax] + (j,) + i[ax + ni:]]
-    return [te.compute(out_types[0].shape, f, name="take")]
+    return [te.compute(out_types[0].shape, f, name="take",
+                       checks=[te.IndexCheck(ind, [(-n, n - 1)], "Gather index")])]
 
 
 register_op("take", infer_type=_take_type, reference=_take_ref, compute=_take_compute,

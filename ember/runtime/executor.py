@@ -94,6 +94,21 @@ def check_plan(plan: dict, params: Mapping[str, np.ndarray], lib=None) -> None:
                             f"model") from None
 
 
+def kernel_failure(step: dict, status: int) -> EmberError:
+    """The typed error for a kernel of ``step`` that returned ``status`` (-2: an index input is
+    out of range, an ``InputError``; -1: workspace allocation failure)."""
+    where = f"node {step['name']!r} ({step['op']}, kernel {step['symbol']})"
+    if status == -2:
+        checks = "; ".join(f"{c['what']} must lie in [{c['bounds'][0][0]}, {c['bounds'][0][1]}]"
+                           if len(c["bounds"]) == 1 else
+                           f"{c['what']} must lie in {[tuple(b) for b in c['bounds']]} per position"
+                           for c in step.get("index_checks", []))
+        return InputError(f"{where}: an index is out of range ({checks or 'see the operator'}); "
+                          f"ONNX makes out-of-range indices an error: fix the index input")
+    return EmberError(f"{where} failed with status {status} (workspace allocation failure: "
+                      f"out of memory)")
+
+
 class GraphExecutor:
     """Runs an execution plan with the kernels of a loaded shared library.
 
@@ -205,9 +220,9 @@ class GraphExecutor:
                 ext[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
             rc = self._aot(self.arena.ctypes.data, ext)
             if rc != 0:
-                st = self.plan["steps"][rc - 1]
-                raise EmberError(f"kernel {st['symbol']} ({st['op']}, {st['name']}) failed "
-                                 f"(workspace allocation failure)")
+                from ..codegen.aot import decode_status
+                step, status = decode_status(rc)
+                raise kernel_failure(self.plan["steps"][step], status)
             return [self._read(o["slot"], arrays) for o in self.output_specs]
         ptr = list(self._ptr)
         for d, a in zip(self.input_specs, arrays):
@@ -215,8 +230,7 @@ class GraphExecutor:
         for fn, args, st in self._steps:
             rc = fn(*[ptr[a] for a in args])
             if rc != 0:
-                raise EmberError(f"kernel {st['symbol']} ({st['op']}, {st['name']}) failed "
-                                 f"with code {rc} (workspace allocation failure)")
+                raise kernel_failure(st, rc)
         return [self._read(o["slot"], arrays) for o in self.output_specs]
 
     def _read(self, slot: int, arrays) -> np.ndarray:

@@ -59,6 +59,9 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
     """Lower tensors to a ``PrimFunc`` whose parameters are ``args`` (inputs then the last
     ``num_outputs`` outputs, all as dense row-major buffers).
 
+    Index tensors among the inputs that a compute declared ``checks`` on are recorded in
+    ``attrs["index_checks"]`` (``[{"param", "bounds", "what"}]``); the C code checks them first.
+
     Raises:
         LoweringError: a tensor is read that is neither in ``args`` nor computable from them.
     """
@@ -141,7 +144,17 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
     for ws in reversed(workspaces):
         body = Allocate(ws, body)
     body = simplify_stmt(body)
-    return PrimFunc(name, params, body, {"num_inputs": len(inputs), "num_outputs": num_outputs})
+    attrs = {"num_inputs": len(inputs), "num_outputs": num_outputs}
+    checks = []
+    for t in stages:
+        for c in getattr(t, "checks", ()):
+            k = next((j for j, a in enumerate(inputs) if a is c.tensor), None)
+            if k is not None and c.tensor.dtype in ("int32", "int64") and \
+                    not any(d["param"] == k and d["bounds"] == c.bounds for d in checks):
+                checks.append({"param": k, "bounds": c.bounds, "what": c.what})
+    if checks:
+        attrs["index_checks"] = checks
+    return PrimFunc(name, params, body, attrs)
 
 
 def _epilogues(nest_stages, buffers, pinned: set, rewrite) -> dict:

@@ -45,6 +45,22 @@ class ComputeOp(Operation):
         return list(seen.values())
 
 
+class IndexCheck:
+    """A run-time range check on an index tensor that a compute reads indices from.
+
+    ``bounds`` is one inclusive ``(lo, hi)`` per position along the index tensor's last axis,
+    cycled (one pair for Gather-like indices; ``q`` pairs for GatherND's ``[..., q]`` tuples).
+    When the index tensor is a parameter of the kernel, the kernel checks every element before
+    computing and fails with "index out of range" (ONNX makes out-of-range indices an error);
+    indices computed inside the kernel are only clamped.
+    """
+
+    def __init__(self, tensor: "Tensor", bounds: Sequence[tuple[int, int]], what: str):
+        self.tensor = tensor
+        self.bounds = [(int(lo), int(hi)) for lo, hi in bounds]
+        self.what = what
+
+
 class Tensor:
     """A tensor of ``shape`` (tuple of ints) and ``dtype``; index it to read an element."""
 
@@ -53,6 +69,7 @@ class Tensor:
         self.dtype = dtype
         self.name = name
         self.op = op
+        self.checks: list[IndexCheck] = []
 
     @property
     def ndim(self) -> int:
@@ -76,13 +93,15 @@ def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "") ->
 
 
 def compute(shape: Sequence[int], fcompute: Callable[..., Any], name: str = "",
-            dtype: str | None = None, materialize: bool = False) -> Tensor:
+            dtype: str | None = None, materialize: bool = False,
+            checks: Sequence[IndexCheck] = ()) -> Tensor:
     """A tensor of ``shape`` whose element ``(i0, i1, ...)`` is ``fcompute(i0, i1, ...)``.
 
     ``fcompute`` gets one ``Var`` per dimension and returns an expression (or a Python scalar).
     ``dtype`` casts the result when given. ``materialize`` keeps an injective stage as its own
     loop nest and buffer instead of inlining it into its consumers (e.g. a padded copy that a
-    tensorized consumer reads without bounds checks).
+    tensorized consumer reads without bounds checks). ``checks``: run-time ``IndexCheck`` s on
+    the index tensors the compute reads.
     """
     name = name or f"t{next(_names)}"
     axis = [IterVar(s, f"{name}_i{k}") for k, s in enumerate(shape)]
@@ -96,7 +115,9 @@ def compute(shape: Sequence[int], fcompute: Callable[..., Any], name: str = "",
         # an empty reduce domain: every element is the combiner's identity (sum 0, prod 1,
         # max -inf...), whatever loop form the reduction would later be lowered or scheduled to
         body = body.identity()
-    return Tensor(shape, body.dtype, name, ComputeOp(axis, body, materialize))
+    out = Tensor(shape, body.dtype, name, ComputeOp(axis, body, materialize))
+    out.checks = list(checks)
+    return out
 
 
 def reduce_axis(extent: int, name: str = "k") -> IterVar:

@@ -509,6 +509,15 @@ def _axis_softmax_compute(log: bool):
         r1 = te.reduce_axis(x.shape[ax], "sm")
         mx = te.compute(kd, lambda *i: te.max(x[at(i, r1.var)], axis=r1), name="sm_max")
         r2 = te.reduce_axis(x.shape[ax], "ss")
+        if not log and ax == x.ndim - 1:
+            # rows along the last axis: exp once into a row buffer (per-row local under the
+            # row-reduction schedule), summed, then scaled by the reciprocal of the sum
+            e = te.compute(x.shape, lambda *i: te.exp(x[i] - mx[at(i, 0)]), name="sm_exp",
+                           materialize=True)
+            sm = te.compute(kd, lambda *i: te.sum(e[at(i, r2.var)], axis=r2), name="sm_sum")
+            one = te.const(1, x.dtype)
+            return [te.compute(x.shape, lambda *i: e[i] * (one / sm[at(i, 0)]),
+                               name="softmax")]
         sm = te.compute(kd, lambda *i: te.sum(te.exp(x[at(i, r2.var)] - mx[i]), axis=r2),
                         name="sm_sum")
         if log:

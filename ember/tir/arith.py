@@ -209,6 +209,8 @@ def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
                 if r is not None:
                     q, rem = r
                     return q if op == "floordiv" else rem
+        if op == "pow" and is_float(e.dtype) and _is(b, 2) and isinstance(a, (Load, Var)):
+            return BinOp("mul", a, a)  # x ** 2 == x * x exactly (one rounding); vectorizes
         if op in BinOp.COMPARE or op in BinOp.LOGIC:
             p = prove(e, bounds)
             if p is not None:

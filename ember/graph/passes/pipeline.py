@@ -11,8 +11,8 @@ from __future__ import annotations
 from ..ir import IRModule
 from .pass_manager import PassContext, Sequential, get_pass, _PASSES
 
-# level: 0 InferType | 1 SimplifyInference SimplifyExpr FoldExplicitPadding EliminateDeadCode
-# FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout | 3
+# level: 0 InferType | 1 SimplifyInference SimplifyExpr FuseLayerNorm FoldExplicitPadding
+# EliminateDeadCode FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout | 3
 # EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
 # ToMixedPrecision
 PIPELINES: dict[str, list[str]] = {
@@ -22,6 +22,7 @@ PIPELINES: dict[str, list[str]] = {
         "SimplifyInference",
         "FoldConstant",
         "SimplifyExpr",
+        "FuseLayerNorm",
         "CanonicalizeOps",
         "FoldExplicitPadding",
         "EliminateCommonSubexpr",

@@ -68,6 +68,13 @@ def _check_scope(prim: str, scope: str) -> None:
 
 
 def cache_read(sch, block: str, index: int, scope: str) -> str:
+    """Implementation of ``Schedule.cache_read`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.cache_read`` records it and restores the function if this raises).
+    Returns the name of the inserted copy block.
+
+    Raises:
+        ScheduleError: unknown ``scope`` (not in ``SCOPES``), ``index`` out of range of the block's
+            reads, or the buffer is produced inside the block's own loop nest."""
     prim = "cache_read"
     _check_scope(prim, scope)
     blk, bpath = sch.find_block(block, prim)
@@ -101,6 +108,13 @@ def cache_read(sch, block: str, index: int, scope: str) -> str:
 
 
 def cache_write(sch, block: str, index: int, scope: str) -> str:
+    """Implementation of ``Schedule.cache_write`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.cache_write`` records it and restores the function if this raises).
+    Returns the name of the inserted copy-out block.
+
+    Raises:
+        ScheduleError: unknown ``scope``, ``index`` out of range of the block's writes, or another
+            block in the same loop nest accesses the buffer."""
     prim = "cache_write"
     _check_scope(prim, scope)
     blk, bpath = sch.find_block(block, prim)

@@ -154,6 +154,14 @@ def _itemsize(dtype: str) -> int:
 
 
 def compute_at(sch, block: str, loop) -> None:
+    """Implementation of ``Schedule.compute_at`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.compute_at`` records it and restores the function if this raises).
+    The intermediate buffer is compacted to the region read per iteration of ``loop``.
+
+    Raises:
+        ScheduleError: the block is not a single store at its spatial iterators, writes a function
+            output, has no consumer or one outside ``loop``, comes after ``loop``, or its inputs
+            are not ready there."""
     prim = "compute_at"
     blk, bpath = sch.find_block(block, prim)
     f, lpath = sch.find_loop(loop, prim)
@@ -232,6 +240,13 @@ def _union_region(tuples_with_loops, shape, outer_bounds):
 
 
 def reverse_compute_at(sch, block: str, loop) -> None:
+    """Implementation of ``Schedule.reverse_compute_at`` on ``sch`` (rewrites ``sch.body`` in
+    place; ``Schedule.reverse_compute_at`` records it and restores the function if this raises).
+
+    Raises:
+        ScheduleError: the block is a reduction, is already inside ``loop``, does not read exactly
+            one buffer produced in ``loop`` elementwise, comes before ``loop``, or a producer
+            reduces over a loop outside ``loop``."""
     prim = "reverse_compute_at"
     blk, bpath = sch.find_block(block, prim)
     f, lpath = sch.find_loop(loop, prim)
@@ -327,6 +342,13 @@ def _loads_of(s: Stmt, buf: Buffer) -> list[Load]:
 
 
 def compute_inline(sch, block: str) -> None:
+    """Implementation of ``Schedule.compute_inline`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.compute_inline`` records it and restores the function if this raises).
+
+    Raises:
+        ScheduleError: the block is a reduction, not a single store, writes a function output,
+            reads its own output, is not the sole producer, or a tensorized call reads its
+            buffer."""
     prim = "compute_inline"
     blk, bpath = sch.find_block(block, prim)
     where = f"{prim} of block {block!r}"
@@ -388,6 +410,14 @@ def _map_exprs(s: Stmt, fe) -> Stmt:
 
 
 def reverse_compute_inline(sch, block: str) -> None:
+    """Implementation of ``Schedule.reverse_compute_inline`` on ``sch`` (rewrites ``sch.body`` in
+    place; ``Schedule.reverse_compute_inline`` records it and restores the function if this
+    raises).
+
+    Raises:
+        ScheduleError: the block is a reduction or not a single store, does not read exactly one
+            intermediate elementwise, or that buffer's producer is not one single-store
+            non-reduction block or has other consumers."""
     prim = "reverse_compute_inline"
     blk, bpath = sch.find_block(block, prim)
     where = f"{prim} of block {block!r}"

@@ -26,6 +26,8 @@ class IndexMap:
 
     @staticmethod
     def from_func(ndim: int, fn: Callable) -> "IndexMap":
+        """An ``IndexMap`` of ``ndim`` source indices whose destination is ``fn(i0, ...,
+        i{ndim-1})`` (a tuple of expressions, or one expression)."""
         src = [Var(f"i{k}") for k in range(ndim)]
         out = fn(*src)
         if not isinstance(out, (tuple, list)):
@@ -85,11 +87,17 @@ class IndexMap:
         return int(np.count_nonzero(hit)) == int(np.prod(shape))
 
     def to_json(self) -> str:
+        """JSON text ``{"ndim": n, "dst": [...]}`` with source indices by position.
+
+        Raises:
+            ScheduleError: an expression uses a variable that is not a source index or an operator
+                other than a binary op (``+ - * // %``) or cast."""
         pos = {id(v): k for k, v in enumerate(self.src)}
         return json.dumps({"ndim": len(self.src), "dst": [_enc(d, pos) for d in self.dst]})
 
     @staticmethod
     def from_json(text: str) -> "IndexMap":
+        """Inverse of ``to_json`` (fresh source variables ``i0..``)."""
         d = json.loads(text)
         src = [Var(f"i{k}") for k in range(d["ndim"])]
         return IndexMap(src, [_dec(x, src) for x in d["dst"]])
@@ -151,6 +159,13 @@ def _pick_buffer(sch, block: str, which, prim: str) -> Buffer:
 
 
 def transform_layout(sch, block: str, which: tuple, index_map: IndexMap) -> None:
+    """Implementation of ``Schedule.transform_layout`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.transform_layout`` records it and restores the function if this raises).
+    A parameter's new layout is recorded in ``sch.func.attrs["param_layouts"]``.
+
+    Raises:
+        ScheduleError: a bad ``which``, a rank mismatch, a buffer already aligned or compacted, new
+            indices that are negative or unbounded, or a non-injective map."""
     prim = "transform_layout"
     buf = _pick_buffer(sch, block, which, prim)
     where = f"{prim} of {buf.name} (block {block!r})"
@@ -184,6 +199,13 @@ def transform_layout(sch, block: str, which: tuple, index_map: IndexMap) -> None
 
 
 def storage_align(sch, block: str, index: int, axis: int, factor: int, offset: int) -> None:
+    """Implementation of ``Schedule.storage_align`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.storage_align`` records it and restores the function if this raises).
+    Strides are in elements.
+
+    Raises:
+        ScheduleError: the buffer is a function parameter, ``axis`` is not in ``[0, ndim - 1)``, or
+            not ``factor >= 1 and 0 <= offset < factor``."""
     prim = "storage_align"
     buf = _pick_buffer(sch, block, ("write", index), prim)
     where = f"{prim} of {buf.name} (block {block!r}) axis {axis}"

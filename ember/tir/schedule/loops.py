@@ -12,6 +12,14 @@ from .analysis import blocks_in, loop_vars_used, replace_node
 
 
 def split(sch, loop, factors: Sequence[int | None]) -> list:
+    """Implementation of ``Schedule.split`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.split`` records it and restores the function if this raises).
+    Returns the new loops' ``LoopRV`` handles, outermost first (one per factor).
+
+    Raises:
+        ScheduleError: fewer than 2 factors, more than one ``None``, a non-positive factor, factors
+            whose product is below the extent, a loop that is not serial, or a non-dividing split
+            over a tensorized call."""
     from .schedule import LoopRV
     f, _ = sch.find_loop(loop, "split")
     factors = list(factors)
@@ -60,6 +68,13 @@ def _add_predicate(s: Stmt, cond) -> Stmt:
 
 
 def fuse(sch, loops) -> object:
+    """Implementation of ``Schedule.fuse`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.fuse`` records it and restores the function if this raises).
+    Returns the ``LoopRV`` of the fused loop (extent = product of the extents).
+
+    Raises:
+        ScheduleError: fewer than 2 loops, loops that are not directly nested, or a non-serial
+            loop."""
     from .schedule import LoopRV
     if len(loops) < 2:
         raise ScheduleError(f"fuse: needs at least 2 loops, got {len(loops)}")
@@ -90,6 +105,14 @@ def fuse(sch, loops) -> object:
 
 
 def reorder(sch, loops) -> None:
+    """Implementation of ``Schedule.reorder`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.reorder`` records it and restores the function if this raises).
+    Fewer than 2 loops is a no-op.
+
+    Raises:
+        ScheduleError: a loop given twice, loops not on one perfectly nested chain, a non-serial
+            loop, or (with several blocks below) a reduction loop or a buffer shared across
+            iterations."""
     if len(loops) < 2:
         return
     found = [sch.find_loop(lp, "reorder") for lp in loops]
@@ -142,6 +165,14 @@ def reorder(sch, loops) -> None:
 
 
 def annotate_kind(sch, loop, kind: str) -> None:
+    """Implementation of ``Schedule.parallel``/``vectorize``/``unroll``: mark ``loop`` as
+    ``kind`` (``"parallel"``, ``"vectorized"`` or ``"unrolled"``) on ``sch``.
+
+    Raises:
+        ScheduleError: the loop is not serial; for parallel/vectorized, it drives a reduction
+            iterator or blocks in it share a buffer allocated outside; parallel nested in or
+            around another parallel (or vectorized) loop; vectorized around a parallel or
+            vectorized loop."""
     prim = {"parallel": "parallel", "vectorized": "vectorize", "unrolled": "unroll"}[kind]
     f, path = sch.find_loop(loop, prim)
     where = f"{prim} of loop {f.var.name}"

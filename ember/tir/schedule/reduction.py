@@ -16,6 +16,13 @@ def _conjuncts(e):
 
 
 def decompose_reduction(sch, block: str, loop) -> str:
+    """Implementation of ``Schedule.decompose_reduction`` on ``sch`` (rewrites ``sch.body`` in
+    place; ``Schedule.decompose_reduction`` records it and restores the function if this raises).
+    Returns the name of the new init block (``<block>_init``).
+
+    Raises:
+        ScheduleError: the block has no init, ``loop`` does not enclose it, a loop above ``loop``
+            runs a reduction iterator, or a loop drives both spatial and reduction iterators."""
     prim = "decompose_reduction"
     blk, bpath = sch.find_block(block, prim)
     f, _ = sch.find_loop(loop, prim)

@@ -55,6 +55,7 @@ class Schedule:
 
     @body.setter
     def body(self, s: Stmt) -> None:
+        """Replace the scheduled function's body with ``s``."""
         self.func.body = s
 
     def block_names(self) -> list[str]:

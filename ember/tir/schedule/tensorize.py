@@ -97,6 +97,16 @@ def _vars(e):
 
 
 def tensorize(sch, loop, intrin: str) -> None:
+    """Implementation of ``Schedule.tensorize`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.tensorize`` records it and restores the function if this raises).
+    ``intrin`` is ``<family>.<isa>.<dtype>``; ``dwconv`` goes to ``tensorize_dwconv``, otherwise
+    the nest must be a GEMM-like update ``C[..] += A[..] * B[..]`` replaced by a micro-kernel
+    ``KernelCall``.
+
+    Raises:
+        ScheduleError: unknown intrinsic, an imperfect nest, a predicate, a non-serial loop, dtype
+            mismatch, strides or loop roles that do not fit the kernel, too many accumulators, or
+            an init inside a partial reduction."""
     family, isa, dtype = parse_intrin(intrin)
     if family == "dwconv":
         from .tensorize_dwconv import tensorize_dwconv

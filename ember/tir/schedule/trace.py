@@ -28,37 +28,55 @@ class LoopRef:
 
 @dataclass(frozen=True)
 class Split:
+    """Record of ``Schedule.split``: ``loop`` split into nested loops of extents ``factors``
+    (outermost first; ``None`` = inferred)."""
+
     loop: LoopRef
     factors: tuple
 
 
 @dataclass(frozen=True)
 class Fuse:
+    """Record of ``Schedule.fuse``: the directly nested ``loops`` (``LoopRef``s, outermost first)
+    fused into one."""
+
     loops: tuple
 
 
 @dataclass(frozen=True)
 class Reorder:
+    """Record of ``Schedule.reorder``: ``loops`` (``LoopRef``s) put in this order, outermost
+    first."""
+
     loops: tuple
 
 
 @dataclass(frozen=True)
 class Parallel:
+    """Record of ``Schedule.parallel``: ``loop`` runs its iterations on parallel threads."""
+
     loop: LoopRef
 
 
 @dataclass(frozen=True)
 class Vectorize:
+    """Record of ``Schedule.vectorize``: ``loop`` runs its iterations as SIMD lanes."""
+
     loop: LoopRef
 
 
 @dataclass(frozen=True)
 class Unroll:
+    """Record of ``Schedule.unroll``: ``loop`` is fully unrolled."""
+
     loop: LoopRef
 
 
 @dataclass(frozen=True)
 class CacheRead:
+    """Record of ``Schedule.cache_read``: the ``buffer_index``-th read buffer of ``block`` copied
+    into a ``scope`` buffer."""
+
     block: str
     buffer_index: int
     scope: str
@@ -66,6 +84,9 @@ class CacheRead:
 
 @dataclass(frozen=True)
 class CacheWrite:
+    """Record of ``Schedule.cache_write``: ``block`` writes its ``buffer_index``-th output through
+    a ``scope`` buffer."""
+
     block: str
     buffer_index: int
     scope: str
@@ -73,34 +94,51 @@ class CacheWrite:
 
 @dataclass(frozen=True)
 class ComputeAt:
+    """Record of ``Schedule.compute_at``: producer ``block`` moved under consumer loop ``loop``."""
+
     block: str
     loop: LoopRef
 
 
 @dataclass(frozen=True)
 class ReverseComputeAt:
+    """Record of ``Schedule.reverse_compute_at``: consumer ``block`` moved under producer loop
+    ``loop``."""
+
     block: str
     loop: LoopRef
 
 
 @dataclass(frozen=True)
 class ComputeInline:
+    """Record of ``Schedule.compute_inline``: elementwise producer ``block`` substituted into its
+    consumers."""
+
     block: str
 
 
 @dataclass(frozen=True)
 class ReverseComputeInline:
+    """Record of ``Schedule.reverse_compute_inline``: elementwise consumer ``block`` folded into
+    its producer."""
+
     block: str
 
 
 @dataclass(frozen=True)
 class DecomposeReduction:
+    """Record of ``Schedule.decompose_reduction``: ``block``'s init moved into its own block before
+    ``loop``."""
+
     block: str
     loop: LoopRef
 
 
 @dataclass(frozen=True)
 class StorageAlign:
+    """Record of ``Schedule.storage_align``: ``axis`` of ``block``'s ``buffer_index``-th written
+    buffer padded so that ``stride % factor == offset`` (strides in elements)."""
+
     block: str
     buffer_index: int
     axis: int
@@ -110,6 +148,9 @@ class StorageAlign:
 
 @dataclass(frozen=True)
 class TransformLayout:
+    """Record of ``Schedule.transform_layout``: ``block``'s buffer ``("read"|"write", index)``
+    stored in the layout ``index_map`` (the ``IndexMap.to_json()`` text)."""
+
     block: str
     buffer: tuple  # ("read" | "write", index)
     index_map: str  # IndexMap.to_json()
@@ -117,6 +158,9 @@ class TransformLayout:
 
 @dataclass(frozen=True)
 class Tensorize:
+    """Record of ``Schedule.tensorize``: the loop nest at ``loop`` replaced by a call of the tensor
+    intrinsic registered as ``intrin``."""
+
     loop: LoopRef
     intrin: str
 
@@ -181,6 +225,7 @@ class Trace:
         self.actions: list = list(actions or [])
 
     def append(self, action) -> None:
+        """Add ``action`` (one of the records in ``ACTIONS``) at the end; no check is made."""
         self.actions.append(action)
 
     def __len__(self):

@@ -103,6 +103,13 @@ def _pass_context(args):
 
 
 def cmd_compile(args) -> int:
+    """``ember compile MODEL``: compile an ONNX model (``--target``, ``--shape``, ``--opt-level``,
+    ``--records``) with the static executor and save the ``.ember`` artifact (``-o``, default
+    ``MODEL.ember``); prints compile time (s), kernel counts and arena size (MiB). Returns 0.
+
+    Raises:
+        InputError: ``-o`` names the input model itself, or a bad ``--shape``/``--disable-pass``.
+        EmberError: any compile error (subclasses: ModelLoadError, UnsupportedOpError, ...)."""
     import ember
     from .tune.cli import records_context
     ctx, timing = _pass_context(args)
@@ -127,6 +134,15 @@ def cmd_compile(args) -> int:
 
 
 def cmd_run(args) -> int:
+    """``ember run MODEL``: run an ONNX model or ``.ember`` artifact on ``--input NAME=file.npy``
+    (seeded random when omitted), print each output's shape, dtype, checksum and sum|x|, and the
+    median/min latency (ms) over ``--repeat`` runs; ``--save-outputs DIR`` writes ``output_K.npy``.
+    Returns 0.
+
+    Raises:
+        InputError: a bad ``--input``/``--shape``, or ``--save-outputs`` names an existing
+            non-folder.
+        EmberError: any load, compile or run error."""
     model = _load_any(args.model, args.target, _parse_shapes(args.shape))
     inputs = _parse_inputs(args.input, model)
     outs = model.run(inputs)
@@ -146,6 +162,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """``ember demo``: compile ResNet-50 (onnx's light model, seeded random weights, batch 1), run
+    it, check it against onnxruntime (or ember's NumPy reference executor when onnxruntime is
+    missing) with rtol 1e-4, atol 1e-5, and print compile time (s), median latency (ms) and top-5
+    classes. Returns 0 when the outputs match, else 1.
+
+    Raises:
+        EmberError: any compile or run error."""
     import ember
     from .zoo import default_model_input, randomized_light_model
     print("ember demo: ResNet-50 (onnx package's light model, seeded random weights), batch 1")
@@ -180,6 +203,12 @@ def cmd_demo(args) -> int:
 
 
 def cmd_graph(args) -> int:
+    """``ember graph MODEL``: import a model, run the graph passes (unless ``--before``) and print
+    the graph as text or DOT, or render it to ``-o FILE`` (txt, dot or svg). Returns 0.
+
+    Raises:
+        InputError: ``--format svg`` without ``-o``, or a bad ``--shape``/``--disable-pass``.
+        EmberError: any import or pass error."""
     from .frontend import from_onnx
     from .graph.passes import PassContext
     from .graph.passes.pipeline import optimize
@@ -199,6 +228,13 @@ def cmd_graph(args) -> int:
 
 
 def cmd_profile(args) -> int:
+    """``ember profile MODEL``: run the model under ``ember.runtime.profiler.profile`` and print
+    per-kernel time (ms), GFLOP/s and share (``--top N`` heaviest); ``--trace FILE.json`` writes a
+    Chrome trace. Returns 0.
+
+    Raises:
+        InputError: a bad ``--input`` or ``--shape``.
+        EmberError: any load, compile or run error."""
     from .runtime.profiler import profile
     model = _load_any(args.model, args.target, _parse_shapes(args.shape), executor="static")
     inputs = _parse_inputs(args.input, model)
@@ -211,6 +247,14 @@ def cmd_profile(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    """``ember bench MODEL``: median latency (ms) of ember vs onnxruntime and the other installed
+    runtimes on seeded random inputs, with the ratio to the best peer and whether the outputs
+    match; ``--ablation`` prints ember's naive -> fusion -> layout -> micro-kernel steps instead.
+    Returns 0.
+
+    Raises:
+        InputError: a bad ``--shape``.
+        EmberError: any load or compile error."""
     from .benchmark import ablation, format_ablation
     from .frontend.onnx import load_model
     onnx_model = load_model(args.model)
@@ -232,6 +276,11 @@ def cmd_bench(args) -> int:
 
 
 def cmd_conformance(args) -> int:
+    """``ember conformance [ARGS]``: run ``bench/conformance.py`` (ONNX's backend test suite
+    through ember) with ``ARGS``; returns its exit status.
+
+    Raises:
+        InputError: ``bench/conformance.py`` is missing (not a source checkout)."""
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
                         "conformance.py")
@@ -244,6 +293,8 @@ def cmd_conformance(args) -> int:
 
 
 def cmd_ops(args) -> int:
+    """``ember ops``: print every supported ONNX operator with its opset ranges and whether it is
+    compiled to native kernels or run on the host. Returns 0."""
     from .frontend.converters import onnx_first_opsets, supported_onnx_ops
     from .frontend.hostops import host_ops
     rows = []
@@ -291,6 +342,8 @@ def _pass_args(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``argparse`` parser of the ``ember`` command: subcommands compile, graph, run, demo,
+    profile, bench, tune, conformance and ops, each with ``fn`` set to its handler."""
     p = argparse.ArgumentParser(prog="ember", description="ember deep-learning compiler")
     sub = p.add_subparsers(dest="cmd", required=True)
 

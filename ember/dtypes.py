@@ -50,10 +50,13 @@ def itemsize(name: str) -> int:
 
 
 def is_ext_float(name: str) -> bool:
+    """True for the ml_dtypes narrow floats (``EXT_FLOAT``: bfloat16, float8 and float4
+    variants)."""
     return name in EXT_FLOAT
 
 
 def is_ext_int(name: str) -> bool:
+    """True for the sub-byte integers (``EXT_INT``: int4, uint4, int2, uint2)."""
     return name in EXT_INT
 
 

@@ -186,6 +186,7 @@ class IRModule:
 
     @classmethod
     def from_function(cls, func: Function) -> "IRModule":
+        """A module holding only ``func``, under ``func.name``."""
         return cls({func.name: func})
 
     def __getitem__(self, name: str) -> Function:

@@ -58,6 +58,9 @@ class Pattern:
         raise NotImplementedError
 
     def match(self, v, m: "Match") -> bool:
+        """True when this pattern matches value ``v``, recording sub-pattern matches in ``m``. A
+        pattern already matched in ``m`` matches only the same value again; on failure ``m`` is
+        restored to its state before the call."""
         prev = m.node_map.get(self)
         if prev is not None:
             return prev is v
@@ -306,12 +309,16 @@ class Match:
         self.root = None
 
     def producer(self, v):
+        """The binding that produces ``v`` in the matched function, or ``None`` (a parameter, a
+        constant, or not a ``Var``)."""
         return self._prod.get(id(v)) if isinstance(v, Var) else None
 
     def save(self):
+        """A snapshot of ``node_map`` and the matched bindings, for ``restore``."""
         return dict(self.node_map), len(self.bindings)
 
     def restore(self, saved):
+        """Return to the state of a ``save()`` snapshot (for backtracking)."""
         self.node_map, n = dict(saved[0]), saved[1]
         del self.bindings[n:]
 
@@ -343,6 +350,8 @@ class PatternCallback:
     pattern: Pattern
 
     def callback(self, match: Match):  # pragma: no cover
+        """Rewrite one match: return the replacement value of ``match.root`` (built with
+        ``match.emit``), or ``None`` to leave it unchanged."""
         raise NotImplementedError
 
 

@@ -75,6 +75,11 @@ class OpDef:
         return out
 
     def check_arity(self, n: int, where: str = ""):
+        """Check that ``n`` inputs fit ``num_inputs`` (``(lo, hi)``, ``hi`` ``None`` = unbounded);
+        ``where`` prefixes the message.
+
+        Raises:
+            ShapeMismatchError: too few or too many inputs."""
         lo, hi = self.num_inputs
         if n < lo or (hi is not None and n > hi):
             raise ShapeMismatchError(f"{where}operator {self.name} takes {lo}"

@@ -31,6 +31,8 @@ def _channel_vector(c: Constant, out_ndim: int, channels: int, axis: int):
 
 
 def canonicalize_function(func: Function) -> Function:
+    """``func`` with the rewrites of the module docstring applied (the body of ``CanonicalizeOps``
+    for one function); the input is not changed."""
     use = users(func)
 
     def single_use(v):

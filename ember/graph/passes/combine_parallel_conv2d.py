@@ -49,6 +49,8 @@ def _combine(rw, bs, args_list, follower=None):
 
 
 def combine_function(func: Function, min_branches: int = 3) -> Function:
+    """``func`` with every group of at least ``min_branches`` combinable sibling convolutions (see
+    the module docstring) merged into one convolution plus per-branch channel slices."""
     return combine_siblings(func, _key, _combine, min_branches, with_followers=True)
 
 

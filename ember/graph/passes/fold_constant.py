@@ -23,6 +23,9 @@ MAX_ELEMS = register_config("FoldConstant.max_elems", int,
 
 
 def fold_function(func, max_elems: int = 1 << 24):
+    """``func`` with every binding whose arguments are all constants replaced by its value (the
+    op's NumPy reference). Skipped: function calls, widening casts of float16/bfloat16, bfloat16 or
+    non-static results, and results over ``max_elems`` elements."""
     def visit(b, args, rw):
         if b.call.is_function_call or not args or not all(isinstance(a, Constant) for a in args):
             return None

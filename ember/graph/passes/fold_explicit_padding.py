@@ -29,6 +29,8 @@ def _spatial_pads(pad_attrs, ndim):
 
 
 def fold_function(func: Function) -> Function:
+    """``func`` with each foldable ``nn.pad`` merged into the ``pads`` of the convolution or
+    pooling reading it (rules in the module docstring)."""
     prod = producers(func)
     use = users(func)
 

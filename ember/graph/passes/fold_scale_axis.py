@@ -96,6 +96,8 @@ def _forward(b, args, rw, use):
 
 
 def fold_function(func: Function) -> Function:
+    """``func`` with per-channel constant scales folded backward (``conv/gemm * s``) and forward
+    (``conv/gemm(x * s)``) into the weights (rules in the module docstring)."""
     use = users(func)
 
     def visit(b, args, rw):

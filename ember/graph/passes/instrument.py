@@ -17,18 +17,23 @@ class PassInstrument:
     """Base class with no-op hooks (subclass and override what you need)."""
 
     def enter_pass_ctx(self):
+        """Called when the ``PassContext`` holding this instrument is entered."""
         pass
 
     def exit_pass_ctx(self):
+        """Called when the ``PassContext`` holding this instrument is exited."""
         pass
 
     def should_run(self, mod, info) -> bool:
+        """Return False to skip the pass ``info`` on ``mod`` (the default runs every pass)."""
         return True
 
     def run_before_pass(self, mod, info):
+        """Called before pass ``info`` runs on ``mod``."""
         pass
 
     def run_after_pass(self, mod, info):
+        """Called after pass ``info`` ran; ``mod`` is its result."""
         pass
 
 
@@ -44,9 +49,11 @@ class PassTimingInstrument(PassInstrument):
         self._start: list[float] = []
 
     def run_before_pass(self, mod, info):
+        """Start the clock for pass ``info``."""
         self._start.append(time.perf_counter())
 
     def run_after_pass(self, mod, info):
+        """Append ``(info.name, seconds)`` to ``timings``."""
         self.timings.append((info.name, time.perf_counter() - self._start.pop()))
 
     def totals(self) -> dict[str, float]:
@@ -95,9 +102,11 @@ class DumpIR(PassInstrument):
         self.files.append(path)
 
     def run_before_pass(self, mod, info):
+        """Write ``NNN_<pass>.before.txt`` with the text of ``mod``."""
         self._write(mod, info, "before")
 
     def run_after_pass(self, mod, info):
+        """Write ``NNN_<pass>.after.txt`` with the text of ``mod`` and count the run."""
         self._write(mod, info, "after")
         self.count += 1
 
@@ -111,6 +120,8 @@ class PrintIR(PassInstrument):
         self.stream = stream
 
     def run_after_pass(self, mod, info):
+        """Print ``# after <pass>`` and the text of ``mod`` to ``stream`` (unless ``only`` excludes
+        the pass)."""
         if self.only and info.name not in self.only:
             return
         from ..text import print_module

@@ -63,6 +63,8 @@ class Pass:
         return self.info.required
 
     def transform(self, mod: IRModule, ctx: "PassContext") -> IRModule:  # pragma: no cover
+        """Run the pass itself on ``mod`` under ``ctx`` and return the new ``IRModule``; subclasses
+        implement it (``ctx.run_pass`` calls it through the instruments)."""
         raise NotImplementedError
 
     def __call__(self, mod: IRModule) -> IRModule:
@@ -86,6 +88,10 @@ class ModulePass(Pass):
         self.__doc__ = doc or fn.__doc__
 
     def transform(self, mod, ctx):
+        """``fn(mod, ctx)``.
+
+        Raises:
+            PassError: ``fn`` returned something other than an ``IRModule``."""
         out = self.fn(mod, ctx)
         if not isinstance(out, IRModule):
             raise PassError(f"pass {self.name} returned {type(out).__name__}, not an IRModule")
@@ -163,6 +169,8 @@ class Sequential(Pass):
         self.info = PassInfo(name, opt_level, ())
 
     def transform(self, mod, ctx):
+        """Run each member pass that ``ctx`` enables (after its enabled required passes) through
+        ``ctx.run_pass``; returns the final module."""
         for p in self.passes:
             if not ctx.pass_enabled(p.info):
                 continue

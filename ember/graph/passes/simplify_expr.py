@@ -41,6 +41,8 @@ def _neutral_operand(b, args):
 
 
 def simplify_function(func: Function) -> Function:
+    """``func`` with the algebraic simplifications of the module docstring applied (no-op reshapes,
+    transposes, casts, pads, slices, broadcasts, neutral arithmetic removed; chains collapsed)."""
     def producer_of(v, rw):
         return rw.producer(v)
 

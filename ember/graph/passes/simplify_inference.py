@@ -70,6 +70,9 @@ def _hint(c: Constant):
 
 
 def simplify_function(func: Function) -> Function:
+    """``func`` with ``copy`` dropped and each batch norm with constant statistics folded into its
+    single-use conv/gemm/matmul producer, or else turned into ``x * s + t`` (``s = scale / sqrt(var
+    + eps)``, computed in float64, cast to x's dtype)."""
     use = users(func)
 
     def visit(b, args, rw):

@@ -180,6 +180,12 @@ class CFunctionPrinter:
 
     # expressions ----------------------------------------------------------------------------
     def expr(self, e: Expr) -> str:
+        """The C text of expression ``e`` (narrow-dtype loads, casts and stores go through the
+        ``ember.dtypes`` support helpers, added to ``deps``).
+
+        Raises:
+            LoweringError: an expression, binary op or math intrinsic with no C form, or a load
+                from an unlowered buffer or with the wrong rank."""
         if isinstance(e, Const):
             return c_literal(e.value, e.dtype)
         if isinstance(e, Var):
@@ -212,6 +218,12 @@ class CFunctionPrinter:
         raise LoweringError(f"cannot print expression {type(e).__name__} as C")
 
     def binop(self, e: BinOp) -> str:
+        """The C text of binary op ``e``: C operators where they agree with the IR's semantics,
+        else ``ember_<op>_<dtype>`` helpers (integer division, floor division/modulo, min/max,
+        pow).
+
+        Raises:
+            LoweringError: an op with no C form."""
         a, b = self.expr(e.a), self.expr(e.b)
         op = e.op
         dt = _compute_dtype(e.a.dtype)
@@ -254,10 +266,14 @@ class CFunctionPrinter:
             self.deps[key] = support_source(dtype)
 
     def narrow_load(self, dtype: str, bits: str) -> str:
+        """C decoding the stored ``bits`` of narrow ``dtype`` (an ``EXT_DTYPES`` name) into its
+        compute type (float for narrow floats, an 8-bit int for sub-byte ints)."""
         self._support(dtype)
         return f"ember_{'dec' if dtype in EXT_FLOAT else 'ld'}_{dtype}({bits})"
 
     def narrow_store(self, dtype: str, value: str) -> str:
+        """C encoding compute value ``value`` into the stored bits of narrow ``dtype`` (round to
+        nearest even; float8_e8m0fnu rounds to nearest)."""
         self._support(dtype)
         if dtype == "float8_e8m0fnu":  # nearest: exact for every decoded value (2^-127 too)
             return f"ember_enc_{dtype}({value}, 1, 2)"
@@ -267,6 +283,10 @@ class CFunctionPrinter:
 
     def narrow_cast(self, dtype: str, value: str, src_dtype: str, sat: int = 1,
                     mode: int = 0) -> str:
+        """C rounding ``value`` (of ``src_dtype``) to narrow ``dtype``, in its compute type (ONNX
+        Cast semantics): narrow floats with saturation ``sat`` (0/1) and, for float8_e8m0fnu,
+        rounding ``mode`` (0 up, 1 down, 2 nearest); floats to sub-byte ints truncate toward zero
+        and wrap, ints wrap."""
         self._support(dtype)
         if dtype in EXT_FLOAT:
             return f"ember_cvt_{dtype}((float)({value}), {sat}, {mode})"
@@ -275,6 +295,12 @@ class CFunctionPrinter:
         return f"ember_wrap_{dtype}((int64_t)({value}))"
 
     def call(self, e: Call) -> str:
+        """The C text of intrinsic call ``e`` (``cvt``, ``round_dtype``, ``reinterpret``,
+        isnan/isinf, abs/sign/sigmoid helpers, or a libm function with an ``f`` suffix for
+        float32).
+
+        Raises:
+            LoweringError: a math intrinsic with no C form."""
         if e.name == "cvt":  # cvt(x, saturate, round mode) to a narrow type
             sat, mode = e.args[1].value, e.args[2].value
             return self.narrow_cast(e.dtype, self.expr(e.args[0]), e.args[0].dtype, int(sat),
@@ -312,6 +338,12 @@ class CFunctionPrinter:
         return f"{name}{suffix}({', '.join(args)})"
 
     def access(self, buf: Buffer, indices) -> str:
+        """The C lvalue of element ``indices`` of ``buf`` (flat index, simplified with the
+        enclosing loop bounds; a scalar local is its bare name).
+
+        Raises:
+            LoweringError: ``buf`` is not a lowered ``Buffer`` or ``indices`` does not match its
+                rank."""
         if not isinstance(buf, Buffer):
             raise LoweringError(f"load from {buf!r} that was not lowered to a buffer")
         name = self.buf_name(buf)
@@ -323,6 +355,8 @@ class CFunctionPrinter:
         return f"{name}[{self.expr(flat_index(buf, indices, self.bounds))}]"
 
     def buf_name(self, buf: Buffer) -> str:
+        """The C name of ``buf`` (``p<k>`` for parameters, ``acc<n>`` for locals, ``ws<n>`` for
+        workspace), recorded as used by the enclosing parallel bodies."""
         self.keep.append(buf)
         prefix = "acc" if buf.scope == "local" else "ws"
         name = self.namer.get(buf, prefix)
@@ -379,6 +413,14 @@ class CFunctionPrinter:
 
     # statements -----------------------------------------------------------------------------
     def stmt(self, s: Stmt, ind: int):
+        """Append the C lines of statement ``s`` at indentation level ``ind`` (2 spaces each) to
+        ``lines``: parallel loops are outlined (``parallel_for``), vectorized loops and scalar
+        reductions go through ``ember.codegen.vector`` when they fit, global allocations use
+        ``ember_alloc`` (bytes) and return -1 when it fails.
+
+        Raises:
+            LoweringError: a statement or expression with no C form, or a parallel loop capturing
+                an array."""
         pad = "  " * ind
         if isinstance(s, For):
             if s.kind == "parallel" and not self.in_outlined:
@@ -455,6 +497,12 @@ class CFunctionPrinter:
             raise LoweringError(f"cannot print statement {type(s).__name__} as C")
 
     def function(self, name: str) -> str:
+        """The C definition ``int32_t name(p0, ..., pN)`` of the function (inputs ``const``, every
+        pointer ``restrict``), preceded by its outlined parallel-loop functions; it returns 0, or a
+        negative status (``STATUS_INDEX_OUT_OF_RANGE``, -1 on a failed allocation).
+
+        Raises:
+            LoweringError: part of the body has no C form."""
         f = self.func
         n_in = f.attrs.get("num_inputs", len(f.params) - 1)
         params = []

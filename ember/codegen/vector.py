@@ -147,6 +147,12 @@ class VectorLoop:
         return any(n is self.v for n in collect(e, lambda n: isinstance(n, Var)))
 
     def vexpr(self, e: Expr) -> str:
+        """The C text of float32 (or bool mask) expression ``e`` as an ``ember_f32xL`` vector over
+        the loop's ``L`` lanes: loop-invariant values broadcast, unit-stride loads as unaligned
+        vector loads.
+
+        Raises:
+            _Unsupported: (internal, caught by ``emit``) ``e`` has no lane-wise form."""
         L = self.L
         if not self._uses_v(e):
             if e.dtype != "float32":
@@ -195,6 +201,8 @@ class VectorLoop:
         raise _Unsupported
 
     def vmask(self, e: Expr) -> str:
+        """The C text of bool expression ``e`` as an ``ember_i32xL`` lane mask (a loop-invariant
+        condition broadcast to all-ones or zero)."""
         if e.dtype != "bool":
             raise _Unsupported
         if not self._uses_v(e):
@@ -202,6 +210,9 @@ class VectorLoop:
         return self.vexpr(e)
 
     def emit(self, pad: str) -> bool:
+        """Print the loop in steps of ``L`` lanes plus a scalar remainder, indented by ``pad``;
+        returns False, printing nothing, when the extent is below ``L`` or the body is not a
+        sequence of unit-stride float32 stores of vectorizable values."""
         L, n = self.L, self.loop.extent
         if n < L:
             return False
@@ -239,6 +250,9 @@ class VectorReduction(VectorLoop):
             "min": ("min", "__builtin_inff()")}
 
     def emit(self, pad: str) -> bool:
+        """Print the reduction with a vector accumulator combined across lanes after the loop, plus
+        a scalar remainder; returns False, printing nothing, when the loop is not such a reduction
+        or the extent is below ``2 * L``."""
         L, n = self.L, self.loop.extent
         st = self.loop.body
         if n < 2 * L or not isinstance(st, Store) or st.indices or st.buffer.shape \

@@ -40,6 +40,9 @@ def _trailing_axes(b, ndim):
 
 
 def fuse_layer_norm_function(func):
+    """``func`` with each decomposed layer normalization chain (see the module docstring) replaced
+    by one ``nn.layer_norm`` binding (ONNX LayerNormalization-17); chains whose shapes
+    ``nn.layer_norm`` refuses are kept."""
     used_by = users(func)
 
     def tail_continues(b):

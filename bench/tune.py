@@ -6,12 +6,19 @@ untuned ember, of onnxruntime and of ember built with the tuning records, all at
 threads; the tuning wall time and trials; the five heaviest tasks untuned -> tuned (ablation);
 and the agreement of the tuned model with onnxruntime. Then, per task with enough successful
 measurements in the records, an xgboost cost model trained on the first 70 % of its measured
-programs (in measurement order) ranks the other 30 %: pairwise accuracy and top-5 recall.
+programs (in measurement order) ranks the other 30 %: pairwise accuracy and top-3 recall.
+
+The tuned space (``--template rule``, the default) is the default schedule rules' own
+decisions (``ember.tir.schedule.rules.rule_knobs``: the GEMM rule's register tile, loop order,
+K-blocking and parallel fusion), so configuration 0 is the untuned program and is measured
+first; each task's best configurations are re-measured against it (``--confirm``) and applied
+only when ``--margin`` faster.
 
 Usage::
 
     python bench/tune.py [--models resnet18,resnet50] [--tuner xgb] [--trials 600]
                          [--time-budget 600] [--threads 2] [--records-dir bench/records]
+                         [--out bench/results/tune_rule_xgb.txt]
 
 Tuning resumes from the records files, so a second run only re-measures the latencies. On a
 machine shared with other work, timings are noisy: the script says so in its output.
@@ -20,6 +27,7 @@ machine shared with other work, timings are noisy: the script says so in its out
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -48,28 +56,36 @@ def _model(name: str):
 
 
 def _features_of(rec, info):
+    """The features the tuner's cost model sees: knob features of a template configuration
+    (what ``XGBTuner`` uses by default), loop features of a template-free program."""
     from ember.tune.features import loop_features
     from ember.tune.search import SearchTask, Trace
     from ember.tune.space import ConfigEntity
+    from ember.tune.tuner.xgb import knob_features
     if rec.kind == "trace":
-        func = SearchTask(info.func).instantiate(Trace.from_json(rec.config))
-    else:
-        func = info.task.instantiate(ConfigEntity.from_json(rec.config, info.task.config_space))
-    return loop_features(func)
+        return loop_features(SearchTask(info.func).instantiate(Trace.from_json(rec.config)))
+    return np.asarray(knob_features(ConfigEntity.from_json(rec.config, info.task.config_space)),
+                      np.float32)
 
 
-def ranking_quality(records: str, tasks, min_records: int = 24) -> dict:
-    """Mean pairwise accuracy / top-5 recall of a cost model trained per task on the first 70 %
-    of its successful records and tested on the rest."""
+def ranking_quality(records: str, tasks, min_records: int = 12) -> dict:
+    """Mean pairwise accuracy / top-3 recall of a cost model trained per task on the first 70 %
+    of its distinct measured programs (in measurement order; a re-measured program keeps its
+    fastest measurement) and tested on the rest."""
     from ember.tune import load_records
     from ember.tune.cost_model import XGBoostCostModel, pairwise_accuracy, top_k_recall
-    by_key = {}
+    by_key: dict = {}
     for r in load_records(records):
         if r.ok and r.kind != "default":
-            by_key.setdefault(r.task_args[0], []).append(r)
+            progs = by_key.setdefault(r.task_key, {})
+            ident = json.dumps(r.config, sort_keys=True)
+            if ident not in progs or r.cost < progs[ident].cost:
+                progs[ident] = r
     accs, recalls, n_test = [], [], 0
     for info in tasks:
-        recs = by_key.get(info.key, [])
+        if info.task is None:
+            continue
+        recs = list(by_key.get(info.task.key, {}).values())
         if len(recs) < min_records:
             continue
         X = np.stack([_features_of(r, info) for r in recs])
@@ -78,12 +94,37 @@ def ranking_quality(records: str, tasks, min_records: int = 24) -> dict:
         m = XGBoostCostModel()
         m.fit(X[:cut], y[:cut])
         pred = m.predict(X[cut:])
-        accs.append(pairwise_accuracy(pred, y[cut:]))
-        recalls.append(top_k_recall(pred, y[cut:], 5))
+        acc = pairwise_accuracy(pred, y[cut:])
+        if acc == acc:
+            accs.append(acc)
+        recalls.append(top_k_recall(pred, y[cut:], 3))
         n_test += len(recs) - cut
     return {"tasks": len(accs), "held_out": n_test,
             "pairwise_accuracy": float(np.mean(accs)) if accs else float("nan"),
-            "top5_recall": float(np.mean(recalls)) if recalls else float("nan")}
+            "top3_recall": float(np.mean(recalls)) if recalls else float("nan")}
+
+
+def task_outcomes(records: str, summary, margin: float) -> list[dict]:
+    """Per task of ``summary``: the default schedule's and the best tuned program's fastest
+    measurement (ms, per run) and whether ``apply_history_best`` applies the tuned one."""
+    from ember.tune import load_records
+    recs = list(load_records(records))
+    out = []
+    for t in summary.tasks:
+        mine = [r for r in recs if r.ok and r.task_args and r.task_args[0] == t.name]
+        dflt = [r.cost for r in mine if r.kind == "default" or (
+            r.task_name == "rule" and r.kind == "config" and r.config["index"] == 0)]
+        tuned = [r for r in mine if not (r.kind == "default" or (
+            r.task_name == "rule" and r.kind == "config" and r.config["index"] == 0))]
+        d = min(dflt) if dflt else float("nan")
+        best = min(tuned, key=lambda r: r.cost) if tuned else None
+        b = best.cost if best else float("inf")
+        applied = best is not None and b < d * (1 - margin)
+        cfg = best.config.get("entity") if best is not None and best.kind == "config" else None
+        out.append({"op": t.op, "count": t.count, "trials": t.trials, "default_ms": d * 1e3,
+                    "best_ms": b * 1e3, "applied": applied,
+                    "config": {n: v for n, _, v in cfg} if cfg else None})
+    return out
 
 
 def bench_model(name: str, args) -> dict:
@@ -108,30 +149,33 @@ def bench_model(name: str, args) -> dict:
     os.makedirs(args.records_dir, exist_ok=True)
     t0 = time.perf_counter()
     summary = tune.tune_model(onnx_model, target=target, trials=args.trials, tuner=args.tuner,
-                              records=records, time_budget=args.time_budget, repeat=2, number=1,
-                              timeout=5, min_trials=args.min_trials, progress=not args.quiet,
-                              log=print)
+                              records=records, time_budget=args.time_budget, repeat=1,
+                              number=args.number, per_call=True, confirm=args.confirm,
+                              confirm_rounds=2, timeout=5, min_trials=args.min_trials,
+                              progress=not args.quiet, log=print, template=args.template)
     tune_s = time.perf_counter() - t0
-    with tune.apply_history_best(records) as ctx:
+    with tune.apply_history_best(records, margin=args.margin) as ctx:
         tuned = ember.compile(onnx_model, target=target)
     out = tuned.run(inputs)
     err = max(float(np.max(np.abs(a - b))) for a, b in zip(out, ort_out))
 
     lat = {"ember untuned": [], "ember tuned": [], "onnxruntime": []}
-    for _ in range(3):  # interleaved, so background load hits all three alike
+    for _ in range(args.rounds):  # interleaved, so background load hits all three alike
         lat["ember untuned"].append(_median_ms(lambda: untuned.run(inputs), args.repeat))
         lat["onnxruntime"].append(_median_ms(lambda: sess.run(None, inputs), args.repeat))
         lat["ember tuned"].append(_median_ms(lambda: tuned.run(inputs), args.repeat))
     lat = {k: min(v) for k, v in lat.items()}
 
     mod, params = from_onnx(onnx_model)
-    tasks = tune.extract_tasks(mod, params, target, include_all=args.tuner == "search")
-    heavy = sorted(summary.tasks, key=lambda t: -t.untuned_s * t.count)[:5]
+    tasks = tune.extract_tasks(mod, params, target, include_all=args.tuner == "search",
+                               template=args.template)
+    outcomes = task_outcomes(records, summary, args.margin)
+    heavy = sorted(outcomes, key=lambda t: -t["default_ms"] * t["count"])[:5]
     return {"model": name, "latency_ms": lat, "tune_s": tune_s, "trials": sum(
         t.trials for t in summary.tasks), "errors": sum(t.errors for t in summary.tasks),
         "tasks": len(summary.tasks), "kernels_tuned": ctx.applied, "max_abs_diff_vs_ort": err,
-        "ablation": [(t.op, t.count, t.untuned_s * 1e3, t.best_s * 1e3) for t in heavy],
-        "ranking": ranking_quality(records, tasks)}
+        "tasks_applied": sum(t["applied"] for t in outcomes), "ablation": heavy,
+        "table": summary.table(), "ranking": ranking_quality(records, tasks)}
 
 
 def main(argv=None) -> int:
@@ -142,32 +186,60 @@ def main(argv=None) -> int:
     ap.add_argument("--time-budget", type=float, default=600, help="tuning seconds per model")
     ap.add_argument("--min-trials", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=10, help="runs per latency median")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds")
+    ap.add_argument("--number", type=int, default=10,
+                    help="calls per candidate measurement (the fastest counts)")
+    ap.add_argument("--confirm", type=int, default=3,
+                    help="re-measure each task's K best configs against its default")
+    ap.add_argument("--margin", type=float, default=0.02,
+                    help="apply a tuned kernel only when this much faster than the default")
+    ap.add_argument("--template", default="rule", choices=["rule", "tile"])
+    ap.add_argument("--out", help="also write the report (and a JSON of it) to this path")
     ap.add_argument("--records-dir", default=os.path.join("bench", "records"))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     rows = [bench_model(m, args) for m in args.models.split(",")]
-    print()
-    print(f"# tuning benchmark ({args.tuner}, {args.threads} threads, batch 1); timings taken on "
-          f"a machine shared with other work (load average {os.getloadavg()[0]:.1f}): noisy")
-    print(f"{'model':10} {'untuned ms':>11} {'tuned ms':>9} {'ORT ms':>8} {'tuned/ORT':>9} "
-          f"{'speed-up':>8} {'trials':>6} {'tune s':>7} {'kernels':>7} {'|diff| vs ORT':>13}")
+    lines = report(rows, args)
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+    return 0
+
+
+def report(rows, args) -> list[str]:
+    L = [f"# python bench/tune.py --models {args.models} --tuner {args.tuner} --template "
+         f"{args.template} --trials {args.trials} --time-budget {args.time_budget:g}",
+         f"# tuning benchmark ({args.threads} threads, batch 1); timings taken on a machine "
+         f"shared with other work (load average now {os.getloadavg()[0]:.1f}): noisy", "",
+         f"{'model':10} {'untuned ms':>11} {'tuned ms':>9} {'ORT ms':>8} {'untuned/ORT':>11} "
+         f"{'tuned/ORT':>9} {'speed-up':>8} {'trials':>6} {'tune s':>7} {'applied':>7} "
+         f"{'|diff| vs ORT':>13}"]
     for r in rows:
         lat = r["latency_ms"]
-        print(f"{r['model']:10} {lat['ember untuned']:11.2f} {lat['ember tuned']:9.2f} "
-              f"{lat['onnxruntime']:8.2f} {lat['ember tuned'] / lat['onnxruntime']:9.2f} "
-              f"{lat['ember untuned'] / lat['ember tuned']:7.2f}x {r['trials']:6d} "
-              f"{r['tune_s']:7.0f} {r['kernels_tuned']:7d} {r['max_abs_diff_vs_ort']:13.2e}")
+        L.append(f"{r['model']:10} {lat['ember untuned']:11.2f} {lat['ember tuned']:9.2f} "
+                 f"{lat['onnxruntime']:8.2f} {lat['ember untuned'] / lat['onnxruntime']:11.2f} "
+                 f"{lat['ember tuned'] / lat['onnxruntime']:9.2f} "
+                 f"{lat['ember untuned'] / lat['ember tuned']:7.2f}x {r['trials']:6d} "
+                 f"{r['tune_s']:7.0f} {r['tasks_applied']:3d}/{r['tasks']:<3d} "
+                 f"{r['max_abs_diff_vs_ort']:13.2e}")
     for r in rows:
-        print(f"\n## {r['model']}: five heaviest tasks (untuned -> tuned, ms per run, x count)")
-        for op, count, u, b in r["ablation"]:
-            tuned = f"{b:.3f}" if b < float("inf") else "untuned"
-            print(f"  {op[:40]:40} x{count}  {u:9.3f} -> {tuned}")
+        L.append(f"\n## {r['model']}: five heaviest tasks, default schedule -> best tuned "
+                 f"(fastest measurement, ms per run; applied when {args.margin:.0%} faster)")
+        for t in r["ablation"]:
+            L.append(f"  {t['op'][:32]:32} x{t['count']}  trials {t['trials']:3d}  "
+                     f"{t['default_ms']:7.3f} -> {t['best_ms']:7.3f} "
+                     f"({t['default_ms'] / t['best_ms']:.2f}x) "
+                     f"{'applied' if t['applied'] else 'kept default'}  {t['config']}")
         q = r["ranking"]
-        print(f"  cost model on held-out programs: pairwise accuracy {q['pairwise_accuracy']:.3f}, "
-              f"top-5 recall {q['top5_recall']:.3f} ({q['tasks']} tasks, {q['held_out']} "
-              f"held-out programs)")
-    return 0
+        L.append(f"  cost model (xgboost, knob features) on held-out measured programs: pairwise "
+                 f"accuracy {q['pairwise_accuracy']:.3f}, top-3 recall {q['top3_recall']:.3f} "
+                 f"({q['tasks']} tasks, {q['held_out']} held-out programs)")
+        L.append("\n" + r["table"])
+    return L
 
 
 if __name__ == "__main__":

@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+
+import numpy as np
 from typing import Iterable, Sequence
 
 from ..errors import TuningError
 from ..target import Target
-from .records import Record, best_records, load_records
+from .records import Record, best_records, load_records, paired_speedups
 
 logger = logging.getLogger("ember.tune")
 _current: contextvars.ContextVar = contextvars.ContextVar("ember_tune_dispatch", default=None)
@@ -27,7 +29,8 @@ _current: contextvars.ContextVar = contextvars.ContextVar("ember_tune_dispatch",
 class ApplyHistoryBest:
     """The best record of each (workload, target) from ``records`` (a path or records)."""
 
-    def __init__(self, records: "str | os.PathLike | Iterable[Record]", margin: float = 0.01):
+    def __init__(self, records: "str | os.PathLike | Iterable[Record]", margin: float = 0.02,
+                 min_evidence: int = 2):
         if isinstance(records, (str, os.PathLike)):
             records = load_records(records)
         records = list(records)
@@ -40,6 +43,18 @@ class ApplyHistoryBest:
             if r.ok and r.result.costs and (r.kind == "default" or _is_default_config(r)):
                 k = (str(r.task_args[0]), r.target)
                 self.defaults[k] = min(self.defaults.get(k, float("inf")), r.cost)
+        # side-by-side (interleaved) evidence against the default: the configuration with the
+        # best median speed-up, when at least 1 + margin
+        self.paired: dict[tuple[str, str], tuple[Record | None, float]] = {}
+        configs = {(r.task_key, r.target, r.config.get("index")): r for r in records
+                   if r.ok and r.kind == "config" and isinstance(r.config, dict)}
+        for k, per in paired_speedups(records).items():
+            per = {i: v for i, v in per.items() if len(v) >= min_evidence}
+            if not per:
+                continue
+            idx, s = max(((i, float(np.median(v))) for i, v in per.items()),
+                         key=lambda x: x[1])
+            self.paired[k] = (configs.get((k[0], k[1], idx)) if s >= 1 + margin else None, s)
         self.applied = 0
         self._token = None
 
@@ -59,12 +74,15 @@ class ApplyHistoryBest:
         _current.reset(self._token)
 
 
-def apply_history_best(records, margin: float = 0.01) -> ApplyHistoryBest:
+def apply_history_best(records, margin: float = 0.02, min_evidence: int = 2) -> ApplyHistoryBest:
     """Context manager applying the best records of ``records`` (path or ``Record``s) to the
     builds inside it. A tuned program replaces the default schedule only when it measured at
-    least ``margin`` (a fraction) faster than the default's best measurement, when the
-    records hold one. Raises ``TuningError`` on a malformed records file."""
-    return ApplyHistoryBest(records, margin)
+    least ``margin`` (a fraction) faster than the default: when the records hold interleaved
+    side-by-side measurements of a ``rule`` task with its configuration 0 (``tune_model``'s
+    confirmation), the configuration with the best median side-by-side speed-up over at least
+    ``min_evidence`` repeats, if at least ``1 + margin``; otherwise the fastest record against the default's fastest measurement.
+    Raises ``TuningError`` on a malformed records file."""
+    return ApplyHistoryBest(records, margin, min_evidence)
 
 
 def current() -> ApplyHistoryBest | None:
@@ -85,9 +103,14 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
     tgt = str(Target(target))
     for func in kernels:
         key = register_workload(func)
-        recs = [r for r in (ctx.query(task_key("tile", [key]), target),
-                            ctx.query(task_key("search", [key]), target),
-                            ctx.query(task_key("rule", [key, tgt]), target)) if r is not None]
+        rule_key = task_key("rule", [key, tgt])
+        if (rule_key, tgt) in ctx.paired:  # measured side by side with the default: decisive
+            rec = ctx.paired[(rule_key, tgt)][0]
+            recs = [rec] if rec is not None else []
+        else:
+            recs = [r for r in (ctx.query(task_key("tile", [key]), target),
+                                ctx.query(task_key("search", [key]), target),
+                                ctx.query(rule_key, target)) if r is not None]
         if not recs:
             out.append(func)
             continue
@@ -96,7 +119,8 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
             out.append(func)  # the untuned kernel measured fastest
             continue
         default_cost = ctx.default_cost(key, target)
-        if default_cost is not None and rec.cost > default_cost * (1.0 - ctx.margin):
+        if (rule_key, tgt) not in ctx.paired and default_cost is not None \
+                and rec.cost > default_cost * (1.0 - ctx.margin):
             out.append(func)  # not measurably faster than the default schedule
             continue
         if rec.kind == "trace":

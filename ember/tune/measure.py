@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,13 +67,15 @@ class BuildResult:
 @dataclass
 class MeasureResult:
     """Outcome of one candidate: ``costs`` (seconds per run, one per repeat) when
-    ``error_no == 0``; ``all_cost`` is the wall time spent building and measuring it."""
+    ``error_no == 0``; ``all_cost`` is the wall time spent building and measuring it;
+    ``group`` names the interleaved measurement it was part of (see ``LocalRunner``)."""
 
     costs: list
     error_no: int
     error_msg: str = ""
     all_cost: float = 0.0
     timestamp: float = 0.0
+    group: str = ""      # shared by candidates timed side by side (interleaved); "" if alone
 
     @property
     def ok(self) -> bool:
@@ -193,14 +196,17 @@ class LocalRunner:
     until a repeat takes ``min_repeat_ms``), with ``flush_bytes`` written between repeats to flush
     the CPU caches when ``enable_cpu_cache_flush``. With ``per_call``, each call is timed
     alone after its own flush and a repeat reports its fastest call (robust on a machine
-    shared with other work). ``timeout`` bounds one candidate's run (seconds).
+    shared with other work). With ``interleave``, the candidates of one ``run`` call are
+    timed side by side, their calls interleaved (``worker.measure_group``), so they see the
+    same machine load; a group that crashes or hangs is re-measured one candidate at a time.
+    ``timeout`` bounds one candidate's run (seconds).
     """
 
     def __init__(self, number: int = 2, repeat: int = 3, min_repeat_ms: float = 0.0,
                  timeout: float = 10.0, enable_cpu_cache_flush: bool = True,
                  flush_bytes: int = 8 << 20, check_correctness: bool = True,
                  rtol: float = 1e-3, atol: float = 1e-4, num_threads: int | None = None,
-                 seed: int = 0, per_call: bool = False):
+                 seed: int = 0, per_call: bool = False, interleave: bool = False):
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
         self.timeout = timeout
         self.flush_bytes = flush_bytes if enable_cpu_cache_flush else 0
@@ -209,6 +215,7 @@ class LocalRunner:
         self.num_threads = num_threads
         self.seed = seed
         self.per_call = per_call
+        self.interleave = interleave
         self._worker = WorkerProcess()
 
     def request(self, build: BuildResult, target=None) -> dict:
@@ -226,6 +233,11 @@ class LocalRunner:
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]
             ) -> list[MeasureResult]:
         """Measure each built candidate; failed builds pass through as error results."""
+        ok = [k for k, b in enumerate(builds) if b.error_no == MeasureErrorNo.NO_ERROR]
+        if self.interleave and len(ok) > 1:
+            grouped = self._run_group(inputs, builds, ok)
+            if grouped is not None:
+                return grouped
         out = []
         for inp, b in zip(inputs, builds):
             if b.error_no != MeasureErrorNo.NO_ERROR:
@@ -234,6 +246,28 @@ class LocalRunner:
             t0 = time.perf_counter()
             reply = run_request(self._worker, self.request(b, inp.task.target), self.timeout)
             out.append(result_from_reply(reply, b.time_cost + time.perf_counter() - t0))
+        return out
+
+    def _run_group(self, inputs, builds, ok) -> list[MeasureResult] | None:
+        """One interleaved group measurement of ``builds[ok]`` (``None`` when the worker crashed
+        or timed out: the caller measures them one by one)."""
+        t0 = time.perf_counter()
+        req = {"kind": "group", "number": self.number, "repeat": self.repeat,
+               "flush_bytes": self.flush_bytes,
+               "items": [self.request(builds[k], inputs[k].task.target) for k in ok]}
+        reply = run_request(self._worker, req, self.timeout * len(ok))
+        if "results" not in reply:
+            return None
+        share = (time.perf_counter() - t0) / len(ok)
+        group = uuid.uuid4().hex[:12]
+        out = []
+        for k, (inp, b) in enumerate(zip(inputs, builds)):
+            if b.error_no != MeasureErrorNo.NO_ERROR:
+                out.append(MeasureResult([], b.error_no, b.error_msg, b.time_cost, time.time()))
+            else:
+                res = result_from_reply(reply["results"][ok.index(k)], b.time_cost + share)
+                res.group = group
+                out.append(res)
         return out
 
     def close(self) -> None:

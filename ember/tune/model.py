@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import os
+
+import numpy as np
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -25,7 +27,7 @@ from .callbacks import log_to_file, progress_bar
 from .extract import TaskInfo, extract_tasks
 from .measure import (LocalBuilder, LocalRunner, MeasureInput, measure_option,
                       measure_reference)
-from .records import load_records, save_records
+from .records import load_records, paired_speedups, save_records
 
 
 @dataclass
@@ -110,9 +112,10 @@ def allocate_trials(tasks: Sequence[TaskInfo], trials: int, min_trials: int = 8)
 
 
 def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number: int,
-                 per_call: bool = False) -> dict:
+                 per_call: bool = False, cache_flush: bool = True) -> dict:
     runner_kw = {"timeout": timeout, "repeat": repeat, "number": number,
-                 "num_threads": target.num_threads, "per_call": per_call}
+                 "num_threads": target.num_threads, "per_call": per_call,
+                 "interleave": per_call and not dask, "enable_cpu_cache_flush": cache_flush}
     if dask:
         from .dask_runner import DaskRunner
         runner = DaskRunner(dask, resource=None, **runner_kw)
@@ -150,7 +153,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                min_trials: int = 8, progress: bool = True, max_tasks: int | None = None,
                seed: int = 0, time_budget: float | None = None, number: int = 2,
                log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
-               confirm_rounds: int = 2) -> TuneSummary:
+               confirm_rounds: int = 2, cache_flush: bool = True) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -170,8 +173,11 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         template: ``"rule"``: kernels whose default schedule rule has knobs are tuned over
             those knobs (``rule`` tasks), the others with ``tile``; ``"tile"``: all with
             ``tile`` (see ``extract_tasks``).
-        per_call: time each call alone and keep the fastest (see ``LocalRunner``); robust on
-            a machine shared with other work.
+        per_call: time each call alone and keep the fastest, the candidates of a batch
+            side by side with their calls interleaved (see ``LocalRunner``); robust on a
+            machine shared with other work.
+        cache_flush: flush the CPU caches before each timed call (``False``: warm caches, as
+            a kernel finds its input right after the kernel that produced it).
         confirm, confirm_rounds: after tuning a ``rule`` task, its ``confirm`` fastest
             configurations and the default (configuration 0) are measured again,
             interleaved, ``confirm_rounds`` times, so the default and the candidates are
@@ -197,7 +203,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     tasks = extract_tasks(mod, params, target, include_all=tuner == "search", template=template)
     if max_tasks:
         tasks = tasks[:max_tasks]
-    option = _make_option(target, dask, timeout, repeat, number, per_call)
+    option = _make_option(target, dask, timeout, repeat, number, per_call, cache_flush)
     deadline = time.monotonic() + time_budget if time_budget else None
     history = list(load_records(records))
     summary = TuneSummary(records=records)
@@ -226,8 +232,9 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 if progress:
                     cbs.append(progress_bar(prefix=f"[{k + 1}/{len(tasks)}] {info.op[:28]}"))
                 initial = [info.task.config_space.get(0)] if info.task.name == "rule" else []
+                anchor = initial[0] if initial and per_call else None
                 tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
-                         deadline=task_deadline, initial=initial)
+                         deadline=task_deadline, initial=initial, anchor=anchor)
                 if info.task.name == "rule" and confirm:
                     confirm_best(tnr, option, records, top=confirm, rounds=confirm_rounds)
                 results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
@@ -241,9 +248,13 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 save_records(records, [(MeasureInput(target, ref_task, None), ref)])
             untuned = ref.mean
             if ref_task.name == "rule":  # configuration 0 is the untuned schedule too
-                untuned = min([untuned] + [r.cost for r in load_records(records)
-                                           if r.task_key == ref_task.key and r.ok
-                                           and r.kind == "config" and r.config["index"] == 0])
+                recs = [r for r in load_records(records) if r.task_key == ref_task.key]
+                untuned = min([untuned] + [r.cost for r in recs if r.ok and r.kind == "config"
+                                           and r.config["index"] == 0])
+                per = paired_speedups(recs).get((ref_task.key, str(target)), {})
+                per = [float(np.median(v)) for v in per.values() if len(v) >= 2]
+                if per:  # side-by-side evidence: the best median speed-up over the default
+                    best = untuned / max(per)
             summary.tasks.append(TaskSummary(info.key, info.op, info.count, info.flop / 1e9,
                                              n, errors, untuned, best))
     finally:

@@ -4,7 +4,8 @@ A line holds ``{"version": 1, "task": {"name", "args", "key"}, "target": "llvm .
 "config": {...}`` (a template configuration, ``ConfigEntity.to_json()``), ``"trace": [...]`` (a template-free
 search program) or ``"default": {}`` (the untuned kernel, measured for comparison, so a
 "tuned" program slower than the default is never applied), ``"costs": [seconds...], "error_no": 0, "error": "...",
-"all_cost": s, "timestamp": t}``. Files are appended to, so an interrupted run keeps what it
+"all_cost": s, "timestamp": t}`` and, for candidates timed side by side (interleaved),
+``"group": id``. Files are appended to, so an interrupted run keeps what it
 measured, and a resumed run skips it (``Tuner.load_history``).
 """
 
@@ -53,6 +54,8 @@ def encode(inp: MeasureInput, res: MeasureResult) -> str:
          kind: cfg, "costs": [float(c) for c in res.costs], "error_no": int(res.error_no),
          "error": res.error_msg[:500], "all_cost": round(float(res.all_cost), 6),
          "timestamp": round(float(res.timestamp), 3)}
+    if res.group:
+        d["group"] = res.group
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -67,7 +70,8 @@ def decode(line: str) -> Record:
         kind = "trace" if "trace" in d else "default" if "default" in d else "config"
         t = d["task"]
         res = MeasureResult(list(d["costs"]), int(d["error_no"]), d.get("error", ""),
-                            float(d.get("all_cost", 0)), float(d.get("timestamp", 0)))
+                            float(d.get("all_cost", 0)), float(d.get("timestamp", 0)),
+                            str(d.get("group", "")))
         return Record(t["name"], list(t["args"]), t["key"], d["target"], kind, d[kind], res)
     except (ValueError, KeyError, TypeError) as e:
         raise TuningError(f"not a tuning record line ({type(e).__name__}: {e}): "
@@ -109,6 +113,30 @@ def best_records(records: Iterable[Record]) -> dict[tuple[str, str], Record]:
         if k not in best or r.cost < best[k].cost:
             best[k] = r
     return best
+
+
+def paired_speedups(records: Iterable[Record]) -> dict[tuple[str, str], dict[int, list[float]]]:
+    """Side-by-side evidence: per ``(task key, target)`` and configuration index, the speed-ups
+    over configuration 0 (the default schedule of a ``rule`` task; > 1 is faster), one per
+    repeat of every interleaved measurement group that timed both (``default cost /
+    candidate cost`` of the same repeat)."""
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        if r.ok and r.result.group and r.kind == "config" and isinstance(r.config, dict):
+            groups.setdefault(r.result.group, []).append(r)
+    out: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for g in groups.values():
+        base = [r for r in g if r.config.get("index") == 0]
+        if not base:
+            continue
+        d = base[0]
+        for r in g:
+            if r.config.get("index") == 0 or r.task_key != d.task_key:
+                continue
+            ratios = [a / b for a, b in zip(d.result.costs, r.result.costs) if b > 0]
+            out.setdefault((r.task_key, r.target), {}).setdefault(
+                int(r.config["index"]), []).extend(ratios)
+    return out
 
 
 def error_name(error_no: int) -> str:

@@ -177,24 +177,9 @@ def _flush_cache(nbytes: int) -> None:
     _flush_buf += 1
 
 
-def measure_kernel(req: dict) -> dict:
-    """Check and time one kernel (runs in the worker).
-
-    ``req``: ``lib`` (path of a library exporting ``int32_t ember_kernel(...)``), ``ref``
-    (library of the reference kernel or None), ``specs`` ([(shape, dtype)] of the parameters),
-    ``num_inputs``, ``layouts`` (``{parameter: IndexMap JSON}``: those inputs are generated in
-their logical shape, checked by the reference that way, and passed to the kernel re-laid
-out), ``seed``, ``number`` (calls per timed repeat), ``repeat``,
-    ``min_repeat_ms``, ``per_call`` (time each call alone, after its own cache flush, and
-report each repeat's fastest call; ``min_repeat_ms`` is then ignored), ``flush_bytes`` (bytes written between repeats to flush caches; 0 = no
-    flushing), ``num_threads``, ``rtol``/``atol``/``scale_tol``: an output passes when
-    ``|got - want| <= atol + scale_tol * max|want| + rtol * |want|`` elementwise (the scale term
-    admits the rounding of a reordered long float reduction; a wrong program is off by the
-    size of its terms).
-
-    Returns ``{"costs": [seconds per call, one per repeat]}`` or ``{"error": kind, "msg": ...}``
-    with kind ``"wrong_answer"`` or ``"runtime"``.
-    """
+def _prepare(req: dict):
+    """Load ``req``'s kernel, make its arguments and check it against the reference: ``(fn,
+    args)``, or an error reply (see ``measure_kernel``)."""
     specs, n_in = req["specs"], req["num_inputs"]
     lib, fn = _load(req["lib"])
     if req.get("num_threads"):
@@ -238,6 +223,31 @@ report each repeat's fastest call; ``min_repeat_ms`` is then ignored), ``flush_b
                 return {"error": "wrong_answer",
                         "msg": f"output {k} differs from the reference kernel's (max abs "
                                f"diff {diff:.3g}, {int(np.isnan(got).sum())} NaN)"}
+    return fn, args
+
+
+def measure_kernel(req: dict) -> dict:
+    """Check and time one kernel (runs in the worker).
+
+    ``req``: ``lib`` (path of a library exporting ``int32_t ember_kernel(...)``), ``ref``
+    (library of the reference kernel or None), ``specs`` ([(shape, dtype)] of the parameters),
+    ``num_inputs``, ``layouts`` (``{parameter: IndexMap JSON}``: those inputs are generated in
+their logical shape, checked by the reference that way, and passed to the kernel re-laid
+out), ``seed``, ``number`` (calls per timed repeat), ``repeat``,
+    ``min_repeat_ms``, ``per_call`` (time each call alone, after its own cache flush, and
+report each repeat's fastest call; ``min_repeat_ms`` is then ignored), ``flush_bytes`` (bytes written between repeats to flush caches; 0 = no
+    flushing), ``num_threads``, ``rtol``/``atol``/``scale_tol``: an output passes when
+    ``|got - want| <= atol + scale_tol * max|want| + rtol * |want|`` elementwise (the scale term
+    admits the rounding of a reordered long float reduction; a wrong program is off by the
+    size of its terms).
+
+    Returns ``{"costs": [seconds per call, one per repeat]}`` or ``{"error": kind, "msg": ...}``
+    with kind ``"wrong_answer"`` or ``"runtime"``.
+    """
+    prep = _prepare(req)
+    if isinstance(prep, dict):
+        return prep
+    fn, args = prep
     ptrs = _ptrs(args)
     fn(*ptrs)  # warm-up
     number = max(1, int(req.get("number", 1)))
@@ -270,11 +280,52 @@ report each repeat's fastest call; ``min_repeat_ms`` is then ignored), ``flush_b
     return {"costs": costs}
 
 
+def measure_group(req: dict) -> dict:
+    """Check and time several kernels with their calls interleaved (runs in the worker).
+
+    ``req``: ``items`` (one ``measure_kernel`` request per kernel; their timing fields are
+    ignored), ``number``, ``repeat``, ``flush_bytes``. Every repeat makes ``number`` passes;
+    a pass times one call of each kernel (after its own cache flush), in an order reversed
+    every pass, and a kernel's repeat cost is its fastest call. Kernels timed side by side
+    this way see the same machine load, so their costs compare fairly on a shared machine.
+
+    Returns ``{"results": [reply per item]}``, each reply as ``measure_kernel``'s.
+    """
+    items = req["items"]
+    out: list = [None] * len(items)
+    ready = []
+    for k, it in enumerate(items):
+        try:
+            prep = _prepare(it)
+        except Exception as e:  # noqa: BLE001 - reported per kernel
+            prep = {"error": "runtime", "msg": f"{type(e).__name__}: {e}"}
+        if isinstance(prep, dict):
+            out[k] = prep
+            continue
+        fn, args = prep
+        ptrs = _ptrs(args)
+        fn(*ptrs)  # warm-up
+        ready.append((k, fn, ptrs, args))
+    number = max(1, int(req.get("number", 1)))
+    repeat = max(1, int(req.get("repeat", 1)))
+    costs = {k: [float("inf")] * repeat for k, *_ in ready}
+    for rep in range(repeat):
+        for n in range(number):
+            for k, fn, ptrs, _ in (ready if n % 2 == 0 else ready[::-1]):
+                _flush_cache(req.get("flush_bytes", 0))
+                t0 = time.perf_counter()
+                fn(*ptrs)
+                costs[k][rep] = min(costs[k][rep], time.perf_counter() - t0)
+    for k, *_ in ready:
+        out[k] = {"costs": costs[k]}
+    return {"results": out}
+
+
 def _serve() -> None:
     proto_in = sys.stdin.buffer.fileno()
     proto_out = os.dup(1)
     os.dup2(2, 1)  # anything a kernel prints goes to stderr, not into the protocol
-    handlers = {"measure": measure_kernel}
+    handlers = {"measure": measure_kernel, "group": measure_group}
     while True:
         try:
             req = _recv(proto_in)

@@ -198,6 +198,42 @@ def test_tune_model_rule_tasks_measure_the_default_first(tmp_path):
     recs = [r for r in load_records(log) if r.task_name == "rule"]
     assert recs[0].kind == "config" and recs[0].config["index"] == 0
     assert all(r.ok for r in recs)  # every configuration passed the correctness check
-    # the confirmation round re-measures the default and the best configurations
-    assert sum(r.kind == "config" and r.config["index"] == 0 for r in recs) == 2
+    # every batch is timed side by side with the default (the anchor), and the confirmation
+    # round re-measures the default with the best configurations: each group holds config 0
+    groups: dict = {}
+    for r in recs:
+        if r.kind == "config":
+            groups.setdefault(r.result.group, []).append(r.config["index"])
+    assert "" not in groups and all(0 in g for g in groups.values())
+    assert len(groups) >= 4  # 3 batches of 2 trials + 1 confirmation round
+    from ember.tune.records import paired_speedups
+    per = paired_speedups(recs)[(recs[0].task_key, str(TARGET))]
+    assert len(per) >= 3 and all(v and all(x > 0 for x in v) for v in per.values())
     assert s.tasks[0].trials == 6
+
+
+@pytest.mark.parametrize("speedup, applied", [(1.10, 1), (1.01, 0)])
+def test_side_by_side_evidence_decides(tmp_path, speedup, applied):
+    from ember.frontend.onnx import from_onnx
+    model = _small_model()
+    mod, params = from_onnx(model)
+    task = tune.extract_tasks(mod, params, TARGET)[0].task
+    default = task.config_space.get(0).values()
+    pick = next(c for c in task.config_space
+                if c.values()["tile"] != default["tile"] and c.values()["kblock"] == 0
+                and c.values()["order"] == default["order"])
+    log = tmp_path / "g.jsonl"
+    pairs = []
+    # stated measurements: two interleaved groups; a third, lone measurement of the pick
+    # that looks 10x faster is not side-by-side evidence and must not decide
+    for g, load in (("g1", 1.0), ("g2", 1.7)):
+        pairs += [(MeasureInput(TARGET, task, task.config_space.get(0)),
+                   MeasureResult([1e-3 * load], 0, group=g)),
+                  (MeasureInput(TARGET, task, pick),
+                   MeasureResult([1e-3 * load / speedup], 0, group=g))]
+    pairs.append((MeasureInput(TARGET, task, pick), MeasureResult([1e-4], 0)))
+    save_records(log, pairs)
+    assert {r.result.group for r in load_records(log)} == {"g1", "g2", ""}
+    with tune.apply_history_best(log, margin=0.02) as ctx:
+        ember.compile(model, target=TARGET)
+    assert ctx.applied == applied

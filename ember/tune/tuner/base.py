@@ -43,6 +43,7 @@ class Tuner:
         self.errors = 0
         self.invalid = 0
         self.history: list[tuple[ConfigEntity, MeasureResult]] = []
+        self._anchor_base: float | None = None
 
     # to implement -----------------------------------------------------------------------------
     def next_batch(self, batch_size: int) -> list[ConfigEntity]:
@@ -96,11 +97,18 @@ class Tuner:
     def tune(self, n_trial: int, measure_option: dict | None = None,
              early_stopping: int | None = None, callbacks: Sequence[Callable] = (),
              batch_size: int | None = None, deadline: float | None = None,
-             initial: Sequence[ConfigEntity] = ()) -> ConfigEntity | None:
+             initial: Sequence[ConfigEntity] = (), anchor: ConfigEntity | None = None
+             ) -> ConfigEntity | None:
         """Measure up to ``n_trial`` new configurations (stopping early once
         ``time.monotonic()`` passes ``deadline``), the not yet measured ones of ``initial``
         first (e.g. the default configuration, as trial 0); returns the best configuration
-        found (over this run and loaded history), or ``None`` when every candidate failed."""
+        found (over this run and loaded history), or ``None`` when every candidate failed.
+
+        ``anchor`` (e.g. the default configuration): measured again with every batch (side by
+        side when the runner interleaves); the tuner then learns from costs scaled by the
+        anchor's first cost over its cost in the same batch, which cancels the machine load
+        that batch saw. Anchor measurements go to callbacks that have ``log_extra`` (such as
+        ``log_to_file``) and count as no trial."""
         option = measure_option or globals()["measure_option"]()
         measure = create_measure_batch(option)
         if batch_size is None:
@@ -124,7 +132,23 @@ class Tuner:
                 if not configs:
                     break
                 inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]
-                results = measure(inputs)
+                if anchor is not None:
+                    ainp = MeasureInput(self.task.target, self.task, anchor)
+                    results = measure(inputs + [ainp])
+                    ares = results.pop()
+                    for cb in callbacks:
+                        if hasattr(cb, "log_extra"):
+                            cb.log_extra(self, [ainp], [ares])
+                    raw = results
+                    if ares.ok and ares.costs:
+                        if self._anchor_base is None:
+                            self._anchor_base = ares.mean
+                        scale = self._anchor_base / ares.mean
+                        results = [MeasureResult([c * scale for c in r.costs], r.error_no,
+                                                 r.error_msg, r.all_cost, r.timestamp, r.group)
+                                   for r in results]
+                else:
+                    results = raw = measure(inputs)
                 for c, r in zip(configs, results):
                     if r.error_no == MeasureErrorNo.INSTANTIATION_ERROR:
                         self.invalid += 1  # rejected before building: costs no trial
@@ -136,7 +160,7 @@ class Tuner:
                         logger.debug("config %d failed: %s", c.index, r.error_msg)
                 self.update(inputs, results)
                 for cb in callbacks:
-                    cb(self, inputs, results)
+                    cb(self, inputs, raw)
                 if early_stopping is not None and self.trials - self.best_iter >= early_stopping:
                     logger.info("early stopping: no improvement in %d trials", early_stopping)
                     break

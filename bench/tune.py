@@ -70,12 +70,17 @@ def _features_of(rec, info):
 
 def ranking_quality(records: str, tasks, min_records: int = 12) -> dict:
     """Mean pairwise accuracy / top-3 recall of a cost model trained per task on the first 70 %
-    of its distinct measured programs (in measurement order; a re-measured program keeps its
-    fastest measurement) and tested on the rest."""
+    of its distinct measured programs (in measurement order) and tested on the rest. The
+    truth of a ``rule`` configuration is its median side-by-side speed-up over the default
+    (the anchor timed with it), which cancels the machine load of its batch; other programs
+    keep their fastest measurement."""
     from ember.tune import load_records
     from ember.tune.cost_model import XGBoostCostModel, pairwise_accuracy, top_k_recall
+    from ember.tune.records import paired_speedups
+    recs = list(load_records(records))
+    paired = paired_speedups(recs)
     by_key: dict = {}
-    for r in load_records(records):
+    for r in recs:
         if r.ok and r.kind != "default":
             progs = by_key.setdefault(r.task_key, {})
             ident = json.dumps(r.config, sort_keys=True)
@@ -85,12 +90,18 @@ def ranking_quality(records: str, tasks, min_records: int = 12) -> dict:
     for info in tasks:
         if info.task is None:
             continue
-        recs = list(by_key.get(info.task.key, {}).values())
-        if len(recs) < min_records:
+        progs = list(by_key.get(info.task.key, {}).values())
+        per = paired.get((info.task.key, str(info.task.target)))
+        if per:
+            progs = [r for r in progs if r.config["index"] == 0 or r.config["index"] in per]
+            y = np.array([1.0 if r.config["index"] == 0 else float(np.median(
+                per[r.config["index"]])) for r in progs])
+        else:
+            y = np.array([info.flop / r.cost for r in progs])
+        if len(progs) < min_records:
             continue
-        X = np.stack([_features_of(r, info) for r in recs])
-        y = np.array([info.flop / r.cost for r in recs])
-        cut = int(len(recs) * 0.7)
+        X = np.stack([_features_of(r, info) for r in progs])
+        cut = int(len(progs) * 0.7)
         m = XGBoostCostModel()
         m.fit(X[:cut], y[:cut])
         pred = m.predict(X[cut:])
@@ -98,31 +109,27 @@ def ranking_quality(records: str, tasks, min_records: int = 12) -> dict:
         if acc == acc:
             accs.append(acc)
         recalls.append(top_k_recall(pred, y[cut:], 3))
-        n_test += len(recs) - cut
+        n_test += len(progs) - cut
     return {"tasks": len(accs), "held_out": n_test,
             "pairwise_accuracy": float(np.mean(accs)) if accs else float("nan"),
             "top3_recall": float(np.mean(recalls)) if recalls else float("nan")}
 
 
-def task_outcomes(records: str, summary, margin: float) -> list[dict]:
-    """Per task of ``summary``: the default schedule's and the best tuned program's fastest
-    measurement (ms, per run) and whether ``apply_history_best`` applies the tuned one."""
-    from ember.tune import load_records
-    recs = list(load_records(records))
+def task_outcomes(ctx, summary, target: str) -> list[dict]:
+    """Per task of ``summary``: the default schedule's fastest measurement (ms per run), the
+    best tuned configuration's median side-by-side speed-up over it, and whether
+    ``apply_history_best`` (``ctx``) applies it."""
+    from ember.target import Target
+    from ember.tune.task import task_key
+    tgt = str(Target(target))
     out = []
     for t in summary.tasks:
-        mine = [r for r in recs if r.ok and r.task_args and r.task_args[0] == t.name]
-        dflt = [r.cost for r in mine if r.kind == "default" or (
-            r.task_name == "rule" and r.kind == "config" and r.config["index"] == 0)]
-        tuned = [r for r in mine if not (r.kind == "default" or (
-            r.task_name == "rule" and r.kind == "config" and r.config["index"] == 0))]
-        d = min(dflt) if dflt else float("nan")
-        best = min(tuned, key=lambda r: r.cost) if tuned else None
-        b = best.cost if best else float("inf")
-        applied = best is not None and b < d * (1 - margin)
-        cfg = best.config.get("entity") if best is not None and best.kind == "config" else None
-        out.append({"op": t.op, "count": t.count, "trials": t.trials, "default_ms": d * 1e3,
-                    "best_ms": b * 1e3, "applied": applied,
+        rec, s = ctx.paired.get((task_key("rule", [t.name, tgt]), tgt), (None, float("nan")))
+        cfg = rec.config.get("entity") if rec is not None else None
+        out.append({"op": t.op, "count": t.count, "trials": t.trials,
+                    "default_ms": t.untuned_s * 1e3, "speedup": s,
+                    "best_ms": t.untuned_s * 1e3 / s if s == s else float("nan"),
+                    "applied": rec is not None,
                     "config": {n: v for n, _, v in cfg} if cfg else None})
     return out
 
@@ -152,7 +159,8 @@ def bench_model(name: str, args) -> dict:
                               records=records, time_budget=args.time_budget, repeat=1,
                               number=args.number, per_call=True, confirm=args.confirm,
                               confirm_rounds=2, timeout=5, min_trials=args.min_trials,
-                              progress=not args.quiet, log=print, template=args.template)
+                              progress=not args.quiet, log=print, template=args.template,
+                              measure_threads=args.measure_threads)
     tune_s = time.perf_counter() - t0
     with tune.apply_history_best(records, margin=args.margin) as ctx:
         tuned = ember.compile(onnx_model, target=target)
@@ -169,7 +177,7 @@ def bench_model(name: str, args) -> dict:
     mod, params = from_onnx(onnx_model)
     tasks = tune.extract_tasks(mod, params, target, include_all=args.tuner == "search",
                                template=args.template)
-    outcomes = task_outcomes(records, summary, args.margin)
+    outcomes = task_outcomes(ctx, summary, target)
     heavy = sorted(outcomes, key=lambda t: -t["default_ms"] * t["count"])[:5]
     return {"model": name, "latency_ms": lat, "tune_s": tune_s, "trials": sum(
         t.trials for t in summary.tasks), "errors": sum(t.errors for t in summary.tasks),
@@ -195,6 +203,8 @@ def main(argv=None) -> int:
     ap.add_argument("--margin", type=float, default=0.02,
                     help="apply a tuned kernel only when this much faster than the default")
     ap.add_argument("--template", default="rule", choices=["rule", "tile"])
+    ap.add_argument("--measure-threads", type=int, default=1,
+                    help="threads candidates are timed with (1: robust on a shared machine)")
     ap.add_argument("--out", help="also write the report (and a JSON of it) to this path")
     ap.add_argument("--records-dir", default=os.path.join("bench", "records"))
     ap.add_argument("--quiet", action="store_true")
@@ -228,12 +238,13 @@ def report(rows, args) -> list[str]:
                  f"{r['max_abs_diff_vs_ort']:13.2e}")
     for r in rows:
         L.append(f"\n## {r['model']}: five heaviest tasks, default schedule -> best tuned "
-                 f"(fastest measurement, ms per run; applied when {args.margin:.0%} faster)")
+                 f"(ms per run; speed-up: median side-by-side; applied when >= "
+                 f"{1 + args.margin:.2f}x)")
         for t in r["ablation"]:
             L.append(f"  {t['op'][:32]:32} x{t['count']}  trials {t['trials']:3d}  "
-                     f"{t['default_ms']:7.3f} -> {t['best_ms']:7.3f} "
-                     f"({t['default_ms'] / t['best_ms']:.2f}x) "
-                     f"{'applied' if t['applied'] else 'kept default'}  {t['config']}")
+                     f"{t['default_ms']:7.3f} -> {t['best_ms']:7.3f} ({t['speedup']:.2f}x) "
+                     f"{'applied' if t['applied'] else 'kept default'}"
+                     f"{'  ' + str(t['config']) if t['config'] else ''}")
         q = r["ranking"]
         L.append(f"  cost model (xgboost, knob features) on held-out measured programs: pairwise "
                  f"accuracy {q['pairwise_accuracy']:.3f}, top-3 recall {q['top3_recall']:.3f} "

@@ -112,9 +112,10 @@ def allocate_trials(tasks: Sequence[TaskInfo], trials: int, min_trials: int = 8)
 
 
 def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number: int,
-                 per_call: bool = False, cache_flush: bool = True) -> dict:
+                 per_call: bool = False, cache_flush: bool = True,
+                 measure_threads: int | None = None) -> dict:
     runner_kw = {"timeout": timeout, "repeat": repeat, "number": number,
-                 "num_threads": target.num_threads, "per_call": per_call,
+                 "num_threads": measure_threads or target.num_threads, "per_call": per_call,
                  "interleave": per_call and not dask, "enable_cpu_cache_flush": cache_flush}
     if dask:
         from .dask_runner import DaskRunner
@@ -153,7 +154,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                min_trials: int = 8, progress: bool = True, max_tasks: int | None = None,
                seed: int = 0, time_budget: float | None = None, number: int = 2,
                log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
-               confirm_rounds: int = 2, cache_flush: bool = True) -> TuneSummary:
+               confirm_rounds: int = 2, cache_flush: bool = True,
+               measure_threads: int | None = None) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -176,6 +178,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         per_call: time each call alone and keep the fastest, the candidates of a batch
             side by side with their calls interleaved (see ``LocalRunner``); robust on a
             machine shared with other work.
+        measure_threads: threads the candidates are timed with (default: the target's). On
+            a machine shared with other busy processes a pool worker is often not scheduled
+            and a 2-thread time flips between two modes; 1 thread ranks the single-core
+            efficiency of the candidates without that noise.
         cache_flush: flush the CPU caches before each timed call (``False``: warm caches, as
             a kernel finds its input right after the kernel that produced it).
         confirm, confirm_rounds: after tuning a ``rule`` task, its ``confirm`` fastest
@@ -203,7 +209,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     tasks = extract_tasks(mod, params, target, include_all=tuner == "search", template=template)
     if max_tasks:
         tasks = tasks[:max_tasks]
-    option = _make_option(target, dask, timeout, repeat, number, per_call, cache_flush)
+    option = _make_option(target, dask, timeout, repeat, number, per_call, cache_flush,
+                          measure_threads)
     deadline = time.monotonic() + time_budget if time_budget else None
     history = list(load_records(records))
     summary = TuneSummary(records=records)

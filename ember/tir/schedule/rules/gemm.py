@@ -267,7 +267,7 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     return sch
 
 
-MAX_TILE_KNOBS = 6
+MAX_TILE_KNOBS = 8
 KBLOCK_KNOBS = (32, 64, 128)
 
 

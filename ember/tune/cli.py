@@ -43,6 +43,9 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confirm", type=int, default=3, metavar="K",
                    help="re-measure each rule task's K best configurations and its default, "
                    "interleaved, before choosing (default 3; 0 = off)")
+    p.add_argument("--measure-threads", type=int, metavar="N",
+                   help="time candidates with N threads (default: the target's; 1 is robust "
+                   "on a machine shared with other busy processes)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -65,7 +68,7 @@ def run_tune(args: argparse.Namespace) -> int:
                          early_stopping=args.early_stopping, time_budget=args.time_budget,
                          max_tasks=args.max_tasks, progress=not args.no_progress,
                          template=args.template, confirm=args.confirm, per_call=True,
-                         repeat=1, number=10,
+                         repeat=1, number=10, measure_threads=args.measure_threads,
                          log=lambda s: print(s, file=sys.stdout))
     return 0 if summary.tasks else 1
 

@@ -40,10 +40,14 @@ def faulty(cfg):
     return _kernel(cfg["variant"].val)
 
 
-def test_crashing_hanging_wrong_candidates_never_win(tmp_path):
+@pytest.mark.parametrize("interleave", [False, True])
+def test_crashing_hanging_wrong_candidates_never_win(tmp_path, interleave):
+    # interleave: the batch is timed side by side in one worker request; the crashing
+    # candidate takes that worker down, and the batch is re-measured one candidate at a time
     task = tune.create_task("test.faulty", [])
     log = tmp_path / "faulty.jsonl"
-    runner = tune.LocalRunner(timeout=3, repeat=2, number=2)
+    runner = tune.LocalRunner(timeout=3, repeat=2, number=2, per_call=interleave,
+                              interleave=interleave)
     tuner = tune.GridSearchTuner(task)
     try:
         tuner.tune(6, tune.measure_option(tune.LocalBuilder(n_parallel=2), runner),

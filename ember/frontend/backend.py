@@ -59,6 +59,7 @@ class EmberBackend(Backend):
 
     @classmethod
     def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        """True when ``device`` is supported (the CPU); the model itself is not inspected."""
         return cls.supports_device(device)
 
     @classmethod

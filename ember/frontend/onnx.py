@@ -92,6 +92,8 @@ class NodeView:
         return f"node {self.name!r} ({self.op_type}, opset {self.opset}): "
 
     def attr(self, name: str, default=None):
+        """The node's attribute ``name`` (tensors as numpy arrays, strings decoded), or ``default``
+        when absent."""
         return self.attrs.get(name, default)
 
     def input(self, k: int):

@@ -148,6 +148,10 @@ class GraphProgram:
         return self._init_arrays[name]
 
     def value(self, name: str, env: Mapping):
+        """The value of ``name``: from ``env`` (computed so far) or the graph's initializers.
+
+        Raises:
+            ModelLoadError: ``name`` is read before any node defines it."""
         if name in env:
             return env[name]
         if name in self.init_protos:

@@ -4,6 +4,11 @@ A converter is registered with ``@converter("Conv", since=1)``; the importer pic
 of opset ``v``, the registration of that op with the largest ``since <= v`` (and ``until``, when
 given, ``>= v``). A converter gets the ``ImportContext`` and the ``NodeView`` and returns the
 node's outputs as graph values (``Var`` or ``Constant``), in ONNX output order.
+
+Errors: each converter's docstring lists what it raises itself; in addition the type inference
+of the graph ops it emits (``ctx.call``) raises ``ShapeMismatchError``/``UnsupportedOpError``
+naming the node, and an input read with ``ctx.require_constant`` raises ``RuntimeValueError``
+when its value is only known at run time (the staged executor then specializes on it).
 """
 
 from __future__ import annotations

@@ -53,6 +53,12 @@ def _vjp(ctx, op, ins, out, g):
 
 @converter("Gradient", since=1, domain=DOMAIN)
 def gradient(ctx, node):
+    """ONNX preview.training Gradient: reverse-mode gradients of ``y`` with respect to each of
+    ``xs``, built from the nodes between them (adjoints summed over uses and un-broadcast to each
+    input's shape; an ``x`` that ``y`` does not depend on gets zeros).
+
+    Raises:
+        UnsupportedOpError: an operator on the path without a vector-Jacobian product here."""
     xs = list(node.attr("xs"))
     y = node.attr("y")
     env = ctx.values

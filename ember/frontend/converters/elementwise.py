@@ -51,6 +51,8 @@ for _onnx, (_op, _amap) in _ACT.items():
 
 @converter("PRelu", since=1)
 def prelu(ctx, node):
+    """ONNX PRelu: ``nn.prelu(x, slope)``; before opset 7 a ``(C,)`` slope of an N-D ``x`` is
+    reshaped to ``(C, 1, ...)`` (per channel)."""
     x, s = node.input(0), node.input(1)
     if node.opset < 7 and s.type.ndim == 1 and x.type.ndim > 2 and s.type.shape[0] == x.type.shape[1]:
         # opset 6 and earlier: a per-channel slope of shape (C,)
@@ -60,6 +62,8 @@ def prelu(ctx, node):
 
 @converter("IsInf", since=10)
 def isinf(ctx, node):
+    """ONNX IsInf-10: ``isinf(x)`` (bool, same shape) with ``detect_positive``/``detect_negative``
+    (default 1)."""
     return [ctx.call("isinf", [node.input(0)], {
         "detect_positive": node.attr("detect_positive", 1),
         "detect_negative": node.attr("detect_negative", 1)})]
@@ -73,6 +77,10 @@ for _onnx, _op in (("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
 
 @converter("BitShift", since=11)
 def bit_shift(ctx, node):
+    """ONNX BitShift-11: ``left_shift``/``right_shift`` of unsigned ints by ``direction``.
+
+    Raises:
+        ShapeMismatchError: ``direction`` is not LEFT or RIGHT."""
     d = node.attr("direction")
     if d not in ("LEFT", "RIGHT"):
         raise ShapeMismatchError(f"BitShift direction must be LEFT or RIGHT, got {d!r}")
@@ -81,11 +89,18 @@ def bit_shift(ctx, node):
 
 @converter("Mod", since=10)
 def mod(ctx, node):
+    """ONNX Mod-10: ``mod(a, b)``; ``fmod=0`` takes the divisor's sign (integer floor modulo),
+    ``fmod=1`` the dividend's (C fmod)."""
     return [ctx.call("mod", [node.input(0), node.input(1)], {"fmod": node.attr("fmod", 0)})]
 
 
 @converter("CastLike", since=15)
 def cast_like(ctx, node):
+    """ONNX CastLike-15: ``x`` cast to the dtype of input 1 with Cast's semantics (a copy when
+    already that dtype).
+
+    Raises:
+        UnsupportedOpError: a target dtype ember does not support."""
     x, like = node.input(0), node.input(1)
     if x.type.dtype == like.type.dtype:
         return [ctx.call("copy", [x])]
@@ -95,6 +110,11 @@ def cast_like(ctx, node):
 
 @converter("BitCast", since=26)
 def bit_cast(ctx, node):
+    """ONNX BitCast-26: reinterpret the bits of ``x`` as dtype ``to`` (same element width; a copy
+    when equal).
+
+    Raises:
+        UnsupportedOpError: ``to`` is not a supported dtype."""
     from ..dtypes import onnx_dtype
     to = onnx_dtype(node.attr("to"), "BitCast to: ")
     x = node.input(0)
@@ -105,6 +125,8 @@ def bit_cast(ctx, node):
 
 @converter("ArrayFeatureExtractor", since=1, domain="ai.onnx.ml")
 def array_feature_extractor(ctx, node):
+    """ONNX-ML ArrayFeatureExtractor: ``take(x, indices flattened, axis=-1)`` (output shape
+    ``x.shape[:-1] + (n_indices,)``)."""
     x, idx = node.input(0), node.input(1)
     idx = ctx.call("reshape", [idx], {"newshape": [idx.type.size]})
     return [ctx.call("take", [x, idx], {"axis": -1})]
@@ -112,6 +134,7 @@ def array_feature_extractor(ctx, node):
 
 @converter("Binarizer", since=1, domain="ai.onnx.ml")
 def binarizer(ctx, node):
+    """ONNX-ML Binarizer: ``1`` where ``x > threshold`` else ``0``, in x's dtype."""
     import numpy as np
     x = node.input(0)
     th = ctx.const(np.asarray(node.attr("threshold", 0.0), dtype=x.type.dtype))

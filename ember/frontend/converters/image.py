@@ -98,6 +98,16 @@ def _legacy_attrs(node, mode, plan):
 
 @converter("Resize", since=10)
 def resize(ctx, node):
+    """ONNX Resize-10+: ``image.resize`` with ``scales`` or ``sizes`` (constant inputs), ``axes``
+    and ``keep_aspect_ratio_policy`` (18+), the coordinate transformation, nearest and cubic modes,
+    ``roi`` for tf_crop_and_resize, and ``antialias`` (18+).
+
+    Raises:
+        ShapeMismatchError: missing scales (Resize-10), not exactly one of scales/sizes, a missing
+            or wrong-length roi.
+        UnsupportedOpError: an unknown mode, tf_half_pixel_for_nn at opset 13+, antialias with
+            nearest.
+        RuntimeValueError: scales, sizes or roi only known at run time."""
     x = node.input(0)
     r = x.type.ndim
     mode = _mode(node, node.attr("mode", "nearest"))
@@ -147,6 +157,13 @@ def resize(ctx, node):
 
 @converter("Upsample", since=1)
 def upsample(ctx, node):
+    """ONNX Upsample (deprecated at 10): a Resize with ``scales`` (``height_scale``/``width_scale``
+    at opset 1, attribute at 7-8, input from 9) and the legacy asymmetric coordinates.
+
+    Raises:
+        ShapeMismatchError: non-4-D input at opset 1, or Upsample-7 without ``scales``.
+        UnsupportedOpError: mode cubic or unknown.
+        RuntimeValueError: scales only known at run time."""
     x = node.input(0)
     mode = _mode(node, node.attr("mode", "nearest"))
     if mode == "cubic":
@@ -167,6 +184,11 @@ def upsample(ctx, node):
 
 @converter("GridSample", since=16)
 def grid_sample(ctx, node):
+    """ONNX GridSample-16/20: ``image.grid_sample(x, grid)`` with mode (bilinear/bicubic renamed
+    linear/cubic), ``padding_mode``, ``align_corners``.
+
+    Raises:
+        ShapeMismatchError: non-4-D input before opset 20."""
     mode = node.attr("mode", "bilinear" if node.opset < 20 else "linear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     x = node.input(0)
@@ -179,6 +201,11 @@ def grid_sample(ctx, node):
 
 @converter("Col2Im", since=18)
 def col2im(ctx, node):
+    """ONNX Col2Im-18: ``image.col2im`` of ``(N, C * prod(block_shape), L)`` columns into an ``(N,
+    C, *image_shape)`` image (constant ``image_shape``, ``block_shape``).
+
+    Raises:
+        RuntimeValueError: image_shape or block_shape only known at run time."""
     img = ctx.require_constant(node.input(1), "input 1 (image_shape)")
     blk = ctx.require_constant(node.input(2), "input 2 (block_shape)")
     return [ctx.call("image.col2im", [node.input(0)], {

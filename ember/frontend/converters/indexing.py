@@ -27,12 +27,15 @@ def _scalar(ctx, node, k, what, default=None):
 
 @converter("GatherElements", since=11)
 def gather_elements(ctx, node):
+    """ONNX GatherElements-11: ``gather_elements(data, indices, axis)`` (output has the shape of
+    ``indices``)."""
     return [ctx.call("gather_elements", [node.input(0), node.input(1)],
                      {"axis": node.attr("axis", 0)})]
 
 
 @converter("GatherND", since=11)
 def gather_nd(ctx, node):
+    """ONNX GatherND-11/12: ``gather_nd(data, indices, batch_dims)``."""
     return [ctx.call("gather_nd", [node.input(0), node.input(1)],
                      {"batch_dims": node.attr("batch_dims", 0)})]
 
@@ -40,24 +43,38 @@ def gather_nd(ctx, node):
 @converter("ScatterElements", since=11)
 @converter("Scatter", since=9, until=10)
 def scatter_elements(ctx, node):
+    """ONNX ScatterElements-11+ (and the deprecated Scatter-9/10): ``scatter_elements(data,
+    indices, updates, axis, reduction)``."""
     return [ctx.call("scatter_elements", [node.input(0), node.input(1), node.input(2)],
                      {"axis": node.attr("axis", 0), "reduction": node.attr("reduction", "none")})]
 
 
 @converter("ScatterND", since=11)
 def scatter_nd(ctx, node):
+    """ONNX ScatterND-11+: ``scatter_nd(data, indices, updates, reduction)``."""
     return [ctx.call("scatter_nd", [node.input(0), node.input(1), node.input(2)],
                      {"reduction": node.attr("reduction", "none")})]
 
 
 @converter("Trilu", since=14)
 def trilu(ctx, node):
+    """ONNX Trilu-14: upper (``upper=1``) or lower triangle of the last two dims, diagonal offset
+    ``k`` (input 1, default 0).
+
+    Raises:
+        RuntimeValueError: ``k`` is only known at run time."""
     k = int(_scalar(ctx, node, 1, "k", 0))
     return [ctx.call("trilu", [node.input(0)], {"k": k, "upper": node.attr("upper", 1)})]
 
 
 @converter("OneHot", since=9)
 def one_hot(ctx, node):
+    """ONNX OneHot-9: ``one_hot(indices, values, depth, axis)``; ``depth`` (input 1) must be a
+    compile-time constant (a float depth is floored).
+
+    Raises:
+        ShapeMismatchError: ``depth < 1``.
+        RuntimeValueError: ``depth`` is only known at run time."""
     ind, depth, values = node.input(0), node.input(1), node.input(2)
     d = ctx.require_constant(depth, "input 1 (depth)").reshape(-1)[0]
     d = int(np.floor(d)) if np.asarray(d).dtype.kind == "f" else int(d)
@@ -68,6 +85,10 @@ def one_hot(ctx, node):
 
 @converter("Tile", since=6)
 def tile(ctx, node):
+    """ONNX Tile-6: ``tile(x, repeats)`` with constant ``repeats`` (input 1, one per dim).
+
+    Raises:
+        RuntimeValueError: ``repeats`` is only known at run time."""
     reps = ctx.require_constant(node.input(1), "input 1 (repeats)")
     return [ctx.call("tile", [node.input(0)], {"repeats": [int(r) for r in reps.reshape(-1)]})]
 
@@ -86,6 +107,8 @@ converter("ArgMin", since=1)(_arg("argmin"))
 
 @converter("Hardmax", since=1)
 def hardmax(ctx, node):
+    """ONNX Hardmax: one-hot of the first maximum along ``axis``; before opset 13 the input is
+    coerced to 2-D at ``axis`` (default 1) as the old spec says."""
     x = node.input(0)
     if node.opset >= 13:
         return [ctx.call("nn.hardmax", [x], {"axis": node.attr("axis", -1)})]
@@ -101,6 +124,11 @@ def hardmax(ctx, node):
 
 @converter("TopK", since=1)
 def topk(ctx, node):
+    """ONNX TopK: ``(values, indices)`` of the ``k`` largest (``largest=1``) or smallest along
+    ``axis``; ``k`` from the attribute (opset < 10) or constant input 1; indices int64.
+
+    Raises:
+        RuntimeValueError: ``K`` is only known at run time."""
     x = node.input(0)
     if node.opset < 10:
         k = int(node.attr("k"))
@@ -127,6 +155,8 @@ converter("CumProd", since=26)(_cum("cumprod"))
 
 @converter("ReverseSequence", since=10)
 def reverse_sequence(ctx, node):
+    """ONNX ReverseSequence-10: reverse the first ``sequence_lens[b]`` elements along ``time_axis``
+    for each batch entry ``b`` along ``batch_axis``."""
     return [ctx.call("reverse_sequence", [node.input(0), node.input(1)],
                      {"batch_axis": node.attr("batch_axis", 1),
                       "time_axis": node.attr("time_axis", 0)})]
@@ -134,6 +164,13 @@ def reverse_sequence(ctx, node):
 
 @converter("Split", since=1)
 def split(ctx, node):
+    """ONNX Split: one ``strided_slice`` per output along ``axis``; sizes from input 1 (opset 13+),
+    the ``split`` attribute, ``num_outputs`` (18+, last chunk smaller) or equal parts.
+
+    Raises:
+        ShapeMismatchError: sizes that do not sum to the axis length or count the outputs, or an
+            axis that does not divide equally.
+        RuntimeValueError: ``split`` is only known at run time."""
     x = node.input(0)
     shape = x.type.shape
     axis = normalize_axis(node.attr("axis", 0), len(shape))
@@ -172,6 +209,12 @@ def split(ctx, node):
 
 @converter("Range", since=11)
 def range_(ctx, node):
+    """ONNX Range-11: the constant ``start, start + delta, ...`` below ``limit`` (``ceil((limit -
+    start) / delta)`` elements, floats accumulated as the spec does), in start's dtype.
+
+    Raises:
+        ShapeMismatchError: ``delta == 0``.
+        RuntimeValueError: a bound is only known at run time."""
     vals = [ctx.require_constant(node.input(k), f"input {k} ({w})")
             for k, w in enumerate(("start", "limit", "delta"))]
     dt = vals[0].dtype
@@ -191,6 +234,12 @@ def range_(ctx, node):
 
 @converter("EyeLike", since=9)
 def eye_like(ctx, node):
+    """ONNX EyeLike-9: a constant 2-D identity of input's shape with diagonal offset ``k``, in
+    ``dtype`` (default the input's).
+
+    Raises:
+        ShapeMismatchError: the input is not 2-D.
+        UnsupportedOpError: an unsupported ``dtype``."""
     x = node.input(0)
     if x.type.ndim != 2:
         raise ShapeMismatchError(f"EyeLike input must be 2-D, got {x.type.shape}")
@@ -202,6 +251,8 @@ def eye_like(ctx, node):
 
 @converter("TensorScatter", since=24)
 def tensor_scatter(ctx, node):
+    """ONNX TensorScatter-24: ``tensor_scatter(past_cache, update[, write_indices], axis, mode)``
+    (KV-cache update, ``mode`` linear or circular)."""
     ins = [node.input(0), node.input(1)] + ([node.input(2)] if node.input(2) is not None else [])
     return [ctx.call("tensor_scatter", ins, {"axis": node.attr("axis", -2),
                                              "mode": node.attr("mode", "linear")})]

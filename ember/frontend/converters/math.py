@@ -80,11 +80,17 @@ for _onnx, _op in _UNARY.items():
 
 @converter("Identity", since=1)
 def identity(ctx, node):
+    """ONNX Identity: the input value itself (no binding)."""
     return [node.input(0)]
 
 
 @converter("Clip", since=1)
 def clip(ctx, node):
+    """ONNX Clip: ``clip(x, min, max)``; bounds are attributes before opset 11, optional inputs
+    from 11 (a run-time bound becomes ``maximum``/``minimum``; no bound gives a copy).
+
+    Raises:
+        ShapeMismatchError: a constant bound that is not a scalar."""
     x = node.input(0)
     if node.opset < 11:
         lo = node.attr("min", None)
@@ -110,6 +116,11 @@ def clip(ctx, node):
 
 @converter("Cast", since=1)
 def cast(ctx, node):
+    """ONNX Cast: ``x`` converted to dtype ``to`` (``cast_to``: ONNX Cast semantics, saturation for
+    float8).
+
+    Raises:
+        UnsupportedOpError: ``to`` is not a supported dtype."""
     to = node.attr("to")
     if isinstance(to, str):
         to = {"FLOAT": 1, "INT64": 7, "INT32": 6, "BOOL": 9, "FLOAT16": 10,
@@ -129,6 +140,7 @@ def cast_to(ctx, node, x, dtype: str):
 
 @converter("Where", since=9)
 def where(ctx, node):
+    """ONNX Where-9: ``where(condition, x, y)`` with multidirectional broadcasting."""
     return [ctx.call("where", [node.input(0), node.input(1), node.input(2)])]
 
 

@@ -48,6 +48,12 @@ def _spatial(node, x, kernel):
 
 @converter("Conv", since=1)
 def conv(ctx, node):
+    """ONNX Conv: ``nn.conv(x, w[, b])`` with x ``(N, C, D1, ...)``, w ``(M, C/group, k1, ...)``;
+    strides, dilations and pads (``auto_pad`` resolved) from the attributes.
+
+    Raises:
+        ShapeMismatchError: rank of x below 3, or pads of the wrong length.
+        UnsupportedOpError: an invalid ``auto_pad``."""
     x, w, b = node.input(0), node.input(1), node.input(2)
     if x.type.ndim < 3:
         raise ShapeMismatchError(f"Conv input must have rank >= 3, got {x.type.shape}")
@@ -82,16 +88,23 @@ converter("AveragePool", since=1)(_pool("avg"))
 
 @converter("GlobalAveragePool", since=1)
 def global_avg_pool(ctx, node):
+    """ONNX GlobalAveragePool: mean over all spatial dims, ``(N, C, 1, ...)``."""
     return [ctx.call("nn.global_avg_pool", [node.input(0)])]
 
 
 @converter("GlobalMaxPool", since=1)
 def global_max_pool(ctx, node):
+    """ONNX GlobalMaxPool: maximum over all spatial dims, ``(N, C, 1, ...)``."""
     return [ctx.call("nn.global_max_pool", [node.input(0)])]
 
 
 @converter("BatchNormalization", since=1)
 def batch_norm(ctx, node):
+    """ONNX BatchNormalization: inference form ``nn.batch_norm(x, scale, B, mean, var, epsilon)``;
+    ``training_mode=1`` goes to ``batch_norm_training``.
+
+    Raises:
+        UnsupportedOpError: opset < 7 training mode (``is_test=0`` with extra outputs)."""
     if node.attr("training_mode", 0):
         from .nn_ext import batch_norm_training
         return batch_norm_training(ctx, node)
@@ -104,6 +117,7 @@ def batch_norm(ctx, node):
 
 @converter("LRN", since=1)
 def lrn(ctx, node):
+    """ONNX LRN: ``nn.lrn`` across channels with ``size``, ``alpha``, ``beta``, ``bias``."""
     return [ctx.call("nn.lrn", [node.input(0)], {
         "size": node.attr("size"), "alpha": float(node.attr("alpha", 1e-4)),
         "beta": float(node.attr("beta", 0.75)), "bias": float(node.attr("bias", 1.0))})]
@@ -133,6 +147,8 @@ converter("LogSoftmax", since=1)(_softmax("nn.log_softmax"))
 
 @converter("Gemm", since=1)
 def gemm(ctx, node):
+    """ONNX Gemm: ``nn.gemm(A, B[, C])`` = ``alpha * A' @ B' + beta * C`` with
+    ``transA``/``transB``."""
     a, b, c = node.input(0), node.input(1), node.input(2)
     attrs = {"alpha": float(node.attr("alpha", 1.0)), "beta": float(node.attr("beta", 1.0)),
              "trans_a": node.attr("transA", 0), "trans_b": node.attr("transB", 0)}
@@ -142,11 +158,17 @@ def gemm(ctx, node):
 
 @converter("MatMul", since=1)
 def matmul(ctx, node):
+    """ONNX MatMul: ``matmul(a, b)`` (numpy matmul semantics, batch dims broadcast)."""
     return [ctx.call("matmul", [node.input(0), node.input(1)])]
 
 
 @converter("Dropout", since=1)
 def dropout(ctx, node):
+    """ONNX Dropout: the input itself (inference), plus an all-true mask when asked; a constant
+    true ``training_mode`` (input 2) goes to ``dropout_training``.
+
+    Raises:
+        RuntimeValueError: ``training_mode`` is only known at run time."""
     x = node.input(0)
     training = node.input(2)
     if training is not None and bool(ctx.require_constant(training, "input 2 (training_mode)")):

@@ -15,6 +15,13 @@ from .nn import _spatial
 
 @converter("ConvTranspose", since=1)
 def conv_transpose(ctx, node):
+    """ONNX ConvTranspose: ``nn.conv_transpose(x, w[, b])`` with strides, dilations,
+    ``output_padding`` and ``output_shape``; SAME_UPPER/SAME_LOWER pads are computed from the
+    target shape as the spec says.
+
+    Raises:
+        ShapeMismatchError: rank of x below 3.
+        UnsupportedOpError: an invalid ``auto_pad``."""
     x, w, b = node.input(0), node.input(1), node.input(2)
     nsp = x.type.ndim - 2
     if nsp < 1:
@@ -47,6 +54,12 @@ def conv_transpose(ctx, node):
 
 @converter("LpPool", since=1)
 def lp_pool(ctx, node):
+    """ONNX LpPool: ``nn.lp_pool`` (``(sum |x|^p)^(1/p)`` per window) with kernel, strides, pads,
+    dilations, ``ceil_mode`` and ``p``.
+
+    Raises:
+        ShapeMismatchError: pads of the wrong length.
+        UnsupportedOpError: an invalid ``auto_pad``."""
     x = node.input(0)
     kernel = list(node.attr("kernel_shape"))
     strides, dilations, pads = _spatial(node, x, kernel)
@@ -58,6 +71,7 @@ def lp_pool(ctx, node):
 
 @converter("GlobalLpPool", since=1)
 def global_lp_pool(ctx, node):
+    """ONNX GlobalLpPool: ``nn.lp_pool`` with a kernel covering all spatial dims."""
     x = node.input(0)
     kernel = list(x.type.shape[2:])
     return [ctx.call("nn.lp_pool", [x], {"kernel_shape": kernel, "p": node.attr("p", 2)})]
@@ -65,6 +79,7 @@ def global_lp_pool(ctx, node):
 
 @converter("LpNormalization", since=1)
 def lp_normalization(ctx, node):
+    """ONNX LpNormalization: ``x / ||x||_p`` along ``axis`` (``p`` 1 or 2)."""
     return [ctx.call("nn.lp_normalize", [node.input(0)], {"axis": node.attr("axis", -1),
                                                           "p": node.attr("p", 2)})]
 
@@ -83,6 +98,8 @@ def normalize_moments(ctx, x, axes, eps, stash="float32"):
 
 @converter("InstanceNormalization", since=1)
 def instance_norm(ctx, node):
+    """ONNX InstanceNormalization: normalize over the spatial dims of each ``(n, c)``
+    (``epsilon``), then ``* scale[c] + B[c]``; float16 inputs compute in float32."""
     x, scale, bias = node.input(0), node.input(1), node.input(2)
     r = x.type.ndim
     stash = "float64" if x.type.dtype == "float64" else "float32"
@@ -99,6 +116,12 @@ def instance_norm(ctx, node):
 
 @converter("LayerNormalization", since=17)
 def layer_norm(ctx, node):
+    """ONNX LayerNormalization-17: ``nn.layer_norm`` over dims ``axis..`` for float32 without the
+    Mean/InvStdDev outputs; otherwise decomposed in ``stash_type`` and returns ``[Y, Mean,
+    InvStdDev]``.
+
+    Raises:
+        UnsupportedOpError: an unsupported ``stash_type``."""
     x, scale, bias = node.input(0), node.input(1), node.input(2)
     eps = float(node.attr("epsilon", 1e-5))
     axis = normalize_axis(node.attr("axis", -1), x.type.ndim)

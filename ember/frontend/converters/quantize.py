@@ -48,6 +48,13 @@ def _qparams(node):
 
 @converter("DequantizeLinear", since=10)
 def dequantize_linear(ctx, node):
+    """ONNX DequantizeLinear-10+: ``(x - zero_point) * scale`` computed in float32 (per tensor, per
+    ``axis``, or blocked with ``block_size``), cast to ``output_dtype`` or the scale's dtype;
+    float8/float4 inputs ignore the zero point.
+
+    Raises:
+        ShapeMismatchError: a scale or zero point whose shape does not match the axis or block.
+        UnsupportedOpError: an unsupported ``output_dtype``."""
     x, scale, zp = node.input(0), node.input(1), node.input(2)
     axis, block = _qparams(node)
     shp = x.type.shape
@@ -88,6 +95,13 @@ def quantize(ctx, x_scaled, out: str, zp, saturate: int = 1):
 
 @converter("QuantizeLinear", since=10)
 def quantize_linear(ctx, node):
+    """ONNX QuantizeLinear-10+: ``saturate(round_half_even(x / scale) + zero_point)`` into the zero
+    point's dtype (else ``output_dtype``, default uint8); per tensor, axis or block, with optional
+    ``precision``; float8 targets honour ``saturate``.
+
+    Raises:
+        ShapeMismatchError: a scale or zero point whose shape does not match the axis or block.
+        UnsupportedOpError: an unsupported target dtype."""
     x, scale, zp = node.input(0), node.input(1), node.input(2)
     axis, block = _qparams(node)
     shp = x.type.shape
@@ -123,6 +137,8 @@ def _minus_zp(ctx, v, zp, shape_for, axis):
 
 @converter("MatMulInteger", since=10)
 def matmul_integer(ctx, node):
+    """ONNX MatMulInteger-10: ``matmul(a - a_zero_point, b - b_zero_point)`` with an int32 result
+    (zero points per tensor, per row of a, or per column of b)."""
     a, b = node.input(0), node.input(1)
     a2 = _minus_zp(ctx, a, node.input(2), a.type.shape, max(a.type.ndim - 2, 0))
     b2 = _minus_zp(ctx, b, node.input(3), b.type.shape, b.type.ndim - 1)
@@ -139,6 +155,12 @@ def _conv_attrs(node, x, w):
 
 @converter("ConvInteger", since=10)
 def conv_integer(ctx, node):
+    """ONNX ConvInteger-10: ``nn.conv(x - x_zero_point, w - w_zero_point)`` with an int32 result
+    (w's zero point per output channel or per tensor).
+
+    Raises:
+        ShapeMismatchError: pads of the wrong length.
+        UnsupportedOpError: an invalid ``auto_pad``."""
     x, w = node.input(0), node.input(1)
     x2 = _minus_zp(ctx, x, node.input(2), x.type.shape, 1)
     w2 = _minus_zp(ctx, w, node.input(3), w.type.shape, 0)
@@ -160,6 +182,8 @@ def _requantize(ctx, acc, mult, y_zp, out_dtype):
 
 @converter("QLinearMatMul", since=10)
 def qlinear_matmul(ctx, node):
+    """ONNX QLinearMatMul-10: int32 ``matmul`` of the zero-point-shifted operands, requantized by
+    ``a_scale * b_scale / y_scale`` (float32) to ``y_zero_point``'s dtype."""
     a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (node.input(k) for k in range(8))
     a2 = _minus_zp(ctx, a, a_zp, a.type.shape, max(a.type.ndim - 2, 0))
     b2 = _minus_zp(ctx, b, b_zp, b.type.shape, b.type.ndim - 1)
@@ -174,6 +198,13 @@ def qlinear_matmul(ctx, node):
 
 @converter("QLinearConv", since=10)
 def qlinear_conv(ctx, node):
+    """ONNX QLinearConv-10: int32 ``nn.conv`` of the zero-point-shifted operands (plus the int32
+    bias), requantized by ``x_scale * w_scale / y_scale`` (per output channel allowed) to
+    ``y_zero_point``'s dtype.
+
+    Raises:
+        ShapeMismatchError: pads of the wrong length.
+        UnsupportedOpError: an invalid ``auto_pad``."""
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (node.input(k) for k in range(9))
     x2 = _minus_zp(ctx, x, x_zp, x.type.shape, 1)
     w2 = _minus_zp(ctx, w, w_zp, w.type.shape, 0)

@@ -53,6 +53,8 @@ converter("RandomNormalLike", since=1)(_generator("normal", like=True))
 
 @converter("Bernoulli", since=15)
 def bernoulli(ctx, node):
+    """ONNX Bernoulli-15: ``random.bernoulli(p)``, 1 with probability ``p`` per element, in
+    ``dtype`` (default p's) with the generator key from ``seed``."""
     p = node.input(0)
     return [ctx.call("random.bernoulli", [p], {"dtype": _dtype(node, p.type.dtype),
                                                "key": _key(node)})]

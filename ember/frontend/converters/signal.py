@@ -25,6 +25,15 @@ def _scalar(ctx, v, what):
 
 @converter("DFT", since=17)
 def dft(ctx, node):
+    """ONNX DFT-17/20: ``signal.dft`` of x ``(..., n, 1 or 2)`` (real or complex as the last dim)
+    along ``axis`` (attribute before 20, input 2 from 20, default -2), with ``dft_length``,
+    ``inverse`` and ``onesided``.
+
+    Raises:
+        ShapeMismatchError: ``axis`` naming the last (real/imaginary) dim, or a non-scalar
+            length/axis.
+        UnsupportedOpError: ``onesided=1`` on a complex input.
+        RuntimeValueError: dft_length or axis only known at run time."""
     x = node.input(0)
     if node.opset >= 20:
         axis = int(_scalar(ctx, node.input(2), "input 2 (axis)")) if node.input(2) is not None \
@@ -54,6 +63,12 @@ def dft(ctx, node):
 
 @converter("STFT", since=17)
 def stft(ctx, node):
+    """ONNX STFT-17: ``signal.stft`` of ``(batch, length, 1 or 2)`` with constant ``frame_step``,
+    optional window and ``frame_length``, and ``onesided``.
+
+    Raises:
+        ShapeMismatchError: neither a window nor a frame_length, or a non-scalar step/length.
+        RuntimeValueError: frame_step or frame_length only known at run time."""
     x, win = node.input(0), node.input(2)
     step = int(_scalar(ctx, node.input(1), "input 1 (frame_step)"))
     if node.input(3) is not None:
@@ -121,6 +136,13 @@ def mel_weight_matrix(num_mel_bins: int, dft_length: int, sample_rate: int, lowe
 
 @converter("MelWeightMatrix", since=17)
 def mel(ctx, node):
+    """ONNX MelWeightMatrix-17: the constant ``(dft_length // 2 + 1, num_mel_bins)`` matrix of
+    triangular mel filters between ``lower_edge_hertz`` and ``upper_edge_hertz`` (Hz) at
+    ``sample_rate`` (Hz), in ``output_datatype``.
+
+    Raises:
+        ShapeMismatchError: a non-scalar input.
+        RuntimeValueError: an input only known at run time."""
     vals = [_scalar(ctx, node.input(k), f"input {k} ({w})") for k, w in enumerate(
         ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz"))]
     w = mel_weight_matrix(int(vals[0]), int(vals[1]), int(vals[2]), float(vals[3]),

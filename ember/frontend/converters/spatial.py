@@ -13,6 +13,13 @@ from . import converter
 
 @converter("MaxUnpool", since=9)
 def max_unpool(ctx, node):
+    """ONNX MaxUnpool-9/11: ``nn.max_unpool(x, indices)`` scattering each value to its flat index
+    in an output of the inferred shape or the constant ``output_shape`` (input 2); indices cast to
+    int64.
+
+    Raises:
+        ShapeMismatchError: rank of x does not match the kernel.
+        RuntimeValueError: output_shape only known at run time."""
     x, idx = node.input(0), node.input(1)
     kernel = list(node.attr("kernel_shape"))
     n = len(kernel)
@@ -35,6 +42,14 @@ def max_unpool(ctx, node):
 
 @converter("RoiAlign", since=10)
 def roi_align(ctx, node):
+    """ONNX RoiAlign-10/16: ``image.roi_align(x, rois, batch_indices)`` with
+    ``output_height``/``output_width``, ``sampling_ratio``, ``spatial_scale`` and avg/max ``mode``;
+    ``sampling_ratio=0`` needs constant rois (the adaptive grid is bounded from them).
+
+    Raises:
+        UnsupportedOpError: a coordinate_transformation_mode other than
+            half_pixel/output_half_pixel.
+        RuntimeValueError: rois only known at run time with sampling_ratio=0."""
     x, rois, bidx = node.input(0), node.input(1), node.input(2)
     ctm = node.attr("coordinate_transformation_mode", "half_pixel") if node.opset >= 16 \
         else "output_half_pixel"
@@ -61,6 +76,11 @@ def roi_align(ctx, node):
 
 @converter("DeformConv", since=19)
 def deform_conv(ctx, node):
+    """ONNX DeformConv-19: ``nn.deform_conv(x, w, offset[, B][, mask])`` for 4-D ``x`` ``(N, C, H,
+    W)``; a zero bias is supplied when only the mask is given.
+
+    Raises:
+        UnsupportedOpError: an input that is not 4-D."""
     x, w, off, b, mask = (node.input(k) for k in range(5))
     if x.type.ndim != 4:
         raise UnsupportedOpError(f"DeformConv is supported for 2-D images (4-D input), got "

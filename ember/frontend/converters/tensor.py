@@ -41,6 +41,12 @@ def reshape_target(in_shape, shape, allowzero: bool) -> list[int]:
 
 @converter("Reshape", since=1)
 def reshape(ctx, node):
+    """ONNX Reshape: ``reshape`` to ``reshape_target`` of the shape (attribute before opset 5,
+    constant input 1 after; 0 copies a dim unless ``allowzero``, -1 is inferred).
+
+    Raises:
+        ShapeMismatchError: a bad 0 or -1.
+        RuntimeValueError: the shape is only known at run time."""
     x = node.input(0)
     if node.opset < 5:
         shape = node.attr("shape")
@@ -52,6 +58,8 @@ def reshape(ctx, node):
 
 @converter("Flatten", since=1)
 def flatten(ctx, node):
+    """ONNX Flatten: reshape to 2-D ``(prod(shape[:axis]), prod(shape[axis:]))`` (``axis`` default
+    1)."""
     x = node.input(0)
     nd = x.type.ndim
     axis = node.attr("axis", 1)
@@ -63,6 +71,12 @@ def flatten(ctx, node):
 
 @converter("Squeeze", since=1)
 def squeeze(ctx, node):
+    """ONNX Squeeze: drop the listed size-1 axes (attribute before opset 13, constant input 1
+    after), or every size-1 axis.
+
+    Raises:
+        ShapeMismatchError: a listed axis is not of size 1.
+        RuntimeValueError: axes only known at run time."""
     x = node.input(0)
     axes = node.attr("axes") if node.opset < 13 else _const_input(ctx, node, 1, "axes")
     shape = x.type.shape
@@ -78,6 +92,12 @@ def squeeze(ctx, node):
 
 @converter("Unsqueeze", since=1)
 def unsqueeze(ctx, node):
+    """ONNX Unsqueeze: insert size-1 axes at ``axes`` (of the output; attribute before opset 13,
+    constant input 1 after).
+
+    Raises:
+        ShapeMismatchError: repeated axes.
+        RuntimeValueError: axes only known at run time."""
     x = node.input(0)
     axes = node.attr("axes") if node.opset < 13 else _const_input(ctx, node, 1, "axes")
     axes = [int(a) for a in np.asarray(axes).reshape(-1)]
@@ -93,6 +113,7 @@ def unsqueeze(ctx, node):
 
 @converter("Transpose", since=1)
 def transpose(ctx, node):
+    """ONNX Transpose: ``transpose(x, perm)`` (default: reverse the dims)."""
     perm = node.attr("perm")
     return [ctx.call("transpose", [node.input(0)], {"perm": list(perm) if perm is not None
                                                     else None})]
@@ -100,12 +121,19 @@ def transpose(ctx, node):
 
 @converter("Concat", since=1)
 def concat(ctx, node):
+    """ONNX Concat: ``concatenate`` of the present inputs along ``axis`` (default 1 before opset
+    4)."""
     ins = [x for x in node.inputs if x is not None]
     return [ctx.call("concatenate", ins, {"axis": node.attr("axis", 1 if node.opset < 4 else 0)})]
 
 
 @converter("Shape", since=1)
 def shape(ctx, node):
+    """ONNX Shape: the constant int64 shape of the input, sliced by ``start``/``end`` (15+;
+    clamped).
+
+    Raises:
+        UnsupportedOpError: the input has symbolic dims."""
     shp = list(node.input(0).type.shape)
     if any(not isinstance(d, int) for d in shp):
         raise UnsupportedOpError("Shape of a tensor with symbolic dims is not supported yet")
@@ -118,11 +146,17 @@ def shape(ctx, node):
 
 @converter("Size", since=1)
 def size(ctx, node):
+    """ONNX Size: the constant int64 element count of the input."""
     return [ctx.const(np.array(node.input(0).type.size, dtype=np.int64))]
 
 
 @converter("Gather", since=1)
 def gather(ctx, node):
+    """ONNX Gather: ``take(data, indices, axis)``; constant indices are range-checked at compile
+    time.
+
+    Raises:
+        ShapeMismatchError: a constant index outside ``[-n, n - 1]``."""
     data, ind = node.input(0), node.input(1)
     axis = node.attr("axis", 0)
     c = ctx.constant_value(ind)
@@ -136,6 +170,12 @@ def gather(ctx, node):
 
 @converter("Slice", since=1)
 def slice_(ctx, node):
+    """ONNX Slice: ``strided_slice`` with starts/ends/axes/steps (attributes before opset 10,
+    constant inputs after; clamped as the spec says); a full slice is the input itself.
+
+    Raises:
+        ShapeMismatchError: lists of different lengths, or a step of 0.
+        RuntimeValueError: a slice parameter only known at run time."""
     x = node.input(0)
     shape = x.type.shape
     nd = len(shape)
@@ -173,12 +213,22 @@ def slice_(ctx, node):
 
 @converter("Expand", since=8)
 def expand(ctx, node):
+    """ONNX Expand-8: ``broadcast_to`` the constant shape (input 1) under multidirectional
+    broadcasting.
+
+    Raises:
+        RuntimeValueError: the shape is only known at run time."""
     shp = _const_input(ctx, node, 1, "shape")
     return [ctx.call("broadcast_to", [node.input(0)], {"shape": [int(v) for v in shp]})]
 
 
 @converter("ConstantOfShape", since=9)
 def constant_of_shape(ctx, node):
+    """ONNX ConstantOfShape-9: a constant of the shape in input 1 filled with ``value`` (default
+    float32 0).
+
+    Raises:
+        RuntimeValueError: the shape is only known at run time."""
     shp = _const_input(ctx, node, 0, "shape")
     value = node.attr("value")
     value = np.zeros(1, np.float32) if value is None else np.asarray(value)
@@ -188,6 +238,11 @@ def constant_of_shape(ctx, node):
 
 @converter("Constant", since=1)
 def constant(ctx, node):
+    """ONNX Constant: the constant of ``value`` or ``value_float(s)``/``value_int(s)``
+    (float32/int64).
+
+    Raises:
+        UnsupportedOpError: ``sparse_value`` or any other attribute (``value_string(s)``)."""
     a = node.attrs
     if "value" in a:
         return [ctx.const(a["value"])]

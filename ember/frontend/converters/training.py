@@ -62,6 +62,12 @@ def _groups(node, per: int):
 
 @converter("Adagrad", since=1, domain=DOMAIN)
 def adagrad(ctx, node):
+    """ONNX preview.training Adagrad: for each ``(X, G, H)`` group, ``H' = H + g^2`` and ``X' = X -
+    r / (1 + T * decay_factor) * g / (sqrt(H') + epsilon)`` with ``g = norm_coefficient * X + G``;
+    returns ``[X'..., H'...]``.
+
+    Raises:
+        ShapeMismatchError: the inputs are not R, T and whole groups."""
     n, (xs, gs, hs) = _groups(node, 3)
     decay = float(node.attr("decay_factor", 0.0))
     eps = float(node.attr("epsilon", 1e-6))
@@ -81,6 +87,12 @@ def adagrad(ctx, node):
 
 @converter("Adam", since=1, domain=DOMAIN)
 def adam(ctx, node):
+    """ONNX preview.training Adam: per ``(X, G, V, H)`` group the spec's update (``V' = alpha V +
+    (1 - alpha) g``, ``H' = beta H + (1 - beta) g^2``, bias-corrected rate when ``T > 0``,
+    ``norm_coefficient_post`` decay); returns ``[X'..., V'..., H'...]``.
+
+    Raises:
+        ShapeMismatchError: the inputs are not R, T and whole groups."""
     n, (xs, gs, vs, hs) = _groups(node, 4)
     alpha = float(node.attr("alpha", 0.9))
     beta = float(node.attr("beta", 0.999))
@@ -107,6 +119,13 @@ def adam(ctx, node):
 
 @converter("Momentum", since=1, domain=DOMAIN)
 def momentum(ctx, node):
+    """ONNX preview.training Momentum: per ``(X, G, V)`` group ``V' = alpha V + beta g`` (``beta``
+    is 1 at ``T == 0``) and ``X' = X - R * V'`` (standard) or ``X - R * (g + alpha V')``
+    (nesterov); returns ``[X'..., V'...]``.
+
+    Raises:
+        ShapeMismatchError: the inputs are not R, T and whole groups.
+        UnsupportedOpError: an unknown ``mode``."""
     n, (xs, gs, vs) = _groups(node, 3)
     alpha, beta = float(node.attr("alpha")), float(node.attr("beta"))
     norm = float(node.attr("norm_coefficient"))

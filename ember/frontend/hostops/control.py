@@ -18,6 +18,11 @@ def _scalar_bool(v, what: str) -> bool:
 
 @host_op("If")
 def if_(h, ins):
+    """Host kernel for ONNX If: run ``then_branch`` or ``else_branch`` (by the one-element
+    ``cond``) with the outer scope; returns its outputs.
+
+    Raises:
+        ShapeMismatchError: ``cond`` does not hold exactly one element."""
     cond = _scalar_bool(ins[0], "If cond")
     g = h.attr("then_branch" if cond else "else_branch")
     return h.run_graph(g, [], h.outer)
@@ -33,6 +38,12 @@ def _stack(parts: list, axis: int = 0):
 
 @host_op("Loop")
 def loop(h, ins):
+    """Host kernel for ONNX Loop: run ``body`` while ``i < M`` (when given) and ``cond``, threading
+    the loop-carried values; returns the final carried values, then each scan output stacked along
+    a new axis 0 (empty, typed from the body's output, when no iteration ran).
+
+    Raises:
+        ShapeMismatchError: a ``cond`` that does not hold exactly one element."""
     m, cond, carried = ins[0], ins[1], list(ins[2:])
     body = h.attr("body")
     trip = int(np.asarray(m).reshape(-1)[0]) if m is not None else None
@@ -74,6 +85,12 @@ def _empty_scan(vi):
 
 @host_op("Scan")
 def scan(h, ins):
+    """Host kernel for ONNX Scan (8 with a batch axis, 9+): run ``body`` over the scan inputs along
+    ``scan_input_axes`` (reversed per ``scan_input_directions``), threading the state; returns the
+    final states, then the scan outputs stacked along ``scan_output_axes``.
+
+    Raises:
+        ShapeMismatchError: scan inputs of different sequence lengths."""
     body = h.attr("body")
     n_scan_in = h.attr("num_scan_inputs")
     if h.opset < 9:
@@ -139,6 +156,11 @@ def _scan8(h, ins, body, n_scan_in):
 
 @host_op("SequenceMap")
 def sequence_map(h, ins):
+    """Host kernel for ONNX SequenceMap: run ``body`` on the ``i``-th element of each sequence
+    input (tensor inputs passed whole) for every ``i``; returns one sequence per body output.
+
+    Raises:
+        UnsupportedOpError: no input is a sequence."""
     body = h.attr("body")
     seqs = [x for x in ins if isinstance(x, list)]
     if not seqs:

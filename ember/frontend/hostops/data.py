@@ -11,6 +11,8 @@ from . import host_op
 
 @host_op("NonZero")
 def nonzero(h, ins):
+    """Host kernel for ONNX NonZero: int64 ``(ndim, count)`` indices of the non-zero elements,
+    row-major order (numpy ``nonzero``)."""
     x = np.asarray(ins[0])
     if x.ndim == 0:
         return [np.zeros((0, int(bool(x))), np.int64) if not x else np.zeros((0, 1), np.int64)]
@@ -19,6 +21,8 @@ def nonzero(h, ins):
 
 @host_op("Compress")
 def compress(h, ins):
+    """Host kernel for ONNX Compress: the slices along ``axis`` (the flattened input when absent)
+    where ``condition`` is true; a condition longer than the axis is truncated."""
     x, c = np.asarray(ins[0]), np.asarray(ins[1]).astype(bool)
     axis = h.attr("axis")
     if axis is None:
@@ -32,6 +36,9 @@ def compress(h, ins):
 
 @host_op("Unique")
 def unique(h, ins):
+    """Host kernel for ONNX Unique: ``[Y, indices, inverse_indices, counts]`` of the flattened
+    input or of slices along ``axis``; sorted (``sorted=1``) or in order of first occurrence; index
+    outputs int64."""
     x = np.asarray(ins[0])
     axis = h.attr("axis")
     sorted_ = h.attr("sorted", 1)
@@ -70,6 +77,13 @@ def _iou(a, b, center):
 
 @host_op("NonMaxSuppression")
 def non_max_suppression(h, ins):
+    """Host kernel for ONNX NonMaxSuppression: per batch and class, boxes by descending score above
+    ``score_threshold``, greedily dropping those with IoU above ``iou_threshold`` with a kept box,
+    at most ``max_output_boxes_per_class`` (default 0); boxes corner (``center_point_box=0``) or
+    center form. Returns int64 ``(n, 3)`` ``[batch, class, box]`` rows.
+
+    Raises:
+        ShapeMismatchError: boxes or scores not rank 3."""
     boxes, scores = np.asarray(ins[0], np.float64), np.asarray(ins[1], np.float64)
     get = lambda k, d: (np.asarray(ins[k]).reshape(-1)[0] if len(ins) > k and ins[k] is not None  # noqa: E731
                         and np.asarray(ins[k]).size else d)

@@ -23,6 +23,12 @@ def _attr_list(h, *names):
 
 @host_op("LabelEncoder", domain=ML)
 def label_encoder(h, ins):
+    """Host kernel for ONNX-ML LabelEncoder (1-4): map each element through the ``keys_*`` ->
+    ``values_*`` table (strings, int64s, floats or tensors; NaN keys match NaN), unknown keys to
+    the ``default_*`` value; output has x's shape.
+
+    Raises:
+        ShapeMismatchError: missing keys/values or lists of different lengths."""
     x = np.asarray(ins[0])
     keys, _ = _attr_list(h, "keys_tensor", "keys_strings", "keys_int64s", "keys_floats")
     vals, vname = _attr_list(h, "values_tensor", "values_strings", "values_int64s",
@@ -75,6 +81,14 @@ def _tensor(h, name, dtype=None):
 
 @host_op("TreeEnsemble", domain=ML)
 def tree_ensemble(h, ins):
+    """Host kernel for ONNX-ML TreeEnsemble-5: evaluate every tree on each row of ``X`` ``(N, F)``
+    (split modes BRANCH_LEQ..BRANCH_MEMBER, missing-value tracks), aggregate leaf weights per
+    target (average, sum, min, max) and apply ``post_transform`` (softmax, logistic, softmax-zero);
+    returns ``(N, n_targets)`` in X's float dtype (float32 for integer X).
+
+    Raises:
+        ShapeMismatchError: ``X`` is not 2-D.
+        UnsupportedOpError: ``post_transform`` PROBIT."""
     x = np.asarray(ins[0])
     if x.ndim != 2:
         raise ShapeMismatchError(f"TreeEnsemble input must be [N, F], got {x.shape}")
@@ -155,6 +169,10 @@ def tree_ensemble(h, ins):
 
 @host_op("TfIdfVectorizer")
 def tfidf(h, ins):
+    """Host kernel for ONNX TfIdfVectorizer: count the pool's n-grams
+    (``min_gram_length``..``max_gram_length``, skips up to ``max_skip_count``) in each row of the
+    int64 or string input; ``mode`` TF (counts), IDF (presence x weight) or TFIDF (counts x
+    weight). Returns float32 ``(max(ngram_indexes) + 1,)`` or ``(rows, that)``."""
     x = np.asarray(ins[0])
     mode = h.attr("mode")
     lo, hi = h.attr("min_gram_length"), h.attr("max_gram_length")

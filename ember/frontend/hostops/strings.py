@@ -19,6 +19,9 @@ def _str_array(x) -> np.ndarray:
 
 @host_op("StringNormalizer")
 def string_normalizer(h, ins):
+    """Host kernel for ONNX StringNormalizer: remove ``stopwords`` (case-sensitive per
+    ``is_case_sensitive``) and apply ``case_change_action`` (LOWER/UPPER/NONE) to a ``(C,)`` or
+    ``(1, C)`` string tensor; an all-removed input gives one empty string."""
     x = _str_array(ins[0])
     case = h.attr("case_change_action", "NONE")
     sensitive = h.attr("is_case_sensitive", 0)
@@ -46,12 +49,16 @@ def string_normalizer(h, ins):
 
 @host_op("StringConcat")
 def string_concat(h, ins):
+    """Host kernel for ONNX StringConcat-20: element-wise ``a + b`` of two string tensors (numpy
+    broadcasting)."""
     a, b = _str_array(ins[0]), _str_array(ins[1])
     return [np.array(np.char.add(a.astype(str), b.astype(str)), dtype=object)]
 
 
 @host_op("RegexFullMatch")
 def regex_full_match(h, ins):
+    """Host kernel for ONNX RegexFullMatch-20: bool tensor, true where the whole string matches
+    ``pattern`` (Python ``re`` syntax)."""
     x = _str_array(ins[0])
     pat = re.compile(h.attr("pattern"))
     return [np.vectorize(lambda s: pat.fullmatch(s) is not None, otypes=[bool])(x)
@@ -60,6 +67,9 @@ def regex_full_match(h, ins):
 
 @host_op("StringSplit")
 def string_split(h, ins):
+    """Host kernel for ONNX StringSplit-20: split each string on ``delimiter`` (whitespace runs
+    when empty) at most ``maxsplit`` times; returns the parts padded with ``""`` to shape ``x.shape
+    + (max parts,)`` and the int64 part counts of shape ``x.shape``."""
     x = _str_array(ins[0])
     sep = h.attr("delimiter")
     maxsplit = h.attr("maxsplit")
@@ -81,6 +91,7 @@ def string_split(h, ins):
 
 @host_op("Equal", mode="fallback")
 def equal_str(h, ins):
+    """Host kernel for ONNX Equal on string tensors (fallback): element-wise bool equality."""
     a, b = _str_array(ins[0]), _str_array(ins[1])
     return [np.asarray(a == b, dtype=bool)]
 
@@ -121,6 +132,8 @@ def cast_strings(x, to_dtype):
 
 @host_op("Cast", mode="fallback")
 def cast(h, ins):
+    """Host kernel for ONNX Cast to or from strings (fallback): ``cast_strings`` to dtype ``to``
+    (ONNX Cast rules for strings)."""
     from onnx import TensorProto, helper
     to = h.attr("to")
     dt = object if to == TensorProto.STRING else helper.tensor_dtype_to_np_dtype(to)
@@ -129,6 +142,8 @@ def cast(h, ins):
 
 @host_op("CastLike", mode="fallback")
 def cast_like(h, ins):
+    """Host kernel for ONNX CastLike to or from strings (fallback): ``cast_strings`` to the dtype
+    of input 1 (object for strings)."""
     like = np.asarray(ins[1])
     dt = object if like.dtype.kind in "OUS" else like.dtype
     return [cast_strings(ins[0], dt)]

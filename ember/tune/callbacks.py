@@ -46,6 +46,8 @@ class progress_bar:  # noqa: N801
         self.bar = None
 
     def start(self, tuner, n_trial: int) -> None:
+        """Open the tqdm bar for a run of ``n_trial`` trials of ``tuner`` (``Tuner.tune`` calls it
+        first)."""
         from tqdm import tqdm
         desc = self.prefix or tuner.task.name
         self.bar = tqdm(total=self.total or n_trial, desc=desc, file=self.file, leave=True,
@@ -64,6 +66,8 @@ class progress_bar:  # noqa: N801
         self._show(tuner)
 
     def finish(self, tuner) -> None:
+        """Show the final best GFLOP/s, ms and errors and close the bar (``Tuner.tune`` calls it
+        last)."""
         if self.bar is not None:
             self._show(tuner)
             self.bar.close()

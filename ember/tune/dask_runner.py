@@ -68,6 +68,10 @@ class DaskRunner(LocalRunner):
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]
             ) -> list[MeasureResult]:
+        """Measure each built candidate on a dask worker (in parallel, one ``resource`` unit each
+        when set); failed builds pass through as error results, and a lost or timed-out worker
+        becomes a runtime-error result. Costs in seconds; ``workers_used`` lists the workers that
+        answered."""
         futures, out = {}, [None] * len(inputs)
         t0 = time.perf_counter()
         for k, (inp, b) in enumerate(zip(inputs, builds)):

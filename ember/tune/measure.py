@@ -271,6 +271,7 @@ class LocalRunner:
         return out
 
     def close(self) -> None:
+        """Stop the worker process."""
         self._worker.close()
 
 

@@ -57,6 +57,8 @@ class TuneSummary:
     records: str = ""
 
     def rows(self) -> list[list[str]]:
+        """One row of text per task, in the order of ``HEADER``: index, op, count, GFLOP (x count),
+        trials, errors, untuned and tuned ms, speed-up (``-`` when nothing was tuned)."""
         rows = []
         for k, t in enumerate(self.tasks):
             tuned = t.best_s < math.inf

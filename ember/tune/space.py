@@ -76,6 +76,7 @@ class Knob:
                               f"(a record from another version of the template?)") from None
 
     def entity(self, i: int) -> "KnobEntity":
+        """The ``KnobEntity`` of the knob's ``i``-th candidate value."""
         return KnobEntity(self.kind, self.entities[i])
 
 
@@ -160,6 +161,7 @@ class SplitKnob(Knob):
         return out
 
     def entity(self, i: int) -> "SplitEntity":
+        """The ``SplitEntity`` of the ``i``-th factorization (outer to inner)."""
         return SplitEntity(list(self.entities[i]))
 
 
@@ -192,6 +194,7 @@ class ReorderKnob(Knob):
         super().__init__(name, perms)
 
     def entity(self, i: int) -> "ReorderEntity":
+        """The ``ReorderEntity`` of the ``i``-th permutation of the axes."""
         return ReorderEntity(list(self.entities[i]))
 
 
@@ -227,6 +230,7 @@ class AnnotateKnob(Knob):
         super().__init__(name, anns)
 
     def entity(self, i: int) -> "AnnotateEntity":
+        """The ``AnnotateEntity`` of the ``i``-th per-axis annotation list."""
         return AnnotateEntity(list(self.entities[i]))
 
 
@@ -396,13 +400,28 @@ class ConfigEntity:
                               f"{list(self._entities)})") from None
 
     # template code also calls define_* on the entity: those are no-ops at instantiation
-    def define_split(self, *a, **k): pass
-    def define_knob(self, *a, **k): pass
-    def define_reorder(self, *a, **k): pass
-    def define_annotate(self, *a, **k): pass
-    def add_flop(self, n): pass
+    def define_split(self, *a, **k):
+        """No-op: the knob was defined when the space was built (``ConfigSpace.define_split``)."""
+
+    def define_knob(self, *a, **k):
+        """No-op: the knob was defined when the space was built (``ConfigSpace.define_knob``)."""
+
+    def define_reorder(self, *a, **k):
+        """No-op: the knob was defined when the space was built (``ConfigSpace.define_reorder``).
+        """
+
+    def define_annotate(self, *a, **k):
+        """No-op: the knob was defined when the space was built (``ConfigSpace.define_annotate``).
+        """
+
+    def add_flop(self, n):
+        """No-op: FLOPs are counted when the space is built (``ConfigSpace.add_flop``)."""
 
     def raise_error(self, msg: str) -> None:
+        """Reject this configuration from template code.
+
+        Raises:
+            TuningError: always, with ``msg``."""
         raise TuningError(msg)
 
     def values(self) -> dict[str, Any]:

@@ -109,6 +109,7 @@ class Task:
         return self.instantiate(self.config_space.get(0))
 
     def to_json(self) -> dict:
+        """``{"name", "args", "key"}`` of the task (what records store)."""
         return {"name": self.name, "args": list(self.args), "key": self.key}
 
     def __repr__(self):

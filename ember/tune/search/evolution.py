@@ -42,12 +42,16 @@ class SearchTask:
         self.flop = count_flops(func)
 
     def instantiate(self, trace: Trace) -> PrimFunc:
+        """The kernel (``PrimFunc``) of the search trace ``trace`` applied to the unscheduled
+        function."""
         return apply_trace(self.func, trace)
 
     def reference(self) -> PrimFunc:
+        """The unscheduled function, which every candidate is checked against."""
         return self.func
 
     def to_json(self) -> dict:
+        """``{"name": "search", "args": [workload_key], "key"}`` (what records store)."""
         return {"name": self.name, "args": list(self.args), "key": self.key}
 
     def __repr__(self):
@@ -79,6 +83,8 @@ class SearchPolicy:
 
     # model ------------------------------------------------------------------------------------
     def features(self, trace: Trace) -> np.ndarray:
+        """The ``loop_features`` vector (``NUM_FEATURES`` float32) of ``trace``'s program, cached
+        by trace key; all zeros when the trace does not apply."""
         k = trace.key()
         f = self._feat.get(k)
         if f is None:
@@ -92,6 +98,8 @@ class SearchPolicy:
         return f
 
     def predict(self, traces: Sequence[Trace]) -> np.ndarray:
+        """The cost model's scores (higher is better; zeros until it is trained) of ``traces``,
+        shape ``(len(traces),)``."""
         if not traces:
             return np.zeros(0)
         return self.model.predict(np.stack([self.features(t) for t in traces]))

@@ -43,6 +43,9 @@ class TaskScheduler:
         self.order: list[int] = []
 
     def gain(self, k: int) -> float:
+        """Expected benefit of one more round on task ``k``: ``weight x best cost (s) x (recent
+        relative improvement + explore / (1 + rounds))``; ``inf`` while the task has no valid
+        result."""
         p = self.policies[k]
         if p.best_cost == float("inf"):
             return float("inf")

@@ -52,12 +52,14 @@ class Trace(tuple):
         return self[0].value
 
     def get(self, kind: str, target: int = -1, default=None):
+        """The ``value`` of the first step of ``kind`` on ``target``, else ``default``."""
         for s in self:
             if s.kind == kind and s.target == target:
                 return s.value
         return default
 
     def to_json(self) -> list:
+        """``[[kind, target, value], ...]`` (tuple values as lists)."""
         return [[s.kind, s.target, list(s.value) if isinstance(s.value, tuple) else s.value]
                 for s in self]
 
@@ -71,6 +73,7 @@ class Trace(tuple):
             raise TuningError(f"malformed search trace {data!r}: {e}") from None
 
     def key(self) -> str:
+        """Compact JSON of ``to_json()``: a hashable identity of the program."""
         import json
         return json.dumps(self.to_json(), separators=(",", ":"))
 

@@ -47,9 +47,12 @@ class Tuner:
 
     # to implement -----------------------------------------------------------------------------
     def next_batch(self, batch_size: int) -> list[ConfigEntity]:
+        """Up to ``batch_size`` configurations not measured yet (fewer, or none, when the space
+        runs out); subclasses implement it."""
         raise NotImplementedError
 
     def has_next(self) -> bool:
+        """True while some configuration of the space is not measured."""
         return len(self.visited) < len(self.space)
 
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:

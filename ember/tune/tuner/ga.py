@@ -42,12 +42,16 @@ class GATuner(Tuner):
                 self.pending.append(idx)
 
     def next_batch(self, batch_size: int):
+        """The next up to ``batch_size`` configurations of the current generation, breeding a new
+        generation when it is used up."""
         if not self.pending:
             self._breed()
         out, self.pending = self.pending[:batch_size], self.pending[batch_size:]
         return [self.space.get(i) for i in out]
 
     def update(self, inputs, results) -> None:
+        """Record each measured configuration's knob positions and throughput score for
+        breeding."""
         for inp, res in zip(inputs, results):
             self.genes.append(list(inp.config.knob_pos))
             self.scores.append(self.score(res))

@@ -21,6 +21,7 @@ class RandomTuner(Tuner):
         self._pos = 0
 
     def next_batch(self, batch_size: int):
+        """Up to ``batch_size`` unvisited configurations drawn uniformly without replacement."""
         out: list[int] = []
         n = len(self.space)
         while len(out) < batch_size and len(self.visited) + len(out) < n:
@@ -44,6 +45,7 @@ class GridSearchTuner(Tuner):
         self._next = 0
 
     def next_batch(self, batch_size: int):
+        """The next up to ``batch_size`` unvisited configurations in index order."""
         out = []
         while len(out) < batch_size and self._next < len(self.space):
             if self._next not in self.visited:
@@ -52,4 +54,5 @@ class GridSearchTuner(Tuner):
         return out
 
     def has_next(self) -> bool:
+        """True while the grid has configurations left and the space is not fully measured."""
         return self._next < len(self.space) and super().has_next()

@@ -66,6 +66,9 @@ class XGBTuner(Tuner):
 
     # features ---------------------------------------------------------------------------------
     def features(self, index: int) -> np.ndarray:
+        """The feature vector (float32) of configuration ``index``: knob features,
+        ``loop_features`` of the instantiated kernel, or both (``feature_type``); cached. An
+        invalid configuration gets all-zero loop features."""
         f = self._feat_cache.get(index)
         if f is None:
             cfg = self.space.get(index)
@@ -84,6 +87,8 @@ class XGBTuner(Tuner):
         return f
 
     def predict(self, indexes) -> np.ndarray:
+        """The cost model's scores (higher is better; zeros until it is trained) of the
+        configurations ``indexes``."""
         return self.model.predict(np.stack([self.features(i) for i in indexes]))
 
     # tuner interface ----------------------------------------------------------------------------
@@ -99,6 +104,8 @@ class XGBTuner(Tuner):
         return None
 
     def next_batch(self, batch_size: int):
+        """Up to ``batch_size`` unvisited configurations: from the model's plan once it is trained
+        (a fraction ``epsilon`` random), else random."""
         out: list[int] = []
         while len(out) < batch_size:
             idx = None
@@ -115,6 +122,8 @@ class XGBTuner(Tuner):
         return [self.space.get(i) for i in out]
 
     def update(self, inputs, results) -> None:
+        """Record the measured scores; every ``plan_size`` measurements refit the model and plan
+        the next candidates (simulated annealing plus diversity-aware pick)."""
         for inp, res in zip(inputs, results):
             self.xs.append(inp.config.index)
             self.ys.append(self.score(res))

@@ -71,21 +71,32 @@ _POLY = {
   out = ember_vsel_L(x < -87.3365447504f, (FV){0}, out);  /* subnormal results flush to 0 */
   return ember_vsel_L(x != x, x, out);
 }""",
-    # erf: Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), Taylor series below 0.5, odd
+    # erf: Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7) above 0.5, odd Taylor series below;
+    # sign by bit operations; exp(-x*x) inlined for its non-positive argument (one clamp,
+    # round-to-nearest by the 1.5*2^23 shift, one exponent scale): half the instructions of
+    # the general ember_vexp path (GELU kernels). NaN propagates through both branches.
     "erf": """static inline FV ember_verf_L(FV x) {
-  IV neg = x < 0;
-  FV a = ember_vsel_L(neg, -x, x);
+  IV sign = (IV)x & ((IV){0} + (-2147483647 - 1));
+  FV a = (FV)((IV)x ^ sign);
+  FV a2 = a * a;
   FV t = 1.0f / (1.0f + 0.3275911f * a);
   FV y = (FV){0} + 1.061405429f;
   y = y * t - 1.453152027f; y = y * t + 1.421413741f; y = y * t - 0.284496736f;
   y = y * t + 0.254829592f; y = y * t;
-  FV r = 1.0f - y * ember_vexp_L(-a * a);
-  FV a2 = a * a;  /* small |x|: the Taylor series keeps the relative error small */
-  FV s = 1.1283791670955126f * a * (1.0f + a2 * (-0.3333333333f + a2 * (0.1f + a2 * (
+  FV z = -ember_vsel_L(a2 > 87.0f, (FV){0} + 87.0f, a2);
+  FV k = z * 1.44269504088896341f + 12582912.0f;
+  IV n = (IV)k - 0x4B400000;
+  FV fn = k - 12582912.0f;
+  FV r = z - fn * 0.693359375f + fn * 2.12194440e-4f;
+  FV r2 = r * r;
+  FV e = (FV){0} + 1.9875691500e-4f;
+  e = e * r + 1.3981999507e-3f; e = e * r + 8.3334519073e-3f; e = e * r + 4.1665795894e-2f;
+  e = e * r + 1.6666665459e-1f; e = e * r + 5.0000001201e-1f;
+  e = (e * r2 + r + 1.0f) * (FV)((n + 127) << 23);
+  FV big = 1.0f - y * e;
+  FV sm = 1.1283791670955126f * a * (1.0f + a2 * (-0.3333333333f + a2 * (0.1f + a2 * (
       -0.0238095238f + a2 * (0.0046296296f + a2 * -0.0007575758f)))));
-  r = ember_vsel_L(a < 0.5f, s, r);
-  r = ember_vsel_L(neg, -r, r);
-  return ember_vsel_L(x != x, x, r);
+  return (FV)((IV)ember_vsel_L(a < 0.5f, sm, big) | sign);
 }""",
     # tanh: 1 - 2 / (e^{2|x|} + 1) with the sign put back; odd Taylor series near 0
     "tanh": """static inline FV ember_vtanh_L(FV x) {

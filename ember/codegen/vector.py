@@ -155,7 +155,21 @@ class VectorLoop:
         return c
 
     def _uses_v(self, e: Expr) -> bool:
-        return any(n is self.v for n in collect(e, lambda n: isinstance(n, Var)))
+        """True when ``e`` depends on the loop variable (memoized per node: expressions are
+        DAGs whose shared parts would otherwise be walked once per use)."""
+        from ..tir.arith import map_children
+        memo = self.__dict__.setdefault("_uses_memo", {})
+        r = memo.get(id(e))
+        if r is None:
+            if isinstance(e, Var):
+                r = e is self.v
+            else:
+                kids: list = []
+                map_children(e, lambda c: (kids.append(c), c)[1])
+                r = any(self._uses_v(c) for c in kids)
+            memo[id(e)] = (r, e)  # keeps e alive while its id is a key
+            return r
+        return r[0]
 
     def vexpr(self, e: Expr) -> str:
         """The C text of float32 (or bool mask) expression ``e`` as an ``ember_f32xL`` vector over

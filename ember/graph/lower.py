@@ -154,6 +154,8 @@ def lower_binding(binding: Binding, name: str, mod: IRModule | None = None) -> P
             raise
         raise type(e)(f"{where}: {e}") from None
     func.attrs["op"] = call.op
+    if call.is_function_call and mod is not None and call.callee in mod.functions:
+        func.attrs["ops"] = [b.call.op for b in mod[call.callee].bindings]
     return func
 
 

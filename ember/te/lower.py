@@ -111,7 +111,7 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
                     raise LoweringError(f"{name}: tensor {t.name} is read but never produced")
                 return Load(buffers[id(t)], n.indices)
             return n
-        return post_order(e, f)
+        return post_order(e, f, shared=True)
 
     nest_stages = [t for t in stages if isinstance(t.op, ComputeOp) and id(t) not in inlinable
                    and not (id(t) in arg_ids and id(t) not in out_ids)]

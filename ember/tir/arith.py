@@ -58,16 +58,27 @@ def _binop(op, a, b):
     return n
 
 
-def post_order(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
-    """Apply ``f`` bottom-up over the whole tree of ``e``."""
-    return f(map_children(e, lambda c: post_order(c, f)))
+def post_order(e: Expr, f: Callable[[Expr], Expr], shared: bool = False) -> Expr:
+    """Apply ``f`` bottom-up over the whole tree of ``e``. ``shared=True`` (for a pure ``f``)
+    visits a sub-expression object that occurs several times once (expressions are DAGs:
+    a compute's body may reuse one guarded load in many terms)."""
+    if not shared:
+        return f(map_children(e, lambda c: post_order(c, f)))
+    memo: dict[int, Expr] = {}
+
+    def go(n):
+        r = memo.get(id(n))
+        if r is None:
+            r = memo[id(n)] = f(map_children(n, go))
+        return r
+    return go(e)
 
 
 def substitute(e: Expr, vmap: dict) -> Expr:
     """Replace variables (keys: ``Var``) by expressions in ``e``."""
     if not vmap:
         return e
-    return post_order(e, lambda n: vmap.get(n, n) if isinstance(n, Var) else n)
+    return post_order(e, lambda n: vmap.get(n, n) if isinstance(n, Var) else n, shared=True)
 
 
 def collect(e: Expr, pred: Callable[[Expr], bool]) -> list:
@@ -288,7 +299,7 @@ def _divmod_split(a: Expr, c: int, bounds: Bounds):
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify ``e`` given inclusive variable ``bounds`` (``Var -> (lo, hi)``)."""
     bounds = bounds or {}
-    return post_order(e, lambda n: _simplify_node(n, bounds))
+    return post_order(e, lambda n: _simplify_node(n, bounds), shared=True)
 
 
 def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt:

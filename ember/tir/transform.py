@@ -183,4 +183,116 @@ def _fused_accumulator(alloc: Allocate) -> Stmt | None:
     return Allocate(acc, seq([init, loop] + tail))
 
 
-__all__ = ["lower_blocks", "expr_equal", "contains_block", "stmt_children"]
+MAX_EXPAND = 64  # unrolled loops up to this extent may be expanded (see ``expand_unrolled``)
+
+
+def _decides(s: Stmt, v: Var) -> bool:
+    """True when ``v`` occurs in the condition of a ``Select`` or ``IfThenElse`` under ``s``."""
+    from .arith import collect, stmt_exprs
+
+    def uses(e):
+        return any(n is v for n in collect(e, lambda n: isinstance(n, Var)))
+    for x in walk_stmt(s):
+        if isinstance(x, IfThenElse) and uses(x.cond):
+            return True
+        for e in stmt_exprs(x):
+            if any(uses(q.cond) for q in collect(e, lambda n: isinstance(n, Select))):
+                return True
+    return False
+
+
+def _resolve(e: Expr, vmap: dict, bounds: dict) -> Expr:
+    """``e`` with ``vmap`` substituted, descending only into the taken side of a ``Select``
+    whose condition becomes a constant (a long select chain costs one path, not all)."""
+    from .arith import map_children, simplify
+    if isinstance(e, Select):
+        c = simplify(substitute(e.cond, vmap), bounds)
+        if isinstance(c, Const):
+            return _resolve(e.t if c.value else e.f, vmap, bounds)
+        return Select(c, _resolve(e.t, vmap, bounds), _resolve(e.f, vmap, bounds))
+    if isinstance(e, Var):
+        return vmap.get(e, e)
+    return map_children(e, lambda x: _resolve(x, vmap, bounds))
+
+
+def _resolve_stmt(s: Stmt, vmap: dict, bounds: dict) -> Stmt:
+    if isinstance(s, For):
+        return For(s.var, s.extent, _resolve_stmt(s.body, vmap,
+                                                   {**bounds, s.var: (0, s.extent - 1)}),
+                   s.kind, dict(s.annotations))
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(substitute(i, vmap) for i in s.indices),
+                     _resolve(s.value, vmap, bounds))
+    if isinstance(s, Seq):
+        return seq([_resolve_stmt(x, vmap, bounds) for x in s.stmts])
+    if isinstance(s, IfThenElse):
+        return IfThenElse(_resolve(s.cond, vmap, bounds), _resolve_stmt(s.then, vmap, bounds),
+                          _resolve_stmt(s.else_, vmap, bounds) if s.else_ is not None else None)
+    return substitute_stmt(s, vmap)
+
+
+def _uses_var(s: Stmt, v: Var) -> bool:
+    from .arith import collect, stmt_exprs
+    return any(n is v for x in walk_stmt(s) for e in stmt_exprs(x)
+               for n in collect(e, lambda n: isinstance(n, Var)))
+
+
+def _hoist_guards(s: Stmt) -> Stmt:
+    """Loops whose whole body is ``if (c)`` with ``c`` independent of the loop variable become
+    ``if (c) loop`` (so the loop can be vectorized)."""
+    from .arith import collect
+    if isinstance(s, For):
+        body = _hoist_guards(s.body)
+        if isinstance(body, IfThenElse) and body.else_ is None and not any(
+                n is s.var for n in collect(body.cond, lambda n: isinstance(n, Var))):
+            return IfThenElse(body.cond, For(s.var, s.extent, body.then, s.kind,
+                                             dict(s.annotations)))
+        return For(s.var, s.extent, body, s.kind, dict(s.annotations))
+    if isinstance(s, Seq):
+        return seq([_hoist_guards(x) for x in s.stmts])
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _hoist_guards(s.then),
+                          _hoist_guards(s.else_) if s.else_ is not None else None)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _hoist_guards(s.body))
+    return s
+
+
+def _expand(s: Stmt, bounds: dict) -> Stmt:
+    if isinstance(s, For):
+        inner_bounds = {**bounds, s.var: (0, s.extent - 1)}
+        if s.kind == "unrolled" and s.extent <= MAX_EXPAND and _decides(s.body, s.var):
+            copies = []
+            for k in range(s.extent):
+                c = _resolve_stmt(s.body, {s.var: Const(k, s.var.dtype)}, bounds)
+                copies.append(_hoist_guards(_expand(simplify_stmt(c, bounds), bounds)))
+            return seq(copies)
+        body = _expand(s.body, inner_bounds)
+        return s if body is s.body else For(s.var, s.extent, body, s.kind, dict(s.annotations))
+    if isinstance(s, Seq):
+        xs = [_expand(x, bounds) for x in s.stmts]
+        return s if all(a is b for a, b in zip(xs, s.stmts)) else seq(xs)
+    if isinstance(s, Allocate):
+        b = _expand(s.body, bounds)
+        return s if b is s.body else Allocate(s.buffer, b)
+    if isinstance(s, IfThenElse):
+        t = _expand(s.then, bounds)
+        e = _expand(s.else_, bounds) if s.else_ is not None else None
+        return s if (t is s.then and e is s.else_) else IfThenElse(s.cond, t, e)
+    return s
+
+
+def expand_unrolled(func: PrimFunc) -> PrimFunc:
+    """``func`` (without blocks) with each ``unrolled`` loop of extent at most ``MAX_EXPAND``
+    whose variable decides a condition (a ``Select`` or ``IfThenElse`` below it) replaced by
+    one copy of its body per iteration, the variable a constant: conditions on it are resolved
+    at compile time (a select chain over a tile position becomes straight-line code, see
+    ``ember.ops.winograd``), and a remaining guard independent of an inner loop is hoisted out
+    of that loop. Other loops are left as they are."""
+    body = _expand(func.body, {})
+    if body is func.body:
+        return func
+    return PrimFunc(func.name, func.params, body, dict(func.attrs))
+
+
+__all__ = ["lower_blocks", "expr_equal", "contains_block", "stmt_children", "expand_unrolled"]

@@ -12,7 +12,8 @@ from ..ir import IRModule
 from .pass_manager import PassContext, Sequential, get_pass, _PASSES
 
 # level: 0 InferType | 1 SimplifyInference SimplifyExpr FuseLayerNorm FoldExplicitPadding
-# EliminateDeadCode FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout | 3
+# EliminateDeadCode FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout
+# WinogradConv | 3
 # EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
 # ToMixedPrecision
 PIPELINES: dict[str, list[str]] = {
@@ -32,6 +33,7 @@ PIPELINES: dict[str, list[str]] = {
         "FoldConstant",
         "SimplifyExpr",
         "ConvertLayout",
+        "WinogradConv",
         "ToMixedPrecision",
         "FoldConstant",
         "EliminateDeadCode",

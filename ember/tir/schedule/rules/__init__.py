@@ -21,11 +21,13 @@ from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
 from .pooling import pooling_rule
 from .row_reduction import row_reduction_rule
+from .winograd import winograd_rule
 
 ScheduleRule = Callable[[PrimFunc, Target], "Schedule | None"]
 
 RULES: dict[str, list] = {
-    "llvm": [depthwise_rule, gemm_rule, pooling_rule, row_reduction_rule, generic_rule],
+    "llvm": [winograd_rule, depthwise_rule, gemm_rule, pooling_rule, row_reduction_rule,
+             generic_rule],
 }
 
 
@@ -101,4 +103,4 @@ def schedule_config(func: PrimFunc, target: "Target | str", rule: str, cfg: dict
 
 __all__ = ["RULES", "RULE_KNOBS", "rule_knobs", "schedule_config", "schedule_default",
            "depthwise_rule", "gemm_knobs", "gemm_rule", "generic_rule", "pooling_rule",
-           "row_reduction_rule"]
+           "row_reduction_rule", "winograd_rule"]

@@ -346,10 +346,15 @@ SMALL_B_BYTES = 256 * 1024
 
 
 def _b_bytes(g) -> int:
-    """Bytes of the reduction's B operand (the weights)."""
+    """Bytes of the reduction's B operand (the weights) one batch element uses: a batched
+    matmul's batch dims (outermost in the loop order) do not count."""
+    B = g["B"]
+    bivs = _plain_ivs(B.indices, g["R"].iter_vars)
+    keep = {id(g["n"])} | {id(iv) for iv in g["rd"]}
     n = 1
-    for d in g["B"].src.shape:
-        n *= d
+    for k, d in enumerate(B.src.shape):
+        if bivs is None or id(bivs[k]) in keep:
+            n *= d
     return 4 * n
 
 

@@ -1,0 +1,102 @@
+"""WinogradConv: 3x3 stride-1 convolutions (NHWC, after ``ConvertLayout``) as Winograd
+F(m x m, 3 x 3) (Lavin & Gray 2016; the transforms are ``ember.ops.winograd``).
+
+A qualifying ``nn.conv`` (2-D, ``data_layout="NHWC"``, 3x3 kernel, stride 1, dilation 1, one
+group, float32, weights a compile-time constant) becomes::
+
+    %v = nn.winograd_input(%x, tile=m, pads=...)        # (n*n, P, C), n = m + 2
+    %m = matmul(%v, U)                                  # U = G w G^T, folded here: (n*n, C, M)
+    %y = nn.winograd_output(%m, tile=m, out_size=...)   # (N, OH, OW, M)
+    %y = add(%y, %bias)                                 # when the conv had one
+
+so the packed-GEMM schedule runs the products and ``FuseOps`` fuses the convolution's epilogue
+(bias, folded batch norm, activation, residual add) into the output transform.
+
+Which convolutions and which ``m`` (``choose_tile``) reflect measurements on AVX-512 (see
+``docs/performance.md``, section Winograd). Config ``winograd.tile`` (PassContext): ``0``
+(default) chooses per convolution, ``-1`` keeps every convolution direct, ``2``/``4``/``6``
+forces that tile on every qualifying convolution. Disabling the pass
+(``PassContext(disabled_pass=["WinogradConv"])``) or ``opt_level < 2`` also keeps them direct.
+"""
+
+from __future__ import annotations
+
+from ...ops.winograd import POINTS, weight_transform
+from ..ir import Constant
+from ..mutator import Rewriter
+from .pass_manager import function_pass, register_config
+
+WINOGRAD_TILE = register_config(
+    "winograd.tile", int,
+    "Winograd F(m x m, 3 x 3) for 3x3 stride-1 convolutions: 0 = m chosen per convolution "
+    "(default), -1 = off (direct convolution), 2 / 4 / 6 = that m wherever it is legal")
+
+MIN_CHANNELS = 16   # fewer input or output channels: the transforms cost more than they save
+F4_MIN_SIZE = 28    # smaller outputs use F(2x2): F(4x4)'s 6x6 tiles waste work at their edges
+
+
+def choose_tile(c: int, k: int, oh: int, ow: int) -> int | None:
+    """Winograd tile ``m`` for a 3x3 stride-1 convolution with ``c`` input and ``k`` output
+    channels and an ``oh x ow`` output, or ``None`` for the direct convolution.
+
+    F(4x4) needs 2.25x fewer multiplications than F(2x2) but its 6x6 tiles waste work on
+    small images (7x7 -> 2x2 tiles of 4 = 8x8) and its transforms cost more per channel."""
+    if c < MIN_CHANNELS or k < MIN_CHANNELS:
+        return None
+    if min(oh, ow) >= F4_MIN_SIZE:
+        return 4
+    return 2
+
+
+def _qualifies(call) -> bool:
+    if call.op != "nn.conv" or len(call.args) < 2:
+        return False
+    a = call.attrs
+    x, w = call.args[0], call.args[1]
+    return (call.op == "nn.conv" and a.get("data_layout") == "NHWC" and x.type.ndim == 4
+            and isinstance(w, Constant) and w.type.ndim == 4
+            and tuple(w.type.shape[2:]) == (3, 3) and a.get("group", 1) == 1
+            and all(s == 1 for s in (a.get("strides") or (1, 1)))
+            and all(d == 1 for d in (a.get("dilations") or (1, 1)))
+            and x.type.dtype == "float32" and w.type.dtype == "float32")
+
+
+def winograd_function(func, tile: int = 0):
+    """``func`` with its qualifying convolutions in Winograd form (see the module doc);
+    ``tile`` as the ``winograd.tile`` config."""
+    if tile < 0:
+        return func
+
+    def visit(b, args, rw: Rewriter):
+        call = b.call
+        if len(b.outputs) != 1 or not _qualifies(call):
+            return None
+        x, w = args[0], args[1]
+        out = b.outputs[0]
+        _, oh, ow, k = out.type.shape
+        c = x.type.shape[3]
+        m = tile if tile in POINTS else choose_tile(c, k, oh, ow)
+        if m is None:
+            return None
+        p = list(call.attrs.get("pads") or (0, 0, 0, 0))
+        v = rw.emit("nn.winograd_input", [x], {"tile": m, "pads": p},
+                    name=f"{out.name}_wgi")
+        hint = getattr(w, "name_hint", None)
+        u = Constant(weight_transform(w.data, m),
+                     name_hint=f"{hint}@winograd{m}" if hint else None)
+        mm = rw.emit("matmul", [v, u], name=f"{out.name}_wgm")
+        y = rw.emit("nn.winograd_output", [mm], {"tile": m, "out_size": [oh, ow]},
+                    name=out.name if len(args) == 2 else f"{out.name}_wgo")
+        if len(args) == 3:
+            y = rw.emit("add", [y, args[2]], name=out.name)
+        return y
+    return Rewriter(func).run(visit)
+
+
+@function_pass("WinogradConv", opt_level=2)
+def WinogradConv(func, mod, ctx):
+    """3x3 stride-1 NHWC convolutions as Winograd transforms around a batched matmul."""
+    return winograd_function(func, ctx.get_config(WINOGRAD_TILE, 0))
+
+
+__all__ = ["WinogradConv", "winograd_function", "choose_tile", "WINOGRAD_TILE"]

@@ -21,7 +21,7 @@ forces that tile on every qualifying convolution. Disabling the pass
 
 from __future__ import annotations
 
-from ...ops.winograd import POINTS, weight_transform
+from ...ops.winograd import POINTS, num_tiles, weight_transform
 from ..ir import Constant
 from ..mutator import Rewriter
 from .pass_manager import function_pass, register_config
@@ -32,20 +32,26 @@ WINOGRAD_TILE = register_config(
     "(default), -1 = off (direct convolution), 2 / 4 / 6 = that m wherever it is legal")
 
 MIN_CHANNELS = 16   # fewer input or output channels: the transforms cost more than they save
+MIN_TILES = 32      # fewer tiles: see choose_tile
 F4_MIN_SIZE = 28    # smaller outputs use F(2x2): F(4x4)'s 6x6 tiles waste work at their edges
 
 
-def choose_tile(c: int, k: int, oh: int, ow: int) -> int | None:
+def choose_tile(c: int, k: int, oh: int, ow: int, batch: int = 1) -> int | None:
     """Winograd tile ``m`` for a 3x3 stride-1 convolution with ``c`` input and ``k`` output
-    channels and an ``oh x ow`` output, or ``None`` for the direct convolution.
+    channels and a ``batch x oh x ow`` output, or ``None`` for the direct convolution.
 
     F(4x4) needs 2.25x fewer multiplications than F(2x2) but its 6x6 tiles waste work on
-    small images (7x7 -> 2x2 tiles of 4 = 8x8) and its transforms cost more per channel."""
+    small images (7x7 -> 2x2 tiles of 4 = 8x8) and its transforms cost more per channel.
+    Each transformed weight (``n^2 / 9`` times the direct weights' bytes) is used once per
+    tile: with fewer than ``MIN_TILES`` tiles the products stream weights from memory at too
+    few FMAs per byte (ResNet's 7x7 stage: 16 tiles; the direct K-blocked schedule reuses each
+    weight 49 times)."""
     if c < MIN_CHANNELS or k < MIN_CHANNELS:
         return None
-    if min(oh, ow) >= F4_MIN_SIZE:
-        return 4
-    return 2
+    m = 4 if min(oh, ow) >= F4_MIN_SIZE else 2
+    if batch * num_tiles(oh, m) * num_tiles(ow, m) < MIN_TILES:
+        return None
+    return m
 
 
 def _qualifies(call) -> bool:
@@ -73,9 +79,9 @@ def winograd_function(func, tile: int = 0):
             return None
         x, w = args[0], args[1]
         out = b.outputs[0]
-        _, oh, ow, k = out.type.shape
+        nb, oh, ow, k = out.type.shape
         c = x.type.shape[3]
-        m = tile if tile in POINTS else choose_tile(c, k, oh, ow)
+        m = tile if tile in POINTS else choose_tile(c, k, oh, ow, nb)
         if m is None:
             return None
         p = list(call.attrs.get("pads") or (0, 0, 0, 0))

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import LoweringError
-from ..tir.arith import collect, post_order, simplify_stmt, substitute
+from ..tir.arith import collect, collect_unique, post_order, simplify_stmt, substitute
 from ..tir.expr import Call, Expr, Load, Reduce, Select, Var, binop
 
 # narrow float stages inlined into a consumer are rounded to their dtype, as a store would: each
@@ -167,7 +167,7 @@ def _epilogues(nest_stages, buffers, pinned: set, rewrite) -> dict:
         exprs = [body.source] + ([body.where] if body.where is not None else []) \
             if isinstance(body, Reduce) else [body]
         for e in exprs:
-            for ld in collect(rewrite(e), lambda n: isinstance(n, Load)):
+            for ld in collect_unique(rewrite(e), lambda n: isinstance(n, Load)):
                 readers.setdefault(id(ld.src), []).append(t)
                 loads_of.setdefault((id(ld.src), id(t)), []).append(ld)
     out: dict[int, Tensor] = {}
@@ -249,7 +249,7 @@ def _lower_fused(red: Tensor, red_buf: Buffer, red_name: str, epi: Tensor, epi_b
 
 
 def _contains_reduce(e: Expr) -> bool:
-    return bool(collect(e, lambda n: isinstance(n, Reduce)))
+    return bool(collect_unique(e, lambda n: isinstance(n, Reduce)))
 
 
 def _cname(s: str) -> str:

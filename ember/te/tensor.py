@@ -38,9 +38,9 @@ class ComputeOp(Operation):
     @property
     def inputs(self) -> list["Tensor"]:
         """Tensors read by the body, in first-use order."""
-        from ..tir.arith import collect
+        from ..tir.arith import collect_unique
         seen: dict[int, Tensor] = {}
-        for ld in collect(self.body, lambda n: isinstance(n, Load)):
+        for ld in collect_unique(self.body, lambda n: isinstance(n, Load)):
             seen.setdefault(id(ld.src), ld.src)
         return list(seen.values())
 

@@ -94,6 +94,23 @@ def collect(e: Expr, pred: Callable[[Expr], bool]) -> list:
     return out
 
 
+def collect_unique(e: Expr, pred: Callable[[Expr], bool]) -> list:
+    """Like ``collect``, but each distinct sub-expression object once (a shared sub-expression
+    of a DAG is visited once): for questions of membership, not of counts."""
+    out, seen = [], set()
+
+    def visit(n):
+        if id(n) in seen:
+            return
+        seen.add(id(n))
+        if pred(n):
+            out.append(n)
+        map_children(n, lambda c: (visit(c), c)[1])
+
+    visit(e)
+    return out
+
+
 # interval analysis ----------------------------------------------------------------------------
 
 INF = math.inf

@@ -188,15 +188,15 @@ MAX_EXPAND = 64  # unrolled loops up to this extent may be expanded (see ``expan
 
 def _decides(s: Stmt, v: Var) -> bool:
     """True when ``v`` occurs in the condition of a ``Select`` or ``IfThenElse`` under ``s``."""
-    from .arith import collect, stmt_exprs
+    from .arith import collect_unique, stmt_exprs
 
     def uses(e):
-        return any(n is v for n in collect(e, lambda n: isinstance(n, Var)))
+        return any(n is v for n in collect_unique(e, lambda n: isinstance(n, Var)))
     for x in walk_stmt(s):
         if isinstance(x, IfThenElse) and uses(x.cond):
             return True
         for e in stmt_exprs(x):
-            if any(uses(q.cond) for q in collect(e, lambda n: isinstance(n, Select))):
+            if any(uses(q.cond) for q in collect_unique(e, lambda n: isinstance(n, Select))):
                 return True
     return False
 

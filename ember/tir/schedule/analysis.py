@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from ...errors import ScheduleError
-from ..arith import (collect, interval, map_accesses, simplify, stmt_children, stmt_exprs,
-                     substitute, walk_stmt)
+from ..arith import (collect, collect_unique, interval, map_accesses, simplify, stmt_children,
+                     stmt_exprs, substitute, walk_stmt)
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Unary, Var, binop
 from ..stmt import Allocate, Block, Buffer, For, KernelCall, Seq, Stmt, Store
 
@@ -334,7 +334,7 @@ def verify_well_formed(func) -> str | None:
     allocated = set()
 
     def check_expr(e, vars_, bufs, where):
-        for n in collect(e, lambda x: isinstance(x, (Var, Load, AddressOf))):
+        for n in collect_unique(e, lambda x: isinstance(x, (Var, Load, AddressOf))):
             if isinstance(n, Var) and id(n) not in vars_:
                 return f"variable {n.name} is used outside its loop or block ({where})"
             if isinstance(n, (Load, AddressOf)) and id(n.src) not in bufs:

@@ -443,6 +443,28 @@ def conv(draw, op):
     return Case(ins, attrs, **NN_TOL)
 
 
+@cases("nn.winograd_input")
+def winograd_input(draw, op):
+    r = rng(draw)
+    m = draw(st.sampled_from([2, 4, 6]), label="tile")
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    h, w = (draw(st.integers(max(1, 3 - pads[i] - pads[i + 2]), 9)) for i in (0, 1))
+    dt = one_of(draw, FLOATS, "dtype")
+    x = values(r, (draw(st.integers(1, 2)), h, w, draw(st.integers(1, 5))), dt)
+    return Case([x], {"tile": m, "pads": pads}, **NN_TOL)
+
+
+@cases("nn.winograd_output")
+def winograd_output(draw, op):
+    r = rng(draw)
+    m = draw(st.sampled_from([2, 4, 6]), label="tile")
+    oh, ow = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    p = draw(st.integers(1, 2)) * (-(-oh // m)) * (-(-ow // m))
+    dt = one_of(draw, FLOATS, "dtype")
+    y = values(r, ((m + 2) ** 2, p, draw(st.integers(1, 5))), dt)
+    return Case([y], {"tile": m, "out_size": [oh, ow]}, **NN_TOL)
+
+
 def _pool_params(draw, nsp, dilate=True):
     k = [draw(st.integers(1, 3)) for _ in range(nsp)]
     s = [draw(st.integers(1, 3)) for _ in range(nsp)]

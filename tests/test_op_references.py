@@ -238,6 +238,10 @@ from op_references_spatial import *  # noqa: E402,F401,F403  (data-driven spatia
 NO_ONNX_EQUIVALENT = {
     op: "random draws: ONNX fixes no generator; distributions are tested in test_random_ops.py"
     for op in ("random.uniform", "random.normal", "random.bernoulli")}
+NO_ONNX_EQUIVALENT.update({
+    op: "Winograd transform halves of a Conv: composed with the weight transform they are "
+        "checked against a direct convolution in test_winograd.py"
+    for op in ("nn.winograd_input", "nn.winograd_output")})
 
 
 def test_reference_table_covers_known_ops():

@@ -157,20 +157,20 @@ def _input_ref(xs, attrs):
     return [np.ascontiguousarray(v.reshape(n * n, N * th * tw, C).astype(x.dtype))]
 
 
-def _weighted_sum(terms):
+def _weighted_sum(terms, dtype: str):
     """``sum(coef * value)`` over ``terms`` with unit coefficients as plain adds/subtracts."""
     acc = None
     for c, v in terms:
         c = float(c)
         if acc is None:
-            acc = v if c == 1 else (-v if c == -1 else te.const(c, "float32") * v)
+            acc = v if c == 1 else (-v if c == -1 else te.const(c, dtype) * v)
         elif c == 1:
             acc = acc + v
         elif c == -1:
             acc = acc - v
         else:
-            acc = acc + te.const(c, "float32") * v
-    return acc if acc is not None else te.const(0.0, "float32")
+            acc = acc + te.const(c, dtype) * v
+    return acc if acc is not None else te.const(0.0, dtype)
 
 
 def _chain(var, leaves):
@@ -204,7 +204,7 @@ def _input_compute(inputs, attrs, out_types):
             for j in range(n):
                 leaves.append(_weighted_sum(
                     [(bt[i][a] * bt[j][b], d(a, b)) for a in range(n) for b in range(n)
-                     if bt[i][a] != 0 and bt[j][b] != 0]))
+                     if bt[i][a] != 0 and bt[j][b] != 0], x.dtype))
         return _chain(t, leaves)
     return [te.compute(out_types[0].shape, f, name="winograd_input")]
 
@@ -260,7 +260,7 @@ def _output_compute(inputs, attrs, out_types):
         for a_ in range(m):
             leaves = [_weighted_sum([(at[a_][a] * at[b_][b], y[a * n + b, p, k])
                                      for a in range(n) for b in range(n)
-                                     if at[a_][a] != 0 and at[b_][b] != 0])
+                                     if at[a_][a] != 0 and at[b_][b] != 0], y.dtype)
                       for b_ in range(m)]
             rows.append(_chain(j, leaves))
         return _chain(i, rows)

@@ -44,7 +44,30 @@ def vector_types(lanes: int) -> str:
         f"static inline {f} ember_vmax_{L}({f} a, {f} b) {{ return ember_vsel_{L}((a > b) | "
         f"(a != a), a, b); }}\n"
         f"static inline {f} ember_vmin_{L}({f} a, {f} b) {{ return ember_vsel_{L}((a < b) | "
-        f"(a != a), a, b); }}\n" + "\n".join(fns) + "\n")
+        f"(a != a), a, b); }}\n" + _select_minmax(L) + "\n".join(fns) + "\n")
+
+
+_MINMAX_INTRIN = {16: ("__AVX512F__", "_mm512", "__m512"), 8: ("__AVX__", "_mm256", "__m256"),
+                  4: ("__SSE__", "_mm", "__m128")}
+
+
+def _select_minmax(L: int) -> str:
+    """``ember_vgt_L(a, b)`` = ``a > b ? a : b`` and ``ember_vlt_L(a, b)`` = ``a < b ? a : b``
+    lane-wise: exactly the x86 ``max``/``min`` instructions (the second operand when either is
+    NaN or both are zeros), one instruction instead of a compare and a blend; a blend where the
+    instruction set is not there."""
+    f, i = f"ember_f32x{L}", f"ember_i32x{L}"
+    macro, pre, ty = _MINMAX_INTRIN[L]
+    out = [f"#if defined({macro})", "#include <immintrin.h>"]
+    for name, op in (("gt", "max"), ("lt", "min")):
+        out.append(f"static inline {f} ember_v{name}_{L}({f} a, {f} b) {{ return ({f}){pre}_{op}"
+                   f"_ps(({ty})a, ({ty})b); }}")
+    out.append("#else")
+    for name, cmp in (("gt", ">"), ("lt", "<")):
+        out.append(f"static inline {f} ember_v{name}_{L}({f} a, {f} b) {{ return "
+                   f"ember_vsel_{L}(({i})(a {cmp} b), a, b); }}")
+    out.append("#endif")
+    return "\n".join(out) + "\n"
 
 
 # lane-wise polynomial versions (no libm call per lane); FV/IV are the float/int vector types
@@ -213,6 +236,9 @@ class VectorLoop:
             if not self._uses_v(e.cond):
                 return f"(({self.p.expr(e.cond)}) ? {self.vexpr(e.t)} : {self.vexpr(e.f)})"
             from ..tir.arith import expr_key
+            mm = self._minmax_select(e)
+            if mm is not None:
+                return mm
             safe = {expr_key(q) for q in collect(e.cond, lambda q: isinstance(q, Load))}
             for side in (e.t, e.f):
                 if any(expr_key(q) not in safe
@@ -224,6 +250,22 @@ class VectorLoop:
         if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype == "float32":
             return self.vexpr(e.value)
         raise _Unsupported
+
+    def _minmax_select(self, e: Select) -> "str | None":
+        """``select(a > b, a, b)`` / ``select(a < b, a, b)`` (and the same with the comparison
+        flipped: ``select(b < a, a, b)``...) as one max/min instruction with the same NaN and
+        signed-zero behaviour (Clip and ReLU epilogues); ``None`` for any other select."""
+        from ..tir.arith import expr_key
+        c = e.cond
+        if not (isinstance(c, BinOp) and c.op in ("lt", "gt") and c.a.dtype == "float32"):
+            return None
+        x, y = (c.a, c.b) if c.op == "gt" else (c.b, c.a)  # the condition is x > y
+        kt, kf = expr_key(e.t), expr_key(e.f)
+        if kt == expr_key(x) and kf == expr_key(y):      # x > y ? x : y
+            return f"ember_vgt_{self.L}({self.vexpr(x)}, {self.vexpr(y)})"
+        if kt == expr_key(y) and kf == expr_key(x):      # x > y ? y : x  ==  y < x ? y : x
+            return f"ember_vlt_{self.L}({self.vexpr(y)}, {self.vexpr(x)})"
+        return None
 
     def vmask(self, e: Expr) -> str:
         """The C text of bool expression ``e`` as an ``ember_i32xL`` lane mask (a loop-invariant

@@ -27,10 +27,10 @@ CLIP6 = lambda v: te.minimum(te.maximum(v, te.const(0.0, "float32")),  # noqa: E
 
 
 def _dw_kernel(hw, c, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), dil=(1, 1), bias=True,
-               epilogue=None, seed=0):
+               epilogue=None, seed=0, batch=1):
     """A channels-last depthwise ``nn.conv`` PrimFunc, its inputs and the reference output."""
     od = get_op("nn.conv")
-    shapes = [(1, hw[0], hw[1], c), (c, 1) + tuple(k)] + ([(c,)] if bias else [])
+    shapes = [(batch, hw[0], hw[1], c), (c, 1) + tuple(k)] + ([(c,)] if bias else [])
     a = od.normalize_attrs({"strides": list(strides), "pads": list(pads),
                             "dilations": list(dil), "group": c, "data_layout": "NHWC"})
     out_t = od.infer_type([TensorType(s, "float32") for s in shapes], a)
@@ -97,11 +97,12 @@ def test_depthwise_rule_without_epilogue_writes_the_output_through_a_tile():
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(h=st.integers(1, 12), w=st.integers(1, 20), c=st.integers(1, 70),
        k=st.sampled_from([(1, 1), (3, 3), (2, 3), (5, 5)]), s=st.integers(1, 3),
-       p=st.tuples(*[st.integers(0, 2)] * 4), d=st.integers(1, 2), seed=st.integers(0, 9))
-def test_depthwise_rule_random_shapes(h, w, c, k, s, p, d, seed):
+       p=st.tuples(*[st.integers(0, 2)] * 4), d=st.integers(1, 2), seed=st.integers(0, 9),
+       batch=st.integers(1, 2))
+def test_depthwise_rule_random_shapes(h, w, c, k, s, p, d, seed, batch):
     if (h + p[0] + p[2] - d * (k[0] - 1) - 1) < 0 or (w + p[1] + p[3] - d * (k[1] - 1) - 1) < 0:
         return  # no output
-    f, xs, ref = _dw_kernel((h, w), c, k, (s, s), p, (d, d), True, seed=seed)
+    f, xs, ref = _dw_kernel((h, w), c, k, (s, s), p, (d, d), True, seed=seed, batch=batch)
     g = schedule_default(f, "llvm")
     if c > 1 and k != (1, 1):  # (a 1x1 depthwise "convolution" is a per-channel scale)
         assert g.attrs["schedule_rule"] == "depthwise_rule"

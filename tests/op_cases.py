@@ -451,7 +451,10 @@ def winograd_input(draw, op):
     h, w = (draw(st.integers(max(1, 3 - pads[i] - pads[i + 2]), 9)) for i in (0, 1))
     dt = one_of(draw, FLOATS, "dtype")
     x = values(r, (draw(st.integers(1, 2)), h, w, draw(st.integers(1, 5))), dt)
-    return Case([x], {"tile": m, "pads": pads}, **NN_TOL)
+    extra = draw(st.sampled_from([None, 0, 1, 3]), label="padding rows")
+    rows = None if extra is None else x.shape[0] * (-(-(h + pads[0] + pads[2] - 2) // m)) * \
+        (-(-(w + pads[1] + pads[3] - 2) // m)) + extra
+    return Case([x], {"tile": m, "pads": pads, "num_tiles": rows}, **NN_TOL)
 
 
 @cases("nn.winograd_output")
@@ -459,10 +462,13 @@ def winograd_output(draw, op):
     r = rng(draw)
     m = draw(st.sampled_from([2, 4, 6]), label="tile")
     oh, ow = draw(st.integers(1, 9)), draw(st.integers(1, 9))
-    p = draw(st.integers(1, 2)) * (-(-oh // m)) * (-(-ow // m))
+    n = draw(st.integers(1, 2))
+    extra = draw(st.sampled_from([0, 2]), label="padding rows")
+    p = n * (-(-oh // m)) * (-(-ow // m)) + extra
     dt = one_of(draw, FLOATS, "dtype")
     y = values(r, ((m + 2) ** 2, p, draw(st.integers(1, 5))), dt)
-    return Case([y], {"tile": m, "out_size": [oh, ow]}, **NN_TOL)
+    return Case([y], {"tile": m, "out_size": [oh, ow], "batch": n if extra else None},
+                **NN_TOL)
 
 
 def _pool_params(draw, nsp, dilate=True):

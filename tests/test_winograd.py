@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.errors import ShapeMismatchError
-from ember.graph.passes.winograd import choose_tile
+from ember.graph.passes.winograd import choose_tile, padded_rows
 from ember.ops import get_op
 from ember.ops.winograd import weight_transform, winograd_matrices
 
@@ -99,6 +99,7 @@ CASES = [  # (N, C, H, W, M, pads, bias, relu, residual)
     (1, 32, 9, 6, 24, (1, 0, 2, 1), True, True, True),       # odd, asymmetric pads, residual
     (2, 16, 8, 8, 32, (0, 0, 0, 0), False, False, False),    # no padding, batch 2, no epilogue
     (1, 20, 13, 11, 17, (1, 1, 1, 1), True, False, True),    # channels not a lane multiple
+    (1, 32, 14, 14, 32, (1, 1, 1, 1), True, True, False),    # 49 tiles of 2: padded GEMM rows
 ]
 
 
@@ -144,6 +145,8 @@ def test_strided_grouped_and_few_channel_convs_stay_direct():
     assert choose_tile(3, 64, 56, 56) is None
     assert choose_tile(64, 64, 56, 56) == 4
     assert choose_tile(256, 256, 14, 14) == 2
+    assert 49 < padded_rows(49, 256) <= 49 + 49 // 8   # 7x7 tiles: 7-row register blocks
+    assert padded_rows(196, 64) == 196
     assert choose_tile(512, 512, 7, 7) is None      # 16 tiles: weight streaming dominates
     assert choose_tile(512, 512, 7, 7, batch=4) == 2
 

@@ -130,6 +130,12 @@ def _in_geom(shape, attrs):
     return m, m + 2, (pt, pl), (oh, ow), num_tiles(oh, m), num_tiles(ow, m)
 
 
+def _rows(shape, attrs, th, tw) -> int:
+    """Rows of V: the tiles, or ``attrs["num_tiles"]`` when it pads them (zero rows)."""
+    p = shape[0] * th * tw
+    return max(p, attrs.get("num_tiles") or 0)
+
+
 def _input_type(types, attrs):
     x = types[0]
     if x.ndim != 4 or attrs["tile"] not in POINTS or len(attrs["pads"]) != 4:
@@ -139,7 +145,7 @@ def _input_type(types, attrs):
     if oh < 1 or ow < 1:
         raise ShapeMismatchError(f"nn.winograd_input: a 3x3 window does not fit {x.shape} "
                                  f"with pads {attrs['pads']}")
-    return [TensorType((n * n, x.shape[0] * th * tw, x.shape[3]), x.dtype)]
+    return [TensorType((n * n, _rows(x.shape, attrs, th, tw), x.shape[3]), x.dtype)]
 
 
 def _input_ref(xs, attrs):
@@ -153,8 +159,10 @@ def _input_ref(xs, attrs):
     idx_w = np.arange(tw)[:, None] * m + np.arange(n)[None, :]
     d = xp[:, idx_h[:, :, None, None], idx_w[None, None, :, :]]   # N, th, n, tw, n, C
     BT = _np(winograd_matrices(m)[2])
-    v = np.einsum("ia,jb,nyaxbc->ijnyxc", BT, BT, d)
-    return [np.ascontiguousarray(v.reshape(n * n, N * th * tw, C).astype(x.dtype))]
+    v = np.einsum("ia,jb,nyaxbc->ijnyxc", BT, BT, d).reshape(n * n, N * th * tw, C)
+    out = np.zeros((n * n, _rows(x.shape, attrs, th, tw), C), x.dtype)
+    out[:, :N * th * tw] = v
+    return [out]
 
 
 def _weighted_sum(terms, dtype: str):
@@ -188,6 +196,8 @@ def _input_compute(inputs, attrs, out_types):
     N, H, W, C = x.shape
     bt = winograd_matrices(m)[2]
 
+    padded = out_types[0].shape[1] > N * th * tw
+
     def f(t, p, c):
         ty, tx = (p // tw) % th, p % tw
         nb = p // (th * tw)
@@ -196,7 +206,8 @@ def _input_compute(inputs, attrs, out_types):
         def d(a, b):
             if (a, b) not in loads:
                 h, w = ty * m + (a - pt), tx * m + (b - pl)
-                cond = te.all_of(te.ge(h, 0), te.lt(h, H), te.ge(w, 0), te.lt(w, W))
+                conds = [te.ge(h, 0), te.lt(h, H), te.ge(w, 0), te.lt(w, W)]
+                cond = te.all_of(*(conds + ([te.lt(p, N * th * tw)] if padded else [])))
                 loads[(a, b)] = te.select(cond, x[nb, h, w, c], te.const(0.0, x.dtype))
             return loads[(a, b)]
         leaves = []
@@ -211,9 +222,10 @@ def _input_compute(inputs, attrs, out_types):
 
 register_op("nn.winograd_input", infer_type=_input_type, reference=_input_ref,
             compute=_input_compute, pattern=OpPattern.OPAQUE, num_inputs=(1, 1),
-            attrs={"tile": 2, "pads": (1, 1, 1, 1)},
+            attrs={"tile": 2, "pads": (1, 1, 1, 1), "num_tiles": None},
             doc="Winograd input transform of a 3x3 stride-1 convolution: x (N, H, W, C) -> "
-                "V (n*n, N*th*tw, C), V[t] = B^T d B per tile (n = tile + 2); see "
+                "V (n*n, P, C), V[t] = B^T d B per tile (n = tile + 2); P = N*th*tw, or "
+                "num_tiles when larger (zero rows: a row count the GEMM tiles well); see "
                 "ember.ops.winograd")
 
 
@@ -223,7 +235,7 @@ def _out_geom(shape, attrs):
     m = attrs["tile"]
     oh, ow = attrs["out_size"]
     th, tw = num_tiles(oh, m), num_tiles(ow, m)
-    return m, m + 2, (oh, ow), th, tw, shape[1] // (th * tw)
+    return m, m + 2, (oh, ow), th, tw, attrs.get("batch") or shape[1] // (th * tw)
 
 
 def _output_type(types, attrs):
@@ -233,7 +245,7 @@ def _output_type(types, attrs):
         raise ShapeMismatchError(f"nn.winograd_output: needs ((tile+2)^2, P, M) with tile in "
                                  f"{sorted(POINTS)}; got {y.shape}, tile {m}")
     _, _, (oh, ow), th, tw, N = _out_geom(y.shape, attrs)
-    if N * th * tw != y.shape[1]:
+    if N < 1 or N * th * tw > y.shape[1] or (not attrs.get("batch") and N * th * tw != y.shape[1]):
         raise ShapeMismatchError(f"nn.winograd_output: {y.shape[1]} tiles do not cover an "
                                  f"output of {oh}x{ow} in {m}x{m} tiles")
     return [TensorType((N, oh, ow, y.shape[2]), y.dtype)]
@@ -243,7 +255,7 @@ def _output_ref(xs, attrs):
     y = xs[0]
     m, n, (oh, ow), th, tw, N = _out_geom(y.shape, attrs)
     AT = _np(winograd_matrices(m)[0])
-    mm = y.astype(np.float64).reshape(n, n, N, th, tw, -1)
+    mm = y[:, :N * th * tw].astype(np.float64).reshape(n, n, N, th, tw, -1)
     o = np.einsum("ia,jb,abnyxk->nyixjk", AT, AT, mm).reshape(N, th * m, tw * m, -1)
     return [np.ascontiguousarray(o[:, :oh, :ow].astype(y.dtype))]
 
@@ -269,9 +281,10 @@ def _output_compute(inputs, attrs, out_types):
 
 register_op("nn.winograd_output", infer_type=_output_type, reference=_output_ref,
             compute=_output_compute, pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(1, 1),
-            attrs={"tile": 2, "out_size": None},
-            doc="Winograd output transform: (n*n, N*th*tw, M) -> y (N, OH, OW, M), "
-                "y tile = A^T m A, partial tiles cropped; elementwise epilogues fuse into it")
+            attrs={"tile": 2, "out_size": None, "batch": None},
+            doc="Winograd output transform: (n*n, P, M) -> y (N, OH, OW, M), y tile = A^T m A, "
+                "partial tiles cropped; P = N*th*tw, or more (padding rows, ignored) when "
+                "batch gives N; elementwise epilogues fuse into it")
 
 
 __all__ = ["winograd_matrices", "weight_transform", "num_tiles", "POINTS"]

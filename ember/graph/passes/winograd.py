@@ -54,6 +54,25 @@ def choose_tile(c: int, k: int, oh: int, ow: int, batch: int = 1) -> int | None:
     return m
 
 
+def padded_rows(tiles: int, k: int, lanes: int = 16) -> int:
+    """Rows of the batched GEMM for ``tiles`` tiles and ``k`` output channels: padded by up to
+    1/8 with zero rows when that gives the micro-kernel a register block with more
+    accumulators (49 tiles -- 7x7 -- only allow 7-row blocks: 7x32, 14 accumulators; 54 rows
+    take 6x64, 24), by the GEMM rule's own tile model (``lanes``: AVX-512)."""
+    from ...tir.schedule.rules.gemm import choose_tile as gemm_tile
+    from ...tir.schedule.tensorize import MAX_ACCUMULATORS
+
+    def acc(rows):
+        t = gemm_tile(rows, k, lanes, MAX_ACCUMULATORS["avx512"])
+        return 0 if t is None else t[0] * -(-t[1] // lanes) * t[1] / (-(-t[1] // lanes) * lanes)
+    best, best_score = tiles, acc(tiles)
+    for rows in range(tiles + 1, tiles + tiles // 8 + 1):
+        score = acc(rows) * tiles / rows
+        if score > best_score * 1.1:
+            best, best_score = rows, score
+    return best
+
+
 def _qualifies(call) -> bool:
     if call.op != "nn.conv" or len(call.args) < 2:
         return False
@@ -85,13 +104,15 @@ def winograd_function(func, tile: int = 0):
         if m is None:
             return None
         p = list(call.attrs.get("pads") or (0, 0, 0, 0))
-        v = rw.emit("nn.winograd_input", [x], {"tile": m, "pads": p},
+        tiles = nb * num_tiles(oh, m) * num_tiles(ow, m)
+        rows = padded_rows(tiles, k)
+        v = rw.emit("nn.winograd_input", [x], {"tile": m, "pads": p, "num_tiles": rows},
                     name=f"{out.name}_wgi")
         hint = getattr(w, "name_hint", None)
         u = Constant(weight_transform(w.data, m),
                      name_hint=f"{hint}@winograd{m}" if hint else None)
         mm = rw.emit("matmul", [v, u], name=f"{out.name}_wgm")
-        y = rw.emit("nn.winograd_output", [mm], {"tile": m, "out_size": [oh, ow]},
+        y = rw.emit("nn.winograd_output", [mm], {"tile": m, "out_size": [oh, ow], "batch": nb},
                     name=out.name if len(args) == 2 else f"{out.name}_wgo")
         if len(args) == 3:
             y = rw.emit("add", [y, args[2]], name=out.name)
@@ -105,4 +126,4 @@ def WinogradConv(func, mod, ctx):
     return winograd_function(func, ctx.get_config(WINOGRAD_TILE, 0))
 
 
-__all__ = ["WinogradConv", "winograd_function", "choose_tile", "WINOGRAD_TILE"]
+__all__ = ["WinogradConv", "winograd_function", "choose_tile", "padded_rows", "WINOGRAD_TILE"]

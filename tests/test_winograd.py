@@ -179,3 +179,17 @@ def test_resnet18_with_winograd_matches_onnxruntime(tile):
     assert sum(s["op"] == "nn.winograd_input" for s in cm.plan["steps"]) >= 10
     for g, w in zip(cm.run(feeds), want):
         assert_close(g, w, 1e-4, 1e-5, f"resnet18 with F({tile}x{tile}, 3x3)")
+
+
+def test_flop_count_of_a_transform_counts_one_select_leaf():
+    """count_flops (profiler GFLOP/s) counts the taken side of a select: F(2x2)'s B^T rows
+    have two +-1 entries, so every V element is a sum of 4 terms (3 adds/subtracts)."""
+    from ember.graph.ir import Binding, Call, TensorType, Var
+    from ember.graph.lower import lower_binding
+    from ember.tune.features import count_flops
+    x = Var("x", TensorType((1, 6, 6, 8), "float32"))
+    attrs = {"tile": 2, "pads": (1, 1, 1, 1), "num_tiles": None}
+    (out_t,) = get_op("nn.winograd_input").infer_type([x.type], attrs)
+    b = Binding((Var("v", out_t),), Call("nn.winograd_input", (x,), attrs))
+    assert out_t.shape == (16, 9, 8)
+    assert count_flops(lower_binding(b, "k")) == 16 * 9 * 8 * 3

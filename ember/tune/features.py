@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var, is_float
+from ..tir.arith import map_children
 from ..tir.stmt import Allocate, For, IfThenElse, Seq, Store
 
 MAX_ACCESSES = 4
@@ -237,13 +238,31 @@ def count_flops(func) -> float:
     from ..tir.transform import lower_blocks
     func = lower_blocks(func)
     total = 0.0
+    memo: dict[int, tuple] = {}
+
+    def executed(e) -> int:
+        """Operations one evaluation executes: a ``Select`` runs one of its sides (a Winograd
+        transform's select chain over the tile position runs one leaf, not all of them)."""
+        if id(e) in memo:
+            return memo[id(e)][0]
+        if isinstance(e, Select):
+            n = executed(e.cond) + max(executed(e.t), executed(e.f))
+        else:
+            kids: list = []
+            map_children(e, lambda c: (kids.append(c), c)[1])
+            own = 1 if (isinstance(e, BinOp) and (is_float(e.dtype) or (
+                e.op in BinOp.COMPARE and is_float(e.a.dtype)))) or (
+                isinstance(e, Call) and is_float(e.dtype)) else 0
+            n = own + sum(executed(c) for c in kids)
+        memo[id(e)] = (n, e)
+        return n
 
     def walk(s, iters):
         nonlocal total
         if isinstance(s, For):
             walk(s.body, iters * s.extent)
         elif isinstance(s, Store):
-            total += _count_ops(s.value)[0] * iters
+            total += executed(s.value) * iters
         elif isinstance(s, Seq):
             for x in s.stmts:
                 walk(x, iters)

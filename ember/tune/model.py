@@ -75,8 +75,8 @@ class TuneSummary:
         """The summary as a plain-text table (one row per task, plus the weighted total)."""
         rows = self.rows()
         tot_u = sum(t.untuned_s * t.count for t in self.tasks)
-        tot_b = sum((t.best_s if t.best_s < math.inf else t.untuned_s) * t.count
-                    for t in self.tasks)
+        # a task whose best program is slower than its default keeps the default
+        tot_b = sum(min(t.best_s, t.untuned_s) * t.count for t in self.tasks)
         rows.append(["", "all tasks (x count)", "", "", str(sum(t.trials for t in self.tasks)),
                      str(sum(t.errors for t in self.tasks)), f"{tot_u * 1e3:.3f}",
                      f"{tot_b * 1e3:.3f}", f"{tot_u / tot_b if tot_b else float('nan'):.2f}x"])

@@ -237,3 +237,13 @@ def test_side_by_side_evidence_decides(tmp_path, speedup, applied):
     with tune.apply_history_best(log, margin=0.02) as ctx:
         ember.compile(model, target=TARGET)
     assert ctx.applied == applied
+
+
+@pytest.mark.parametrize("fuse", [0, 1])
+def test_parallel_fusion_knob_matches_reference(fuse):
+    # ``fuse`` is out of the default tuned space (TUNE_PARALLEL_FUSION) but stays a rule knob
+    from ember.tir.schedule.rules import schedule_config
+    for case in CASES[:2]:
+        f, xs, ref = _op_kernel(*case)
+        g = schedule_config(f, TARGET, "gemm_rule", {"kblock": 0, "fuse": fuse})
+        np.testing.assert_allclose(_run(g, xs), ref, rtol=1e-4, atol=1e-4)

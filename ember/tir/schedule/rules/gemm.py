@@ -268,6 +268,9 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
 
 
 MAX_TILE_KNOBS = 8
+# tune the parallel fusion too (off: measured on 1 thread, configurations that won by a few %
+# by keeping a loop serial were 5-7 % slower inside the model on 2 threads)
+TUNE_PARALLEL_FUSION = False
 KBLOCK_KNOBS = (32, 64, 128)
 
 
@@ -276,7 +279,8 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     default decision first in every list (so the all-first configuration is the untuned
     schedule), or ``None`` when the rule does not apply. Knobs: ``tile`` (the default and the
     best-modelled full-lane ``tile_candidates``, at most ``MAX_TILE_KNOBS``), ``order``,
-    ``kblock`` (``0`` and the feasible channel blocks) and ``fuse`` (see ``gemm_rule``)."""
+    ``kblock`` (``0`` and the feasible channel blocks) and ``fuse`` (see ``gemm_rule``; only
+    ``0`` unless ``TUNE_PARALLEL_FUSION``)."""
     g = analyze(func)
     if g is None or target.isa not in ISA_NAMES:
         return None
@@ -302,7 +306,10 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     orders = ["rows" if _b_bytes(g) <= SMALL_B_BYTES else "panels"]
     if m_iv is not None:
         orders.append("panels" if orders[0] == "rows" else "rows")
-    return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": [0, 1]}
+    # ``fuse`` only changes the parallel grain, which candidates timed on one thread (as they
+    # are on a shared machine) cannot rank; it joins the space when TUNE_PARALLEL_FUSION is set
+    return {"tile": tiles, "order": orders, "kblock": kbs,
+            "fuse": [0, 1] if TUNE_PARALLEL_FUSION else [0]}
 
 
 def _loop_of(sch: Schedule, block: str, iv):

@@ -13,6 +13,7 @@ Models (seeded random weights, no downloads): resnet50 (the onnx package's light
 
 Usage: python bench/compare.py [--models resnet50,resnet18,...] [--threads 2] [--repeat 20]
                                [--no-compile-times] [--json out.json] [--ablation resnet50]
+                               [--config winograd.tile=-1 ...]
 
 Timings taken while other processes load the machine are noisy: the runs are interleaved so
 that noise hits every runtime alike, and medians are reported.
@@ -116,7 +117,25 @@ def child_compile(name: str, threads: int, cache_dir: str, save: str = "") -> di
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def bench_model(name: str, threads: int, repeat: int, compile_times: bool) -> dict:
+def _variants(m, threads: int, configs) -> dict:
+    """``{"ember[KEY=VALUE]": model}``: ember compiled under ``PassContext(config={KEY: VALUE})``
+    for each ``--config KEY=VALUE``."""
+    import ember
+    out = {}
+    for kv in configs or ():
+        key, _, val = kv.partition("=")
+        try:
+            val = json.loads(val)
+        except ValueError:
+            pass
+        with ember.PassContext(config={key: val}):
+            out[f"ember[{kv}]"] = ember.compile(m, target=f"llvm -num-threads={threads}",
+                                                executor="static")
+    return out
+
+
+def bench_model(name: str, threads: int, repeat: int, compile_times: bool,
+                configs=None) -> dict:
     from ember.benchmark import compare_runtimes
     m, x = build_model(name)
     row = {"model": name}
@@ -133,12 +152,13 @@ def bench_model(name: str, threads: int, repeat: int, compile_times: bool) -> di
                     if "base_rss_mb" in run else None,
                     "weights_mb": cold.get("weights_mb"),
                     "arena_mb": cold.get("arena_mb"), "compile_error": cold.get("error")})
-    res = compare_runtimes(m, x, threads=threads, repeat=repeat)
+    res = compare_runtimes(m, x, threads=threads, repeat=repeat,
+                           variants=_variants(m, threads, configs))
     row["runtimes"] = {r.name: r.median_ms for r in res}
     ember_r = next(r for r in res if r.name == "ember")
     row["max_abs_err"] = ember_r.max_abs_err
     row["matches_onnxruntime"] = ember_r.matches
-    peers = {k: v for k, v in row["runtimes"].items() if k != "ember"}
+    peers = {k: v for k, v in row["runtimes"].items() if not k.startswith("ember")}
     if peers:
         best = min(peers, key=peers.get)
         row["best_peer"] = best
@@ -154,7 +174,8 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
         for k in r.get("runtimes", {}):
             if k not in names:
                 names.append(k)
-    head = f"{'model':14}" + "".join(f"{n:>15}" for n in names) + \
+    wid = {n: max(15, len(n) + 2) for n in names}
+    head = f"{'model':14}" + "".join(f"{n:>{wid[n]}}" for n in names) + \
         f"{'ember/best':>12}{'ember/ort':>11}{'match':>7}{'cold s':>8}{'warm s':>8}{'RSS MB':>8}" \
         f"{'model':>8}{'2(W+A)':>8}"
     out = [f"median latency (ms), batch 1, {threads} threads, {repeat} interleaved runs", head,
@@ -163,7 +184,7 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
         line = f"{r['model']:14}"
         for n in names:
             v = r["runtimes"].get(n)
-            line += f"{v:15.2f}" if v is not None else f"{'-':>15}"
+            line += f"{v:{wid[n]}.2f}" if v is not None else f"{'-':>{wid[n]}}"
         line += f"{r.get('ratio_vs_best_peer', float('nan')):12.2f}"
         line += f"{r.get('ratio_vs_onnxruntime', float('nan')):11.2f}"
         line += f"{str(r.get('matches_onnxruntime')):>7}"
@@ -187,6 +208,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-compile-times", action="store_true")
     ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                    help="also time ember compiled with this PassContext config (e.g. "
+                         "winograd.tile=-1, the direct convolutions) in the same interleaved "
+                         "runs, as column ember[KEY=VALUE]; repeatable")
     ap.add_argument("--ablation", default=None, metavar="MODEL",
                     help="print the optimization ablation of MODEL instead")
     args = ap.parse_args(argv)
@@ -202,7 +227,8 @@ def main(argv=None) -> int:
         return 0
     rows = []
     for name in args.models.split(","):
-        rows.append(bench_model(name, args.threads, args.repeat, not args.no_compile_times))
+        rows.append(bench_model(name, args.threads, args.repeat, not args.no_compile_times,
+                                args.config))
         print(f"{name}: {rows[-1]}", file=sys.stderr, flush=True)
     print(format_rows(rows, args.threads, args.repeat))
     if args.json:

@@ -116,17 +116,22 @@ def peer_runners(onnx_model, inputs: dict, threads: int) -> dict[str, Callable]:
 
 def compare_runtimes(onnx_model, inputs: dict, threads: int = 2, repeat: int = 20,
                      ember_model=None, reference: str = "onnxruntime",
-                     rtol: float = 1e-4, atol: float = 1e-5) -> list[RuntimeResult]:
+                     rtol: float = 1e-4, atol: float = 1e-5,
+                     variants: dict | None = None) -> list[RuntimeResult]:
     """Median latency of ember and each peer on ``onnx_model`` (interleaved runs).
 
     ``ember_model``: an already compiled model (default: ``ember.compile`` with
-    ``-num-threads=threads``). Agreement of ember's outputs with ``reference`` (when present) is
-    checked at ``rtol``/``atol``.
+    ``-num-threads=threads``). ``variants``: more compiled models by name (e.g. ember with a
+    pass disabled), timed in the same interleaved rounds as ``ember`` (names should start with
+    ``ember``). Agreement of ember's outputs with ``reference`` (when present) is checked at
+    ``rtol``/``atol``.
     """
     from .driver import compile as ember_compile
     em = ember_model or ember_compile(onnx_model, target=f"llvm -num-threads={threads}",
                                            executor="static")
     runners = {"ember": lambda: em.run(inputs)}
+    for vname, vm in (variants or {}).items():
+        runners[vname] = (lambda m: lambda: m.run(inputs))(vm)
     runners.update(peer_runners(onnx_model, inputs, threads))
     results = {n: RuntimeResult(n, 0.0) for n in runners}
     ours = em.run(inputs)

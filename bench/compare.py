@@ -214,11 +214,13 @@ def main(argv=None) -> int:
                          "runs, as column ember[KEY=VALUE]; repeatable")
     ap.add_argument("--ablation", default=None, metavar="MODEL",
                     help="print the optimization ablation of MODEL instead")
+    ap.add_argument("--records", default=None, help="with --ablation: a tuning log for a last "
+                    "'+ tuning' rung (bench/tune.py or ember tune --records writes one)")
     args = ap.parse_args(argv)
     if args.ablation:
         from ember.benchmark import ablation, format_ablation
         m, x = build_model(args.ablation)
-        steps = ablation(m, x, threads=args.threads, repeat=args.repeat)
+        steps = ablation(m, x, threads=args.threads, repeat=args.repeat, records=args.records)
         print(format_ablation(steps, f"ablation: {args.ablation}, batch 1, {args.threads} "
                                      f"threads, medians of interleaved runs"))
         if args.json:

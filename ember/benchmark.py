@@ -32,10 +32,13 @@ ABLATION_STEPS = [
     ("+ fusion (FuseOps, epilogues on the accumulator)",
      dict(opt_level=2, disabled_pass=["ConvertLayout"], config={"schedule.level": 0})),
     ("+ layout (NHWC) and packed weights, tiled scalar micro-kernels, threads",
-     dict(opt_level=2, config={"schedule.level": 1})),
+     dict(opt_level=2, config={"schedule.level": 1, "winograd.tile": -1})),
     ("+ vectorized micro-kernels (SIMD at the target width)",
+     dict(opt_level=2, config={"schedule.level": 2, "winograd.tile": -1})),
+    ("+ Winograd for 3x3 stride-1 convolutions (the default compile)",
      dict(opt_level=2, config={"schedule.level": 2})),
 ]
+TUNING_STEP = "+ tuning (apply_history_best of the records)"
 
 
 @dataclass
@@ -168,17 +171,31 @@ class AblationStep:
 
 
 def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
-             steps=None, target: str | None = None) -> list[AblationStep]:
+             steps=None, target: str | None = None, records=None) -> list[AblationStep]:
     """Compile ``onnx_model`` at each rung of ``steps`` (default ``ABLATION_STEPS``: naive ->
-    + fusion -> + layout/packed weights -> + vectorized micro-kernels) and time it (turns of all
-    rungs interleaved; the naive rung, orders of magnitude slower, gets one turn)."""
+    + fusion -> + layout/packed weights -> + vectorized micro-kernels -> + Winograd) and time it
+    (turns of all rungs interleaved; the naive rung, orders of magnitude slower, gets one turn).
+    ``records`` (a tuning log, ``ember tune --records``) adds a last rung: the default compile
+    under ``ember.tune.apply_history_best(records)``. Latencies in ms.
+
+    Raises:
+        EmberError: a rung fails to compile (the message names the model's node).
+    """
+    import contextlib
     from .driver import compile as ember_compile
-    steps = steps or ABLATION_STEPS
+    steps = list(steps or ABLATION_STEPS)
+    if records is not None:
+        steps.append((TUNING_STEP, dict(opt_level=2), records))
     tgt = target or f"llvm -num-threads={threads}"
     models = []
-    for label, kw in steps:
+    for label, kw, *rec in steps:
         t0 = time.perf_counter()
-        with PassContext(**kw):
+        if rec:
+            from .tune import apply_history_best
+            tuned = apply_history_best(rec[0])
+        else:
+            tuned = contextlib.nullcontext()
+        with PassContext(**kw), tuned:
             m = ember_compile(onnx_model, target=tgt, executor="static")
         models.append((label, m, time.perf_counter() - t0))
     runs = {k: [] for k in range(len(models))}

@@ -249,7 +249,8 @@ def cmd_profile(args) -> int:
 def cmd_bench(args) -> int:
     """``ember bench MODEL``: median latency (ms) of ember vs onnxruntime and the other installed
     runtimes on seeded random inputs, with the ratio to the best peer and whether the outputs
-    match; ``--ablation`` prints ember's naive -> fusion -> layout -> micro-kernel steps instead.
+    match; ``--ablation`` prints ember's naive -> fusion -> layout -> micro-kernel -> Winograd
+    (-> tuning, with ``--records``) steps instead.
     Returns 0.
 
     Raises:
@@ -261,7 +262,8 @@ def cmd_bench(args) -> int:
     probe = __import__("ember").compile(onnx_model, shapes=_parse_shapes(args.shape))
     inputs = probe.random_inputs(seed=0)
     if args.ablation:
-        steps = ablation(onnx_model, inputs, threads=args.threads, repeat=args.repeat)
+        steps = ablation(onnx_model, inputs, threads=args.threads, repeat=args.repeat,
+                         records=args.records)
         print(format_ablation(steps, f"ablation: {args.model}, {args.threads} threads"))
         return 0
     from .benchmark import compare_runtimes
@@ -397,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="latency vs onnxruntime (and peers), or --ablation")
     b.add_argument("model")
     b.add_argument("--ablation", action="store_true", help="naive -> fusion -> layout -> "
-                   "vectorized micro-kernels, with speed-ups")
+                   "vectorized micro-kernels -> Winograd (-> tuning with --records), with speed-ups")
+    b.add_argument("--records", default=None, help="with --ablation: a tuning log (ember tune "
+                   "--records) for a last '+ tuning' rung")
     b.add_argument("--threads", type=_positive_int, default=2)
     b.add_argument("--repeat", type=_positive_int, default=10)
     b.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")

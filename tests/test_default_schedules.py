@@ -240,3 +240,33 @@ def test_padded_kernels_never_read_outside_their_input(before):
                             "PYTHONPATH": str(__import__("pathlib").Path(ember.__file__)
                                               .parent.parent)})
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_ablation_rungs_compile_the_optimizations_they_name():
+    """Each ablation rung is a distinct compile: fusion cuts kernels, the Winograd rung adds its
+    transform kernels (the rung before has it off) and every rung's model agrees with
+    onnxruntime."""
+    import onnxruntime as ort
+    from ember.benchmark import ABLATION_STEPS, ablation
+    from ember.graph.passes import PassContext
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.2).astype("float32"), "w")
+    b = numpy_helper.from_array(rng.standard_normal(16).astype("float32"), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "conv3x3",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = {"x": rng.standard_normal((1, 16, 20, 20)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, x)[0]
+    steps = ablation(model, x, threads=1, repeat=1)
+    assert [s.label for s in steps] == [lbl for lbl, _ in ABLATION_STEPS]
+    assert steps[1].num_kernels < steps[0].num_kernels  # FuseOps
+    assert steps[4].num_kernels > steps[3].num_kernels  # Winograd's transform kernels
+    for _, kw in ABLATION_STEPS:
+        with PassContext(**kw):
+            got = ember.compile(model, target="llvm -num-threads=1").run(x)[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)

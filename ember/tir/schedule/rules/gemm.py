@@ -158,7 +158,7 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
       ``kc`` (the whole image's accumulators per channel tile; ``tile``/``order``/``fuse``
       then do not apply);
     - ``fuse``: how many of the innermost outer loops stay serial inside the parallel loop
-      (``0`` = all fused into it).
+      (``0`` = all fused into it; default: ``_default_serial``).
 
     Raises:
         ScheduleError: a ``cfg`` value that is not legal for this kernel.
@@ -238,13 +238,14 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         else:
             raise ScheduleError(f"gemm rule: order {order_kind!r} is not 'rows' or 'panels'")
     else:
-        mi = None
+        mi, order_kind = None, None
         if lm is not None:
             outer = outer + [lm]
         order = [no] + list(outer) + [ni]
     sch.reorder(*order)
     fused_outer = [x for x in order[:-2 if mi is not None else -1]]
-    serial = int(cfg.get("fuse") or 0)
+    serial = (int(cfg["fuse"]) if cfg.get("fuse") is not None
+              else _default_serial(g, nr, order_kind if mi is not None else None))
     if not 0 <= serial < len(fused_outer):
         raise ScheduleError(f"gemm rule: cannot keep {serial} of the {len(fused_outer)} outer "
                             f"loops serial")
@@ -308,8 +309,30 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
         orders.append("panels" if orders[0] == "rows" else "rows")
     # ``fuse`` only changes the parallel grain, which candidates timed on one thread (as they
     # are on a shared machine) cannot rank; it joins the space when TUNE_PARALLEL_FUSION is set
-    return {"tile": tiles, "order": orders, "kblock": kbs,
-            "fuse": [0, 1] if TUNE_PARALLEL_FUSION else [0]}
+    fuse = [_default_serial(g, tile[1], orders[0] if m_iv is not None and tile[0] > 1
+                            else None)]
+    if TUNE_PARALLEL_FUSION:
+        fuse.append(1 - fuse[0])
+    return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": fuse}
+
+
+MIN_PANELS_PER_TASK_SPLIT = 8
+
+
+def _default_serial(g, nr: int, order_kind: str | None) -> int:
+    """The default ``fuse`` decision: ``1`` (the row-tile loop serial inside the parallel
+    loop, so each parallel task is one whole ``B`` panel: every row tile against it) for a
+    plain GEMM (no batch or image dims besides ``m``) whose large constant weights go
+    panels-outer and that has at least ``MIN_PANELS_PER_TASK_SPLIT`` panels; else ``0``
+    (panel x row tiles all fused). With all tiles fused, both threads worked on every panel,
+    so each core pulled all of ``B`` (the weights streaming from memory, e.g. BERT's
+    768 x 3072 FFN matrices) into its own L2; per-panel tasks split the weights between
+    the cores."""
+    if order_kind != "panels" or g["m"] is None:
+        return 0
+    if any(iv.extent != 1 for iv in g["sp"] if iv is not g["m"] and iv is not g["n"]):
+        return 0
+    return 1 if g["n"].extent // nr >= MIN_PANELS_PER_TASK_SPLIT else 0
 
 
 def _loop_of(sch: Schedule, block: str, iv):

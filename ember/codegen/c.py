@@ -392,19 +392,26 @@ class CFunctionPrinter:
         body = self.lines
         self.lines = saved
         captured = sorted(used - declared, key=lambda n: (n[0], int(n.lstrip("piwsac") or 0)))
-        fields, unpack = [], []
+        fields, params = [], []
         for n in captured:
             ct = self.decl.get(n)
             if ct is None or ct.endswith("[]"):
                 raise LoweringError(f"parallel loop {v}: cannot pass {n} to the thread pool")
             fields.append(f"{ct.replace(' restrict', '')} {n};")
-            unpack.append(f"  {ct} {n} = c_->{n};")
+            params.append(f"{ct} {n}")
         ctx_t = f"struct {fname}_ctx"
+        # the loop lives in an always-inlined function whose pointers are restrict
+        # *parameters*: gcc ignores restrict on block-scope pointers copied from the context,
+        # and without it cannot keep loads in registers across the loop's stores
+        args = "".join(f", c_->{n}" for n in captured)
         text = [f"{ctx_t} {{ {' '.join(fields) if fields else 'char unused_;'} }};",
+                f"static inline __attribute__((always_inline)) void {fname}_body("
+                f"int64_t lo_, int64_t hi_{''.join(', ' + x for x in params)}) {{",
+                f"  for (int64_t {v} = lo_; {v} < hi_; ++{v}) {{", *body, "  }", "}",
                 f"static void {fname}(int64_t lo_, int64_t hi_, void* ctx_) {{",
-                f"  const {ctx_t}* c_ = (const {ctx_t}*)ctx_;", *unpack,
+                f"  const {ctx_t}* c_ = (const {ctx_t}*)ctx_;",
                 "  (void)c_;",
-                f"  for (int64_t {v} = lo_; {v} < hi_; ++{v}) {{", *body, "  }", "}"]
+                f"  {fname}_body(lo_, hi_{args});", "}"]
         self.outlined.append("\n".join(text) + "\n")
         init = ", ".join(captured) if captured else "0"
         chunk = max(1, -(-s.extent // 32))

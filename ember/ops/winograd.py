@@ -210,12 +210,17 @@ def _input_compute(inputs, attrs, out_types):
                 cond = te.all_of(*(conds + ([te.lt(p, N * th * tw)] if padded else [])))
                 loads[(a, b)] = te.select(cond, x[nb, h, w, c], te.const(0.0, x.dtype))
             return loads[(a, b)]
-        leaves = []
-        for i in range(n):
-            for j in range(n):
-                leaves.append(_weighted_sum(
-                    [(bt[i][a] * bt[j][b], d(a, b)) for a in range(n) for b in range(n)
-                     if bt[i][a] != 0 and bt[j][b] != 0], x.dtype))
+        # separable: rows r[i][b] = (B^T d)[i, b] are shared DAG nodes, so once the schedule
+        # puts every position in one loop body the C compiler computes each once
+        rows = {}
+
+        def r(i, b):
+            if (i, b) not in rows:
+                rows[(i, b)] = _weighted_sum([(bt[i][a], d(a, b)) for a in range(n)
+                                              if bt[i][a] != 0], x.dtype)
+            return rows[(i, b)]
+        leaves = [_weighted_sum([(bt[j][b], r(i, b)) for b in range(n) if bt[j][b] != 0],
+                                x.dtype) for i in range(n) for j in range(n)]
         return _chain(t, leaves)
     return [te.compute(out_types[0].shape, f, name="winograd_input")]
 
@@ -268,12 +273,13 @@ def _output_compute(inputs, attrs, out_types):
     def f(nb, h, w, k):
         i, j = h % m, w % m
         p = (nb * th + h // m) * tw + w // m
+        # separable: s[a_][b] = (A^T m)[a_, b] shared by the m outputs of row a_
         rows = []
         for a_ in range(m):
-            leaves = [_weighted_sum([(at[a_][a] * at[b_][b], y[a * n + b, p, k])
-                                     for a in range(n) for b in range(n)
-                                     if at[a_][a] != 0 and at[b_][b] != 0], y.dtype)
-                      for b_ in range(m)]
+            s = [_weighted_sum([(at[a_][a], y[a * n + b, p, k]) for a in range(n)
+                                if at[a_][a] != 0], y.dtype) for b in range(n)]
+            leaves = [_weighted_sum([(at[b_][b], s[b]) for b in range(n) if at[b_][b] != 0],
+                                    y.dtype) for b_ in range(m)]
             rows.append(_chain(j, leaves))
         return _chain(i, rows)
     return [te.compute(out_types[0].shape, f, name="winograd_output")]

@@ -28,6 +28,15 @@ def _ops(func: PrimFunc) -> list:
     return list(func.attrs.get("ops") or [func.attrs.get("op")])
 
 
+def _channel_split(sch: Schedule, loop, lanes: int):
+    """``(outer, vector)`` loops of the channel loop split by ``lanes``, or ``(None, loop)``
+    when its extent is not a multiple of ``lanes`` (or is one vector)."""
+    extent = sch.find_loop(loop, "winograd rule")[0].extent
+    if not isinstance(extent, int) or extent % lanes or extent == lanes:
+        return None, loop
+    return tuple(sch.split(loop, [None, lanes]))
+
+
 def winograd_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """Schedule a Winograd input or output transform kernel (see the module doc); ``None``
     for any other kernel."""
@@ -39,9 +48,15 @@ def winograd_rule(func: PrimFunc, target: Target) -> Schedule | None:
     if ops == [INPUT_OP]:
         sch = Schedule(func)
         lt, lp, lc = sch.get_loops(blk.name)
-        sch.reorder(lp, lt, lc)
+        co, ci = _channel_split(sch, lc, target.vector_lanes)
+        if co is not None:
+            # every position of one channel vector in one loop body: the C compiler shares
+            # the guarded loads and the separable rows between positions
+            sch.reorder(lp, co, lt, ci)
+        else:
+            sch.reorder(lp, lt, ci)
         sch.unroll(lt)
-        sch.vectorize(lc)
+        sch.vectorize(ci)
         sch.parallel(lp)
         return sch
     if ops and ops[0] == OUTPUT_OP:
@@ -61,11 +76,13 @@ def winograd_rule(func: PrimFunc, target: Target) -> Schedule | None:
         ho, hi = sch.split(lh, [None, m])
         wo, wi = sch.split(lw, [None, m])
         outer = ([ln] if ln is not None else []) + [ho, wo]
-        sch.reorder(*outer, hi, wi, lk)
+        ko, ki = _channel_split(sch, lk, target.vector_lanes)
+        # one channel vector's m x m outputs in one loop body: the separable rows are shared
+        sch.reorder(*outer, *([ko] if ko is not None else []), hi, wi, ki)
         par = sch.fuse(*outer)
         sch.unroll(hi)
         sch.unroll(wi)
-        sch.vectorize(lk)
+        sch.vectorize(ki)
         sch.parallel(par)
         return sch
     return None

@@ -4,6 +4,12 @@ The compiler is ``$CC`` when set, else the first of ``cc``, ``gcc``, ``clang`` o
 cache lives in ``$EMBER_CACHE_DIR`` (default ``$XDG_CACHE_HOME/ember`` or ``~/.cache/ember``);
 an entry is ``<sha256>.so`` plus ``<sha256>.so.sha256`` holding the library's own digest, so a
 truncated or corrupted entry is detected and rebuilt instead of loaded.
+
+``$EMBER_CFLAGS`` (split like a shell command line) is appended to the compile flags and is part
+of the cache key, e.g. ``EMBER_CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g"`` builds
+every kernel with AddressSanitizer (run Python with
+``LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0`` and a separate
+``EMBER_CACHE_DIR``; see docs/performance.md, "Checking generated code with AddressSanitizer").
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -78,8 +85,23 @@ def _compiler_info(cc: str) -> tuple[str, bool]:
     return (ver[0] if ver else cc), openmp
 
 
+def extra_flags() -> list[str]:
+    """The user's extra compile flags from ``$EMBER_CFLAGS`` (empty when unset).
+
+    Raises:
+        ToolchainError: the variable cannot be split (unbalanced quotes).
+    """
+    env = os.environ.get("EMBER_CFLAGS", "")
+    try:
+        return shlex.split(env)
+    except ValueError as e:
+        raise ToolchainError(f"EMBER_CFLAGS={env!r} cannot be split into flags ({e}); fix its "
+                             f"quoting or unset it") from None
+
+
 def compile_flags(cc: str, mcpu: str = "native") -> list[str]:
-    """Flags for an optimized shared library for ``-march=mcpu`` (OpenMP when available)."""
+    """Flags for an optimized shared library for ``-march=mcpu`` (OpenMP when available), then
+    ``$EMBER_CFLAGS`` (``extra_flags``)."""
     version, openmp = _compiler_info(cc)
     flags = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=fast",
              "-w"]
@@ -93,7 +115,7 @@ def compile_flags(cc: str, mcpu: str = "native") -> list[str]:
         flags.append(f"-march={mcpu}")
     if openmp:
         flags.append("-fopenmp")
-    return flags
+    return flags + extra_flags()
 
 
 def _digest(data: bytes) -> str:

@@ -13,7 +13,33 @@ from ..codegen.module import generate_c_module
 from ..errors import EmberError, InputError
 from ..target import Target
 from ..tir.stmt import PrimFunc
-from .executor import aligned_copy
+from .executor import ALIGN
+
+# bytes of canary on each side of every argument ``KernelFunction.run`` passes to a kernel
+GUARD_BYTES = 64
+CANARY = 0xA5
+
+
+def guarded_copy(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """A 64-byte aligned, C-contiguous copy of ``a`` with ``GUARD_BYTES`` of ``CANARY`` bytes
+    right before and right after it: ``(raw, view, offset)`` where ``view`` (``a``'s shape and
+    dtype) starts at byte ``offset`` of the uint8 array ``raw``. ``check_guard`` tells whether a
+    kernel wrote outside ``view``."""
+    a = np.ascontiguousarray(a)
+    n = a.nbytes
+    raw = np.empty(n + 2 * GUARD_BYTES + ALIGN, np.uint8)
+    off = GUARD_BYTES + (-(raw.ctypes.data + GUARD_BYTES)) % ALIGN
+    raw[:off] = CANARY
+    raw[off + n:] = CANARY
+    view = raw[off:off + n].view(a.dtype).reshape(a.shape)
+    view[...] = a
+    return raw, view, off
+
+
+def check_guard(raw: np.ndarray, off: int, nbytes: int) -> int:
+    """Number of canary bytes around ``raw[off:off + nbytes]`` that are no longer ``CANARY``."""
+    return int(np.count_nonzero(raw[:off] != CANARY) +
+               np.count_nonzero(raw[off + nbytes:] != CANARY))
 
 
 class KernelFunction:
@@ -51,15 +77,35 @@ class KernelFunction:
             raise EmberError(f"kernel {self.func.name} failed with code {rc}")
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run on ``inputs`` (copied to aligned buffers); returns new output arrays."""
-        ins = [aligned_copy(np.ascontiguousarray(x)) for x in inputs]
-        n_out = self.func.attrs.get("num_outputs", len(self.func.params) - len(ins))
-        outs = [aligned_copy(np.zeros(p.shape, p.dtype)) for p in self.func.params[len(ins):]]
-        if len(ins) + len(outs) != len(self.func.params) or n_out != len(outs):
+        """Run on ``inputs`` (copied to aligned buffers); returns new output arrays.
+
+        Every argument lies between ``GUARD_BYTES`` of canary bytes, and the inputs are kept
+        to compare: a kernel that writes outside an argument, or into an input, is a code
+        generation bug and raises instead of returning (tests and tuning runs catch it where
+        a bigger process would corrupt its heap).
+
+        Raises:
+            InputError: wrong number of inputs.
+            EmberError: the kernel failed, wrote outside an argument or changed an input.
+        """
+        n_in = len(inputs)
+        n_out = self.func.attrs.get("num_outputs", len(self.func.params) - n_in)
+        if n_in + n_out != len(self.func.params) or n_out != len(self.func.params) - n_in:
             raise InputError(f"{self.func.name} takes {len(self.func.params) - n_out} inputs, got "
-                             f"{len(ins)}")
-        self(*ins, *outs)
-        return outs
+                             f"{n_in}")
+        orig = [np.ascontiguousarray(x) for x in inputs]
+        args = [guarded_copy(x) for x in orig]
+        args += [guarded_copy(np.zeros(p.shape, p.dtype)) for p in self.func.params[n_in:]]
+        self(*[v for _, v, _ in args])
+        for k, (raw, view, off) in enumerate(args):
+            bad = check_guard(raw, off, view.nbytes)
+            if bad:
+                raise EmberError(f"kernel {self.func.name} wrote {bad} byte(s) outside argument "
+                                 f"{k} ({self.func.params[k].name}): a code generation bug")
+            if k < n_in and view.tobytes() != orig[k].tobytes():
+                raise EmberError(f"kernel {self.func.name} wrote into its input {k} "
+                                 f"({self.func.params[k].name}): a code generation bug")
+        return [view for _, view, _ in args[n_in:]]
 
 
 def compile_prim_func(func: PrimFunc, target: "str | Target" = "llvm") -> KernelFunction:

@@ -146,3 +146,26 @@ def test_gemm_rule_tuning_space_is_clean_under_asan(tmp_path):
     """, tmp_path)
     assert r.returncode == 0 and "AddressSanitizer" not in r.stderr, r.stderr[-3000:]
     assert int(r.stdout.split()[-1]) >= 10
+
+
+def test_exact_buffers_plugin_keeps_results(tmp_path):
+    # one allocation per arena slot, step by step: same outputs as the arena (in a child: the
+    # plugin patches the process)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import numpy as np
+        import ember
+        from ember.testing import models as M
+        model = M.mobilenet_v2(seed=2, image_size=32)
+        x = {"input": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+        want = ember.compile(model).run(x)
+        import ember.testing.exact_buffers
+        cm = ember.compile(model)
+        ex = cm._executor
+        assert not ex.use_aot and len(ex._slot_bufs) > 3
+        assert all(b.ctypes.data % 64 == 0 for b in ex._slot_bufs.values())
+        for a, b in zip(cm.run(x), want):
+            np.testing.assert_array_equal(a, b)
+        print("ok")
+    """)], env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, capture_output=True,
+        text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.split()[-1] == "ok", r.stderr[-3000:]

@@ -149,3 +149,48 @@ def test_run_time_index_out_of_range_is_a_typed_error(op, attrs, good, bad, boun
     # the model still runs correctly after a refused input
     np.testing.assert_array_equal(m.run({"x": x, "i": good})[0],
                                   ref.run(None, {"x": x, "i": good})[0])
+
+
+def _scatter_model(op, data_shape, index_shape, update_shape, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(data_shape))
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, list(index_shape))
+    u = helper.make_tensor_value_info("u", TensorProto.FLOAT, list(update_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node(op, ["x", "i", "u"], ["y"], **attrs)], "g",
+                          [x, i, u], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+
+
+@pytest.mark.parametrize("op, attrs, good, bad, bound", [
+    ("ScatterElements", {"axis": 0}, [[3, -4, 0]], [[4, 0, 0]], "[-4, 3]"),
+    ("ScatterND", {}, [[3, 2], [-4, -3]], [[0, 3], [1, 1]], "(-4, 3), (-3, 2)"),
+])
+def test_run_time_scatter_index_out_of_range_is_a_typed_error(op, attrs, good, bad, bound):
+    import onnxruntime as ort
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    good, bad = np.array(good, np.int64), np.array(bad, np.int64)
+    u = np.full((1, 3) if op == "ScatterElements" else (2,), -1.0, np.float32)
+    model = _scatter_model(op, x.shape, good.shape, u.shape, **attrs)
+    m = ember.compile(model)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(m.run({"x": x, "i": good, "u": u})[0],
+                                  ref.run(None, {"x": x, "i": good, "u": u})[0])
+    with pytest.raises(InputError, match=r"out of range") as e:
+        m.run({"x": x, "i": bad, "u": u})
+    assert "'y'" in str(e.value) and bound in str(e.value)
+
+
+def test_max_unpool_index_out_of_range_is_a_typed_error():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [1, 1, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2],
+                                            strides=[2, 2])], "g", [x, i], [y])
+    m = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]))
+    xv = np.array([[[[1, 2], [3, 4]]]], np.float32)
+    good = np.array([[[[0, 3], [9, 15]]]], np.int64)
+    want = np.zeros(16, np.float32)
+    want[[0, 3, 9, 15]] = [1, 2, 3, 4]
+    np.testing.assert_array_equal(m.run({"x": xv, "i": good})[0].reshape(-1), want)
+    with pytest.raises(InputError, match=r"MaxUnpool index must lie in \[0, 15\]"):
+        m.run({"x": xv, "i": np.array([[[[0, 3], [9, 100000]]]], np.int64)})

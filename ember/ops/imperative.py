@@ -100,10 +100,20 @@ class KernelBuilder:
 
 
 def imperative_kernel(inputs: Sequence[te.Tensor], out_types, body: Callable[[KernelBuilder], Stmt],
-                      name: str = "kernel") -> PrimFunc:
+                      name: str = "kernel", checks: Sequence[te.IndexCheck] = ()) -> PrimFunc:
     """A ``PrimFunc`` whose parameters are the placeholder inputs then the outputs, and whose
-    body is ``body(builder)``."""
+    body is ``body(builder)``. ``checks``: ``te.IndexCheck`` s on index inputs; those that are
+    kernel parameters are checked before the body runs (``attrs["index_checks"]``, as
+    ``te.create_prim_func`` records them)."""
     k = KernelBuilder(inputs, out_types)
     stmt = body(k)
-    return PrimFunc(name, k.params + k.outputs, stmt,
-                    {"num_inputs": len(k.params), "num_outputs": len(k.outputs)})
+    attrs = {"num_inputs": len(k.params), "num_outputs": len(k.outputs)}
+    recorded = []
+    for c in checks:
+        pos = next((j for j, t in enumerate(inputs) if t is c.tensor), None)
+        buf = k.inputs[pos] if pos is not None else None
+        if isinstance(buf, Buffer) and buf.dtype in ("int32", "int64"):
+            recorded.append({"param": k.params.index(buf), "bounds": c.bounds, "what": c.what})
+    if recorded:
+        attrs["index_checks"] = recorded
+    return PrimFunc(name, k.params + k.outputs, stmt, attrs)

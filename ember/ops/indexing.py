@@ -1,10 +1,10 @@
 """Indexing operators: gathers and scatters by index tensors, triangular masks, one-hot, tiling,
 arg-reductions, top-k, running sums/products and sequence reversal.
 
-Index tensors are read at run time; negative indices count from the end of their axis. A gather
-whose index tensor is a kernel input checks every index first and fails with an ``InputError``
-naming the node when one is out of range (ONNX makes it an error); indices computed inside a
-fused kernel, and scatter indices, are clamped (never an out-of-bounds read or write). Scatters and running sums are imperative
+Index tensors are read at run time; negative indices count from the end of their axis. A gather or
+scatter whose index tensor is a kernel input checks every index first and fails with an
+``InputError`` naming the node when one is out of range (ONNX makes it an error); indices
+computed inside a fused kernel are clamped (never an out-of-bounds read or write). Scatters and running sums are imperative
 kernels (``ember.ops.imperative``), the others one expression per output element.
 """
 
@@ -191,7 +191,10 @@ def _se_compute(inputs, attrs, out_types):
             t = tuple(j if a == ax else v for a, v in enumerate(i))
             return k.store(y, t, _combine(kind, k.read(y, t), k.read(upd, i)))
         return k.seq(k.copy(y, x), k.loop(inputs[1].shape, write))
-    return imperative_kernel(inputs, out_types, body, "scatter_elements")
+    n = inputs[0].shape[ax]
+    return imperative_kernel(inputs, out_types, body, "scatter_elements",
+                             checks=[te.IndexCheck(inputs[1], [(-n, n - 1)],
+                                                   "ScatterElements index")])
 
 
 register_op("scatter_elements", infer_type=_se_type, reference=_se_ref, compute=_se_compute,
@@ -246,7 +249,9 @@ def _snd_compute(inputs, attrs, out_types):
             t = key + tuple(rest)
             return k.store(y, t, _combine(kind, k.read(y, t), k.read(upd, i)))
         return k.seq(k.copy(y, x), k.loop(upd_t.shape, write) if upd_t.shape else write())
-    return imperative_kernel(inputs, out_types, body, "scatter_nd")
+    bounds = [(-x_t.shape[a], x_t.shape[a] - 1) for a in range(m)]
+    return imperative_kernel(inputs, out_types, body, "scatter_nd",
+                             checks=[te.IndexCheck(ind_t, bounds, "ScatterND index")])
 
 
 register_op("scatter_nd", infer_type=_snd_type, reference=_snd_ref, compute=_snd_compute,

@@ -2,7 +2,9 @@
 align (ONNX RoiAlign) and deformable convolution (ONNX DeformConv).
 
 Layouts are ONNX's: activations ``(N, C, *spatial)``. Indices and coordinates are read at run
-time; the kernels clamp every computed index inside its buffer (never an out-of-bounds access).
+time: MaxUnpool's index input is checked first (an out-of-range index is an ``InputError`` naming
+the node); the kernels clamp every computed index inside its buffer (never an out-of-bounds
+access).
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ def _unpool_compute(inputs, attrs, out_types):
             inside = te.all_of(*[te.lt(c, n) for c, n, m in zip(coords, out, inferred) if n < m])
             return k.if_(inside, k.store(y, coords, k.read(x, i)))
         return k.seq(zero, k.loop(inputs[0].shape, scatter))
-    return imperative_kernel(inputs, out_types, body, "max_unpool")
+    return imperative_kernel(inputs, out_types, body, "max_unpool",
+                             checks=[te.IndexCheck(inputs[1], [(0, total - 1)],
+                                                   "MaxUnpool index")])
 
 
 register_op("nn.max_unpool", infer_type=_unpool_type, reference=_unpool_ref,

@@ -16,6 +16,9 @@ import time
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run from a checkout without installing ember
+
 
 def _compile_seconds(cache_dir: str) -> float:
     """Wall time of ember.compile in a fresh process (so no in-process state is reused)."""

@@ -33,6 +33,10 @@ import statistics
 import time
 
 import numpy as np
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run from a checkout without installing ember
 
 
 def _median_ms(fn, repeat: int) -> float:

@@ -96,21 +96,15 @@ def _vars(e):
     return collect(e, lambda n: isinstance(n, Var))
 
 
-def tensorize(sch, loop, intrin: str) -> None:
-    """Implementation of ``Schedule.tensorize`` on ``sch`` (rewrites ``sch.body`` in place;
-    ``Schedule.tensorize`` records it and restores the function if this raises).
-    ``intrin`` is ``<family>.<isa>.<dtype>``; ``dwconv`` goes to ``tensorize_dwconv``, otherwise
-    the nest must be a GEMM-like update ``C[..] += A[..] * B[..]`` replaced by a micro-kernel
-    ``KernelCall``.
+
+def tensorize_nest(sch, loop, intrin: str):
+    """The perfect loop nest that ``tensorize`` replaces, checked: ``(loop, path to it, the
+    loops from ``loop`` inwards, the one block they surround, the error prefix)``.
 
     Raises:
-        ScheduleError: unknown intrinsic, an imperfect nest, a predicate, a non-serial loop, dtype
-            mismatch, strides or loop roles that do not fit the kernel, too many accumulators, or
-            an init inside a partial reduction."""
-    family, isa, dtype = parse_intrin(intrin)
-    if family == "dwconv":
-        from .tensorize_dwconv import tensorize_dwconv
-        return tensorize_dwconv(sch, loop, isa, dtype)
+        ScheduleError: the loops do not nest perfectly around one block, the block has a
+            predicate (a split that does not divide), or a loop is parallel/vectorized.
+    """
     f, path = sch.find_loop(loop, "tensorize")
     where = f"tensorize of loop {f.var.name} with {intrin}"
     chain = [f]
@@ -127,6 +121,24 @@ def tensorize(sch, loop, intrin: str) -> None:
     for c in chain:
         if c.kind not in ("serial", "unrolled"):
             raise ScheduleError(f"{where}: loop {c.var.name} is {c.kind}")
+    return f, path, chain, blk, where
+
+def tensorize(sch, loop, intrin: str) -> None:
+    """Implementation of ``Schedule.tensorize`` on ``sch`` (rewrites ``sch.body`` in place;
+    ``Schedule.tensorize`` records it and restores the function if this raises).
+    ``intrin`` is ``<family>.<isa>.<dtype>``; ``dwconv`` goes to ``tensorize_dwconv``, otherwise
+    the nest must be a GEMM-like update ``C[..] += A[..] * B[..]`` replaced by a micro-kernel
+    ``KernelCall``.
+
+    Raises:
+        ScheduleError: unknown intrinsic, an imperfect nest, a predicate, a non-serial loop, dtype
+            mismatch, strides or loop roles that do not fit the kernel, too many accumulators, or
+            an init inside a partial reduction."""
+    family, isa, dtype = parse_intrin(intrin)
+    if family == "dwconv":
+        from .tensorize_dwconv import tensorize_dwconv
+        return tensorize_dwconv(sch, loop, isa, dtype)
+    f, path, chain, blk, where = tensorize_nest(sch, loop, intrin)
     st, la, lb = _match_update(blk, where)
     if st.buffer.dtype != dtype or la.dtype != dtype or lb.dtype != dtype:
         raise ScheduleError(f"{where}: operand dtypes ({la.dtype}, {lb.dtype} -> "

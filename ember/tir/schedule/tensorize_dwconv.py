@@ -125,23 +125,8 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         ScheduleError: the nest is not a depthwise-convolution block as described, the block
             has a predicate, or the register block is too large for ``isa``.
     """
-    from .tensorize import ISAS, MAX_ACCUMULATORS, _vars
-    f, path = sch.find_loop(loop, "tensorize")
-    where = f"tensorize of loop {f.var.name} with dwconv.{isa}"
-    chain = [f]
-    s = f.body
-    while isinstance(s, For):
-        chain.append(s)
-        s = s.body
-    if not isinstance(s, Block):
-        raise ScheduleError(f"{where}: the loops below must nest perfectly around one block")
-    blk = s
-    if blk.predicate is not None:
-        raise ScheduleError(f"{where}: block {blk.name!r} has a predicate (a split that does not "
-                            f"divide); use divisible tiles")
-    for c in chain:
-        if c.kind not in ("serial", "unrolled"):
-            raise ScheduleError(f"{where}: loop {c.var.name} is {c.kind}")
+    from .tensorize import ISAS, MAX_ACCUMULATORS, _vars, tensorize_nest
+    f, path, chain, blk, where = tensorize_nest(sch, loop, f"dwconv.{isa}")
     st, lx, guard, lw = _split_update(blk, where)
     if not (st.buffer.dtype == lx.dtype == lw.dtype == dtype):
         raise ScheduleError(f"{where}: operand dtypes ({lx.dtype}, {lw.dtype} -> "

@@ -18,7 +18,9 @@ from ember.tir.schedule.rules import schedule_default
 RNG = np.random.default_rng(0)
 
 
-def _op_kernel(op, shapes, attrs, epilogue=None):
+def _op_kernel(op, shapes, attrs, epilogue=None, rng=RNG):
+    """``op`` as a PrimFunc (weights marked constant, optional elementwise ``epilogue``), random
+    inputs drawn from ``rng`` and the op's NumPy reference output (without the epilogue)."""
     od = get_op(op)
     a = od.normalize_attrs(attrs)
     out_t = od.infer_type([TensorType(s, "float32") for s in shapes], a)
@@ -28,7 +30,7 @@ def _op_kernel(op, shapes, attrs, epilogue=None):
         y = te.compute(y.shape, lambda *i: epilogue(y[i]), name="epi")
     f = te.create_prim_func(ins + [y], "f")
     f.attrs["constant_params"] = list(range(1, len(shapes)))
-    xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     return f, xs, od.reference(xs, a)[0]
 
 

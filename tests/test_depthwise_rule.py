@@ -14,14 +14,12 @@ import ember
 from ember import te
 from ember.codegen.c import emit_c_function
 from ember.errors import ScheduleError
-from ember.graph.ir import TensorType
-from ember.ops import get_op
 from ember.runtime.kernel import compile_prim_func
 from ember.tir.schedule import IndexMap, Schedule
 from ember.tir.schedule.rules import schedule_default
 from ember.tir.schedule.rules.depthwise import choose_dw_tile, depthwise_rule
+from test_default_schedules import _guarded, _op_kernel  # noqa: F401 (_guarded: child process)
 
-RNG = np.random.default_rng(0)
 CLIP6 = lambda v: te.minimum(te.maximum(v, te.const(0.0, "float32")),  # noqa: E731
                              te.const(6.0, "float32"))
 
@@ -29,21 +27,10 @@ CLIP6 = lambda v: te.minimum(te.maximum(v, te.const(0.0, "float32")),  # noqa: E
 def _dw_kernel(hw, c, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), dil=(1, 1), bias=True,
                epilogue=None, seed=0, batch=1):
     """A channels-last depthwise ``nn.conv`` PrimFunc, its inputs and the reference output."""
-    od = get_op("nn.conv")
     shapes = [(batch, hw[0], hw[1], c), (c, 1) + tuple(k)] + ([(c,)] if bias else [])
-    a = od.normalize_attrs({"strides": list(strides), "pads": list(pads),
-                            "dilations": list(dil), "group": c, "data_layout": "NHWC"})
-    out_t = od.infer_type([TensorType(s, "float32") for s in shapes], a)
-    ins = [te.placeholder(s, "float32", f"x{i}") for i, s in enumerate(shapes)]
-    y = od.compute(ins, a, out_t)[0]
-    if epilogue is not None:
-        y = te.compute(y.shape, lambda *i: epilogue(y[i]), name="epi")
-    f = te.create_prim_func(ins + [y], "f")
-    f.attrs["constant_params"] = list(range(1, len(shapes)))
-    rng = np.random.default_rng(seed)
-    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    ref = od.reference(xs, a)[0]
-    return f, xs, ref
+    attrs = {"strides": list(strides), "pads": list(pads), "dilations": list(dil), "group": c,
+             "data_layout": "NHWC"}
+    return _op_kernel("nn.conv", shapes, attrs, epilogue, np.random.default_rng(seed))
 
 
 def _packed(g, xs):
@@ -147,13 +134,6 @@ def test_dwconv_tensorize_rejects_a_guard_that_is_not_the_image_bounds():
     sch.reorder(*(loops[:2] + loops[4:] + loops[2:4]))
     with pytest.raises(ScheduleError, match="guard"):
         sch.tensorize(sch.get_loops("conv")[2], "dwconv.avx512.f32")
-
-
-def _guarded(shape, before):
-    import sys
-    sys.path.insert(0, __import__("os").path.dirname(__file__))
-    from test_default_schedules import _guarded as g
-    return g(shape, before)
 
 
 @pytest.mark.parametrize("before", [True, False])

@@ -34,12 +34,16 @@ def _op_kernel(op, shapes, attrs, epilogue=None, rng=RNG):
     return f, xs, od.reference(xs, a)[0]
 
 
+def _packed(g, xs):
+    """``xs`` with the weights ``g``'s schedule packs (``param_layouts``) packed the same way."""
+    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
+    return [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
+            for k, x in enumerate(xs)]
+
+
 def _run_scheduled(f, xs, target="llvm"):
     g = schedule_default(f, target)
-    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
-    packed = [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
-              for k, x in enumerate(xs)]
-    return g, compile_prim_func(g, target).run(packed)[0]
+    return g, compile_prim_func(g, target).run(_packed(g, xs))[0]
 
 
 RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731

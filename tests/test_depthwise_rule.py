@@ -15,10 +15,10 @@ from ember import te
 from ember.codegen.c import emit_c_function
 from ember.errors import ScheduleError
 from ember.runtime.kernel import compile_prim_func
-from ember.tir.schedule import IndexMap, Schedule
+from ember.tir.schedule import Schedule
 from ember.tir.schedule.rules import schedule_default
 from ember.tir.schedule.rules.depthwise import choose_dw_tile, depthwise_rule
-from test_default_schedules import _guarded, _op_kernel  # noqa: F401 (_guarded: child process)
+from test_default_schedules import _guarded, _op_kernel, _packed  # noqa: F401 (_guarded: child)
 
 CLIP6 = lambda v: te.minimum(te.maximum(v, te.const(0.0, "float32")),  # noqa: E731
                              te.const(6.0, "float32"))
@@ -31,12 +31,6 @@ def _dw_kernel(hw, c, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), dil=(1, 1), b
     attrs = {"strides": list(strides), "pads": list(pads), "dilations": list(dil), "group": c,
              "data_layout": "NHWC"}
     return _op_kernel("nn.conv", shapes, attrs, epilogue, np.random.default_rng(seed))
-
-
-def _packed(g, xs):
-    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
-    return [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
-            for k, x in enumerate(xs)]
 
 
 def _target(isa):

@@ -9,23 +9,21 @@ import numpy as np
 import pytest
 
 import ember
-from ember import te, tune
+from ember import tune
 from ember.codegen.c import emit_c_function
 from ember.errors import TuningError
-from ember.graph.ir import TensorType
-from ember.ops import get_op
 from ember.runtime.kernel import compile_prim_func
-from ember.tir.schedule import IndexMap
 from ember.tir.schedule.rules import gemm_knobs, rule_knobs, schedule_default
 from ember.tune import MeasureInput, MeasureResult, load_records, save_records
 from ember.tune.extract import register_workload
 from ember.tune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, create_measure_batch,
                                 measure_option)
 from ember.tune.task import Task
+from test_default_schedules import RELU, _packed
+from test_default_schedules import _op_kernel as _base_op_kernel
 
 TARGET = ember.Target("llvm -num-threads=2")
 RNG = np.random.default_rng(0)
-RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731
 
 CASES = [
     # 3x3 convolution, NHWC, padded, bias + ReLU epilogue
@@ -41,23 +39,12 @@ CASES = [
 
 
 def _op_kernel(op, shapes, attrs):
-    od = get_op(op)
-    a = od.normalize_attrs(attrs)
-    out_t = od.infer_type([TensorType(s, "float32") for s in shapes], a)
-    ins = [te.placeholder(s, "float32", f"x{k}") for k, s in enumerate(shapes)]
-    y = od.compute(ins, a, out_t)[0]
-    y = te.compute(y.shape, lambda *i: RELU(y[i]), name="epi")
-    f = te.create_prim_func(ins + [y], "f")
-    f.attrs["constant_params"] = list(range(1, len(shapes)))
-    xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
-    return f, xs, np.maximum(od.reference(xs, a)[0], 0)
+    f, xs, ref = _base_op_kernel(op, shapes, attrs, RELU, RNG)
+    return f, xs, np.maximum(ref, 0)
 
 
 def _run(g, xs):
-    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
-    packed = [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
-              for k, x in enumerate(xs)]
-    return compile_prim_func(g, TARGET).run(packed)[0]
+    return compile_prim_func(g, TARGET).run(_packed(g, xs))[0]
 
 
 def _rule_task(f):

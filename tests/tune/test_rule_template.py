@@ -16,8 +16,7 @@ from ember.runtime.kernel import compile_prim_func
 from ember.tir.schedule.rules import gemm_knobs, rule_knobs, schedule_default
 from ember.tune import MeasureInput, MeasureResult, load_records, save_records
 from ember.tune.extract import register_workload
-from ember.tune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, create_measure_batch,
-                                measure_option)
+from ember.tune.measure import LocalBuilder, LocalRunner, MeasureErrorNo, measure_option
 from ember.tune.task import Task
 from test_default_schedules import RELU, _packed
 from test_default_schedules import _op_kernel as _base_op_kernel
@@ -108,18 +107,18 @@ def test_measurement_packs_weights_and_catches_a_wrong_layout():
     cfgs = [c for c in task.config_space if c.values()["tile"] != task.config_space.get(0)
             .values()["tile"]][:1] + [task.config_space.get(0)]
     option = measure_option(LocalBuilder(), LocalRunner(repeat=1, number=1, per_call=True))
-    measure = create_measure_batch(option)
     inputs = [MeasureInput(TARGET, task, c) for c in cfgs]
-    builds = option["builder"].build(inputs)
-    assert all(b.layouts for b in builds)  # the weights are packed by the schedule
-    res = option["runner"].run(inputs, builds)
-    assert all(r.ok for r in res), [r.error_msg for r in res]
-    for b in builds:  # the same kernels fed unpacked weights compute something else
-        b.layouts = {}
-    wrong = option["runner"].run(inputs, builds)
-    assert all(r.error_no == MeasureErrorNo.WRONG_ANSWER for r in wrong)
-    option["runner"].close()
-    assert measure  # (the batch API builds the same way)
+    try:
+        builds = option["builder"].build(inputs)
+        assert all(b.layouts for b in builds)  # the weights are packed by the schedule
+        res = option["runner"].run(inputs, builds)
+        assert all(r.ok for r in res), [r.error_msg for r in res]
+        for b in builds:  # the same kernels fed unpacked weights compute something else
+            b.layouts = {}
+        wrong = option["runner"].run(inputs, builds)
+        assert all(r.error_no == MeasureErrorNo.WRONG_ANSWER for r in wrong)
+    finally:
+        option["runner"].close()
 
 
 def _small_model():

@@ -142,6 +142,14 @@ def test_strided_grouped_and_few_channel_convs_stay_direct():
     few, *_ = conv_model(1, 3, 16, 16, 8, (1, 1, 1, 1))
     cm = ember.compile(few)
     assert not any("winograd" in s["op"] for s in cm.plan["steps"])
+    for attrs, wshape in (({"strides": [2, 2]}, (32, 32, 3, 3)), ({"group": 2}, (32, 16, 3, 3))):
+        model, _, _ = conv_model(1, 32, 16, 16, 32, (1, 1, 1, 1), bias=False, relu=False)
+        conv = model.graph.node[0]
+        conv.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+        model.graph.initializer[0].CopyFrom(numpy_helper.from_array(
+            np.random.default_rng(0).standard_normal(wshape).astype(np.float32), "w"))
+        cm = ember.compile(model)
+        assert not any("winograd" in s["op"] for s in cm.plan["steps"]), attrs
     assert choose_tile(3, 64, 56, 56) is None
     assert choose_tile(64, 64, 56, 56) == 4
     assert choose_tile(256, 256, 14, 14) == 2

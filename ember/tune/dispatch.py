@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+from typing import Iterable, Sequence
 
 import numpy as np
-from typing import Iterable, Sequence
 
 from ..errors import TuningError
 from ..target import Target

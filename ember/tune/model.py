@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import os
-
-import numpy as np
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from ..errors import TuningError
 from ..target import Target

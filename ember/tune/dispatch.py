@@ -16,11 +16,9 @@ import logging
 import os
 from typing import Iterable, Sequence
 
-import numpy as np
-
 from ..errors import TuningError
 from ..target import Target
-from .records import Record, best_records, load_records, paired_speedups
+from .records import Record, best_paired_speedup, best_records, load_records, paired_speedups
 
 logger = logging.getLogger("ember.tune")
 _current: contextvars.ContextVar = contextvars.ContextVar("ember_tune_dispatch", default=None)
@@ -49,11 +47,10 @@ class ApplyHistoryBest:
         configs = {(r.task_key, r.target, r.config.get("index")): r for r in records
                    if r.ok and r.kind == "config" and isinstance(r.config, dict)}
         for k, per in paired_speedups(records).items():
-            per = {i: v for i, v in per.items() if len(v) >= min_evidence}
-            if not per:
+            best = best_paired_speedup(per, min_evidence)
+            if best is None:
                 continue
-            idx, s = max(((i, float(np.median(v))) for i, v in per.items()),
-                         key=lambda x: x[1])
+            idx, s = best
             self.paired[k] = (configs.get((k[0], k[1], idx)) if s >= 1 + margin else None, s)
         self.applied = 0
         self._token = None

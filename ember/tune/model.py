@@ -19,15 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from ..errors import TuningError
 from ..target import Target
 from .callbacks import log_to_file, progress_bar
 from .extract import TaskInfo, extract_tasks
 from .measure import (LocalBuilder, LocalRunner, MeasureInput, measure_option,
                       measure_reference)
-from .records import load_records, paired_speedups, save_records
+from .records import best_paired_speedup, load_records, paired_speedups, save_records
 
 
 @dataclass
@@ -260,10 +258,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 recs = [r for r in load_records(records) if r.task_key == ref_task.key]
                 untuned = min([untuned] + [r.cost for r in recs if r.ok and r.kind == "config"
                                            and r.config["index"] == 0])
-                per = paired_speedups(recs).get((ref_task.key, str(target)), {})
-                per = [float(np.median(v)) for v in per.values() if len(v) >= 2]
-                if per:  # side-by-side evidence: the best median speed-up over the default
-                    best = untuned / max(per)
+                paired = best_paired_speedup(
+                    paired_speedups(recs).get((ref_task.key, str(target)), {}))
+                if paired:  # side-by-side evidence: the best median speed-up over the default
+                    best = untuned / paired[1]
             summary.tasks.append(TaskSummary(info.key, info.op, info.count, info.flop / 1e9,
                                              n, errors, untuned, best))
     finally:

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+import numpy as np
+
 from ..errors import TuningError
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult
 
@@ -137,6 +139,16 @@ def paired_speedups(records: Iterable[Record]) -> dict[tuple[str, str], dict[int
             out.setdefault((r.task_key, r.target), {}).setdefault(
                 int(r.config["index"]), []).extend(ratios)
     return out
+
+
+
+def best_paired_speedup(per: dict[int, list[float]], min_evidence: int = 2
+                        ) -> tuple[int, float] | None:
+    """``(configuration index, median speed-up)`` of the configuration in ``per`` (one task's
+    entry of ``paired_speedups``) with the best median side-by-side speed-up over the default,
+    among those with at least ``min_evidence`` repeats; ``None`` when none has that many."""
+    medians = [(i, float(np.median(v))) for i, v in per.items() if len(v) >= min_evidence]
+    return max(medians, key=lambda x: x[1]) if medians else None
 
 
 def error_name(error_no: int) -> str:

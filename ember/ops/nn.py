@@ -23,6 +23,13 @@ def _sp(attr, n, default):
     return tuple(attr) if attr is not None else (default,) * n
 
 
+def _window_attrs(attrs, nsp: int):
+    """``(strides, dilations, pads)`` of a convolution's or pooling's ``attrs``, ONNX defaults
+    (1, 1, 0) when absent; pads hold the ``nsp`` begins then the ``nsp`` ends."""
+    return (_sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1),
+            _sp(attrs["pads"], 2 * nsp, 0))
+
+
 def _in_bounds(conds: list, e: Expr, extent: int, lo_pad: int, hi_pad: int):
     if lo_pad > 0:
         conds.append(te.ge(e, 0))
@@ -101,8 +108,7 @@ def _conv_type(types, attrs):
                                  f"{w.shape[1]} x group {g}")
     if w.shape[0] % g:
         raise ShapeMismatchError(f"nn.conv: {w.shape[0]} output channels not divisible by group {g}")
-    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
-    p = _sp(attrs["pads"], 2 * nsp, 0)
+    s, d, p = _window_attrs(attrs, nsp)
     out = [x.shape[0], w.shape[0]]
     for i in range(nsp):
         o = conv_out_dim(x.shape[2 + i], w.shape[2 + i], s[i], d[i], p[i], p[nsp + i])
@@ -118,8 +124,7 @@ def _conv_type(types, attrs):
 def _conv_ref(xs, attrs):
     x, w = xs[0], xs[1]
     nsp = x.ndim - 2
-    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
-    p = _sp(attrs["pads"], 2 * nsp, 0)
+    s, d, p = _window_attrs(attrs, nsp)
     g = attrs["group"]
     xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p[i], p[nsp + i]) for i in range(nsp)])
     M, Cg = w.shape[0], w.shape[1]
@@ -144,8 +149,7 @@ def _conv_ref(xs, attrs):
 def _conv_compute(inputs, attrs, out_types):
     x, w = inputs[0], inputs[1]
     nsp = x.ndim - 2
-    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
-    p = _sp(attrs["pads"], 2 * nsp, 0)
+    s, d, p = _window_attrs(attrs, nsp)
     g = attrs["group"]
     M, Cg = w.shape[0], w.shape[1]
     Mg = M // g
@@ -178,8 +182,7 @@ def _conv_compute_cl(inputs, attrs, out_types):
     ``pad`` stage so the reduction reads plain loads (what the GEMM schedule tensorizes)."""
     x, w = inputs[0], inputs[1]
     nsp = x.ndim - 2
-    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
-    p = _sp(attrs["pads"], 2 * nsp, 0)
+    s, d, p = _window_attrs(attrs, nsp)
     g = attrs["group"]
     M, Cg = w.shape[0], w.shape[1]
     Mg = M // g
@@ -250,8 +253,7 @@ def pool_out_dim(size, k, s, d, pb, pe, ceil_mode) -> int:
 def _pool_geom(xshape, attrs):
     nsp = len(xshape) - 2
     k = tuple(attrs["kernel_shape"])
-    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
-    p = _sp(attrs["pads"], 2 * nsp, 0)
+    s, d, p = _window_attrs(attrs, nsp)
     out = [pool_out_dim(xshape[2 + i], k[i], s[i], d[i], p[i], p[nsp + i], attrs["ceil_mode"])
            for i in range(nsp)]
     return nsp, k, s, d, p, out

@@ -12,7 +12,7 @@ import numpy as np
 from .. import te
 from ..errors import ShapeMismatchError
 from ..graph.ir import TensorType
-from .nn import _pool_geom, _sp, _pool_type
+from .nn import _pool_geom, _pool_type, _sp, _window_attrs
 from .registry import REQUIRED, OpPattern, normalize_axis, register_op
 
 
@@ -20,8 +20,7 @@ from .registry import REQUIRED, OpPattern, normalize_axis, register_op
 
 def _ct_geom(xshape, wshape, attrs):
     nsp = len(xshape) - 2
-    s, d = _sp(attrs["strides"], nsp, 1), _sp(attrs["dilations"], nsp, 1)
-    p = _sp(attrs["pads"], 2 * nsp, 0)
+    s, d, p = _window_attrs(attrs, nsp)
     op = _sp(attrs["output_padding"], nsp, 0)
     k = wshape[2:]
     full = [s[i] * (xshape[2 + i] - 1) + op[i] + (k[i] - 1) * d[i] + 1 for i in range(nsp)]

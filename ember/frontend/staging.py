@@ -426,6 +426,7 @@ class StagedModel:
                 explicitly).
         """
         from onnx.helper import tensor_dtype_to_np_dtype
+        from ..runtime.module import random_array
         rng = np.random.default_rng(seed)
         init = {t.name for t in self.model.graph.initializer}
         out = {}
@@ -438,14 +439,9 @@ class StagedModel:
                 raise InputError(f"input {vi.name!r} has no static tensor shape; give its value "
                                  f"explicitly (e.g. --input {vi.name}=file.npy)")
             dt = np.dtype(tensor_dtype_to_np_dtype(tt.elem_type))
-            if dt.kind == "f":
-                out[vi.name] = rng.standard_normal(dims).astype(dt)
-            elif dt.kind == "b":
-                out[vi.name] = rng.integers(0, 2, dims).astype(bool)
-            elif dt.kind in "iu":
-                out[vi.name] = rng.integers(0, 10, dims).astype(dt)
-            else:
+            if dt.kind not in "fbiu":
                 raise InputError(f"input {vi.name!r} is {dt}; give its value explicitly")
+            out[vi.name] = random_array(rng, dims, dt)
         return out
 
     def save(self, path) -> None:

@@ -13,6 +13,17 @@ from ..codegen.build import load_library
 from .executor import GraphExecutor, benchmark
 
 
+def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Seeded random values of ``shape`` and numpy ``dtype`` drawn from ``rng``: standard normal
+    for floats, 0/1 for bools, integers in [0, 10) otherwise."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.integers(0, 10, shape).astype(dt)
+
+
 class CompiledModel:
     """A model compiled to native kernels plus its execution plan and weights.
 
@@ -77,12 +88,7 @@ class CompiledModel:
         for d in self.plan["inputs"]:
             dt = np.dtype("float32") if d["dtype"] in EXT_FLOAT else \
                 np.dtype("int8") if d["dtype"] in EXT_INT else np.dtype(d["dtype"])
-            if dt.kind == "f":
-                out[d["name"]] = rng.standard_normal(d["shape"]).astype(dt)
-            elif dt.kind == "b":
-                out[d["name"]] = rng.integers(0, 2, d["shape"]).astype(bool)
-            else:
-                out[d["name"]] = rng.integers(0, 10, d["shape"]).astype(dt)
+            out[d["name"]] = random_array(rng, d["shape"], dt)
             if d["dtype"] in EXT_FLOAT or d["dtype"] in EXT_INT:
                 out[d["name"]] = out[d["name"]].astype(np_dtype(d["dtype"]))
         return out

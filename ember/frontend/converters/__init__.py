@@ -13,6 +13,7 @@ when its value is only known at run time (the staged executor then specializes o
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 _CONVERTERS: dict[tuple[str, str], list[tuple[int, int | None, Callable]]] = {}
@@ -37,9 +38,8 @@ def lookup_converter(domain: str, op_type: str, opset: int) -> Callable | None:
     return best
 
 
-def onnx_first_opsets() -> dict[tuple[str, str], int]:
-    """``{(domain, op_type): opset}``: the opset that introduced each operator in onnx's
-    schemas (``onnx.defs``)."""
+@functools.lru_cache(maxsize=None)
+def _first_opsets() -> dict[tuple[str, str], int]:
     import onnx.defs
     first: dict[tuple[str, str], int] = {}
     for s in onnx.defs.get_all_schemas_with_history():
@@ -48,13 +48,19 @@ def onnx_first_opsets() -> dict[tuple[str, str], int]:
     return first
 
 
+def onnx_first_opsets() -> dict[tuple[str, str], int]:
+    """``{(domain, op_type): opset}``: the opset that introduced each operator in onnx's
+    schemas (``onnx.defs``; read once per process, a fresh dict each call)."""
+    return dict(_first_opsets())
+
+
 def supported_onnx_ops() -> dict[tuple[str, str], list[tuple[int, int | None]]]:
     """``{(domain, op_type): [(since, until), ...]}`` of every registered converter.
 
     ``since`` is never below the opset in which ONNX introduced the operator (a converter
     registered with the default ``since=1`` for ``Gelu`` reports ``20-``).
     """
-    first = onnx_first_opsets()
+    first = _first_opsets()
     out = {}
     for k, v in sorted(_CONVERTERS.items()):
         lo = first.get(k, 1)

@@ -123,33 +123,44 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
     return "#include <immintrin.h>\n" + "\n".join(L) + "\n"
 
 
-@register_microkernel("gemm", "avx512", "float32")
-def _gemm_avx512(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
-    return _simd_gemm(
-        name, mr, nr, nred, 16, "__m512", a_vec=a_vec,
+def _avx2_mask_decl(t: int) -> str:
+    bits = ", ".join("-1" if k < t else "0" for k in range(8))
+    return f"  const __m256i tail_mask = _mm256_setr_epi32({bits});"
+
+
+# The float32 intrinsics of each SIMD instruction set, shared by the micro-kernel families
+# (``gemm`` here, ``dwconv`` in ``microkernel_dwconv``): lanes, vector type, (masked) load and
+# store, zero, broadcast (``set1``), fused multiply-add and the tail-mask declaration.
+SIMD_ISAS: dict[str, dict] = {
+    "avx512": dict(
+        lanes=16, vt="__m512",
         load=lambda p: f"_mm512_loadu_ps({p})",
         loadm=lambda p: f"_mm512_maskz_loadu_ps(tail_mask, {p})",
         store=lambda p, v: f"_mm512_storeu_ps({p}, {v})",
         storem=lambda p, v: f"_mm512_mask_storeu_ps({p}, tail_mask, {v})",
         zero="_mm512_setzero_ps()", set1=lambda x: f"_mm512_set1_ps({x})",
         fma=lambda a, b, c: f"_mm512_fmadd_ps({a}, {b}, {c})",
-        mask_decl=lambda t: f"  const __mmask16 tail_mask = (__mmask16){(1 << t) - 1};")
-
-
-@register_microkernel("gemm", "avx2", "float32")
-def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
-    def mask_decl(t):
-        bits = ", ".join("-1" if k < t else "0" for k in range(8))
-        return f"  const __m256i tail_mask = _mm256_setr_epi32({bits});"
-    return _simd_gemm(
-        name, mr, nr, nred, 8, "__m256",
+        mask_decl=lambda t: f"  const __mmask16 tail_mask = (__mmask16){(1 << t) - 1};"),
+    "avx2": dict(
+        lanes=8, vt="__m256",
         load=lambda p: f"_mm256_loadu_ps({p})",
         loadm=lambda p: f"_mm256_maskload_ps({p}, tail_mask)",
         store=lambda p, v: f"_mm256_storeu_ps({p}, {v})",
         storem=lambda p, v: f"_mm256_maskstore_ps({p}, tail_mask, {v})",
         zero="_mm256_setzero_ps()", set1=lambda x: f"_mm256_set1_ps({x})",
         fma=lambda a, b, c: f"_mm256_fmadd_ps({a}, {b}, {c})",
-        mask_decl=mask_decl, a_vec=a_vec)
+        mask_decl=_avx2_mask_decl),
+}
+
+
+@register_microkernel("gemm", "avx512", "float32")
+def _gemm_avx512(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
+    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, **SIMD_ISAS["avx512"])
+
+
+@register_microkernel("gemm", "avx2", "float32")
+def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
+    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, **SIMD_ISAS["avx2"])
 
 
 @register_microkernel("gemm", "scalar", "float32")

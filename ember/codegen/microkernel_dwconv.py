@@ -23,7 +23,7 @@ int64_t iw0, int32_t accumulate)``.
 
 from __future__ import annotations
 
-from .microkernel import register_microkernel
+from .microkernel import SIMD_ISAS, register_microkernel
 
 _FIELDS = ("wr", "nr", "kh", "kw", "sw", "dh", "dw", "H", "W", "sxh", "sxw", "swh", "sww",
            "ldc", "guarded")
@@ -40,7 +40,8 @@ def _signature(name: str) -> str:
             f"int32_t accumulate)")
 
 
-def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl):
+def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
+          set1=None):  # set1 (broadcast): in the shared SIMD_ISAS entry, not used here
     wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
     sw, dh, dw, H, W = p["sw"], p["dh"], p["dw"], p["H"], p["W"]
     sxh, sxw, swh, sww, ldc = p["sxh"], p["sxw"], p["swh"], p["sww"], p["ldc"]
@@ -112,31 +113,12 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl):
 
 @register_microkernel("dwconv", "avx512", "float32")
 def _dwconv_avx512(name: str, *key) -> str:
-    return _simd(
-        name, dict(zip(_FIELDS, key)), 16, "__m512",
-        load=lambda p: f"_mm512_loadu_ps({p})",
-        loadm=lambda p: f"_mm512_maskz_loadu_ps(tail_mask, {p})",
-        store=lambda p, v: f"_mm512_storeu_ps({p}, {v})",
-        storem=lambda p, v: f"_mm512_mask_storeu_ps({p}, tail_mask, {v})",
-        zero="_mm512_setzero_ps()",
-        fma=lambda a, b, c: f"_mm512_fmadd_ps({a}, {b}, {c})",
-        mask_decl=lambda t: f"  const __mmask16 tail_mask = (__mmask16){(1 << t) - 1};")
+    return _simd(name, dict(zip(_FIELDS, key)), **SIMD_ISAS["avx512"])
 
 
 @register_microkernel("dwconv", "avx2", "float32")
 def _dwconv_avx2(name: str, *key) -> str:
-    def mask_decl(t):
-        bits = ", ".join("-1" if k < t else "0" for k in range(8))
-        return f"  const __m256i tail_mask = _mm256_setr_epi32({bits});"
-    return _simd(
-        name, dict(zip(_FIELDS, key)), 8, "__m256",
-        load=lambda p: f"_mm256_loadu_ps({p})",
-        loadm=lambda p: f"_mm256_maskload_ps({p}, tail_mask)",
-        store=lambda p, v: f"_mm256_storeu_ps({p}, {v})",
-        storem=lambda p, v: f"_mm256_maskstore_ps({p}, tail_mask, {v})",
-        zero="_mm256_setzero_ps()",
-        fma=lambda a, b, c: f"_mm256_fmadd_ps({a}, {b}, {c})",
-        mask_decl=mask_decl)
+    return _simd(name, dict(zip(_FIELDS, key)), **SIMD_ISAS["avx2"])
 
 
 @register_microkernel("dwconv", "scalar", "float32")

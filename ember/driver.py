@@ -133,18 +133,15 @@ def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
     return args
 
 
-def schedule_kernels(kernels: list, bindings, params, target: Target, level: int) -> list:
+def schedule_kernels(kernels: list, target: Target, level: int) -> list:
     """Each kernel scheduled by the target's default rules (``level``: see ``schedule.level``);
-    kernels already scheduled by tuning records are kept."""
+    kernels already scheduled by tuning records are kept. ``build`` has set each kernel's
+    ``constant_params``."""
     from .tir.schedule.rules import schedule_default
     if level <= 0:
         return kernels
     tgt = target if level >= 2 else Target(str(target) + " -isa=scalar")
-    out = []
-    for k, b in zip(kernels, bindings):
-        k.attrs["constant_params"] = constant_args(b, params)
-        out.append(schedule_default(k, tgt))
-    return out
+    return [schedule_default(k, tgt) for k in kernels]
 
 
 def _nbytes(slot: dict) -> int:
@@ -184,8 +181,7 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     ctx = PassContext.current()
     level = ctx.config.get(SCHEDULE_LEVEL, 2)
     rest = [i for i, (a, t) in enumerate(zip(kernels, tuned)) if a is t]
-    sched = schedule_kernels([kernels[i] for i in rest], [func.bindings[i] for i in rest],
-                             params, target, level)
+    sched = schedule_kernels([kernels[i] for i in rest], target, level)
     kernels = list(tuned)
     for i, s_ in zip(rest, sched):
         kernels[i] = s_

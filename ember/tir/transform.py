@@ -231,12 +231,6 @@ def _resolve_stmt(s: Stmt, vmap: dict, bounds: dict) -> Stmt:
     return substitute_stmt(s, vmap)
 
 
-def _uses_var(s: Stmt, v: Var) -> bool:
-    from .arith import collect, stmt_exprs
-    return any(n is v for x in walk_stmt(s) for e in stmt_exprs(x)
-               for n in collect(e, lambda n: isinstance(n, Var)))
-
-
 def _hoist_guards(s: Stmt) -> Stmt:
     """Loops whose whole body is ``if (c)`` with ``c`` independent of the loop variable become
     ``if (c) loop`` (so the loop can be vectorized)."""

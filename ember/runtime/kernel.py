@@ -90,7 +90,7 @@ class KernelFunction:
         """
         n_in = len(inputs)
         n_out = self.func.attrs.get("num_outputs", len(self.func.params) - n_in)
-        if n_in + n_out != len(self.func.params) or n_out != len(self.func.params) - n_in:
+        if n_in + n_out != len(self.func.params):
             raise InputError(f"{self.func.name} takes {len(self.func.params) - n_out} inputs, got "
                              f"{n_in}")
         orig = [np.ascontiguousarray(x) for x in inputs]

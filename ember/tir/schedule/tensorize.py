@@ -123,6 +123,50 @@ def tensorize_nest(sch, loop, intrin: str):
             raise ScheduleError(f"{where}: loop {c.var.name} is {c.kind}")
     return f, path, chain, blk, where
 
+
+def check_reduction_loops(blk: Block, loops, where: str) -> None:
+    """Each loop of ``loops`` (the nest's loops that do not move the output) may drive only
+    reduction iterators of ``blk``.
+
+    Raises:
+        ScheduleError: a loop drives a spatial iterator."""
+    for c in loops:
+        bound_to = [iv for iv, b in zip(blk.iter_vars, blk.bindings)
+                    if any(v is c.var for v in _vars(b))]
+        if any(iv.kind != "reduce" for iv in bound_to):
+            raise ScheduleError(f"{where}: loop {c.var.name} does not move the output but drives "
+                                f"spatial iterator(s) {[iv.var.name for iv in bound_to]}")
+
+
+def accumulate_flag(blk: Block, chain: list, where: str) -> int:
+    """The micro-kernel's ``accumulate`` argument: 0 when ``blk`` has a zero ``init`` and its
+    whole reduction lies in the nest ``chain`` (the kernel starts from zero), 1 without init.
+
+    Raises:
+        ScheduleError: an init that is not zero or a reduction partly outside the nest."""
+    if blk.init is None:
+        return 1
+    init_ok = (isinstance(blk.init.value, Const) and blk.init.value.value == 0)
+    inside = {id(c.var) for c in chain}
+    complete = all(all(id(v) in inside for v in _vars(b))
+                   for iv, b in zip(blk.iter_vars, blk.bindings) if iv.kind == "reduce")
+    if not (init_ok and complete):
+        raise ScheduleError(f"{where}: block {blk.name!r} initializes inside a reduction "
+                            f"that is not entirely in the nest; decompose_reduction first")
+    return 0
+
+
+def replace_nest(sch, f: For, blk: Block, chain: list, call: KernelCall, tag: str) -> None:
+    """Replace the nest at ``f`` by ``blk`` with body ``call``, keeping only the iterators not
+    bound to the nest's loops ``chain``, annotated ``tensorized=tag``."""
+    chain_ids = {id(c.var) for c in chain}
+    keep = [(iv, b) for iv, b in zip(blk.iter_vars, blk.bindings)
+            if not any(id(v) in chain_ids for v in _vars(b))]
+    new = Block(blk.name, [iv for iv, _ in keep], [b for _, b in keep], call, None, None,
+                {**blk.annotations, "tensorized": tag})
+    sch.body = replace_node(sch.body, f, new)
+
+
 def tensorize(sch, loop, intrin: str) -> None:
     """Implementation of ``Schedule.tensorize`` on ``sch`` (rewrites ``sch.body`` in place;
     ``Schedule.tensorize`` records it and restores the function if this raises).
@@ -179,30 +223,14 @@ def tensorize(sch, loop, intrin: str) -> None:
     if len(red) > MAX_REDUCTION_LOOPS:
         raise ScheduleError(f"{where}: {len(red)} reduction loops; at most "
                             f"{MAX_REDUCTION_LOOPS} (fuse some)")
-    red_ivs = [iv for iv in blk.iter_vars if iv.kind == "reduce"]
-    for c in red:
-        bound_to = [iv for iv, b in zip(blk.iter_vars, blk.bindings)
-                    if any(v is c.var for v in _vars(b))]
-        if any(iv.kind != "reduce" for iv in bound_to):
-            raise ScheduleError(f"{where}: loop {c.var.name} does not move the output but drives "
-                                f"spatial iterator(s) {[iv.var.name for iv in bound_to]}")
+    check_reduction_loops(blk, red, where)
     mr = ml.extent if ml is not None else 1
     nr = nl.extent
     lanes = ISAS[isa]
     if mr * -(-nr // lanes) > MAX_ACCUMULATORS[isa]:
         raise ScheduleError(f"{where}: register block {mr}x{nr} needs {mr * -(-nr // lanes)} "
                             f"accumulators; {isa} has room for {MAX_ACCUMULATORS[isa]}")
-    accumulate = 1
-    if blk.init is not None:
-        init_ok = (isinstance(blk.init.value, Const) and blk.init.value.value == 0)
-        inside = {id(c.var) for c in chain}
-        complete = all(all(id(v) in inside for v in _vars(b))
-                       for iv, b in zip(blk.iter_vars, blk.bindings) if iv.kind == "reduce")
-        if not (init_ok and complete):
-            raise ScheduleError(f"{where}: block {blk.name!r} initializes inside a reduction "
-                                f"that is not entirely in the nest; decompose_reduction first")
-        accumulate = 0
-    del red_ivs
+    accumulate = accumulate_flag(blk, chain, where)
     zmap = {c.var: Const(0, "int64") for c in live}
     args: list[Expr] = [AddressOf(st.buffer, [simplify(substitute(i, zmap)) for i in cidx]),
                         AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
@@ -216,9 +244,4 @@ def tensorize(sch, loop, intrin: str) -> None:
     name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec)
     call = KernelCall(name, args, ("gemm", isa, dtype, mr, nr, len(red), int(a_vec)),
                       reads=[la.src, lb.src], writes=[st.buffer])
-    chain_ids = {id(c.var) for c in chain}
-    keep = [(iv, b) for iv, b in zip(blk.iter_vars, blk.bindings)
-            if not any(id(v) in chain_ids for v in _vars(b))]
-    new = Block(blk.name, [iv for iv, _ in keep], [b for _, b in keep], call, None, None,
-                {**blk.annotations, "tensorized": intrin})
-    sch.body = replace_node(sch.body, f, new)
+    replace_nest(sch, f, blk, chain, call, intrin)

@@ -29,7 +29,6 @@ from ...errors import ScheduleError
 from ..arith import linear_terms, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Select
 from ..stmt import Block, For, KernelCall
-from .analysis import replace_node
 
 
 def _split_update(blk: Block, where: str):
@@ -125,7 +124,8 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         ScheduleError: the nest is not a depthwise-convolution block as described, the block
             has a predicate, or the register block is too large for ``isa``.
     """
-    from .tensorize import ISAS, MAX_ACCUMULATORS, _vars, tensorize_nest
+    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, check_reduction_loops,
+                            replace_nest, tensorize_nest)
     f, path, chain, blk, where = tensorize_nest(sch, loop, f"dwconv.{isa}")
     st, lx, guard, lw = _split_update(blk, where)
     if not (st.buffer.dtype == lx.dtype == lw.dtype == dtype):
@@ -169,11 +169,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     for c in live:
         if c is nl or c is ml:
             continue
-        bound_to = [iv for iv, b in zip(blk.iter_vars, blk.bindings)
-                    if any(v is c.var for v in _vars(b))]
-        if any(iv.kind != "reduce" for iv in bound_to):
-            raise ScheduleError(f"{where}: loop {c.var.name} does not move the output but drives "
-                                f"spatial iterator(s) {[iv.var.name for iv in bound_to]}")
+        check_reduction_loops(blk, [c], where)
         m = moves(c)
         if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps:
             raise ScheduleError(f"{where}: reduction loop {c.var.name} must move exactly one of "
@@ -192,15 +188,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     _, H, W, Cx = lx.src.shape
     if guard is not None:
         _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
-    accumulate = 1
-    if blk.init is not None:
-        inside = {id(c.var) for c in chain}
-        complete = all(all(id(v) in inside for v in _vars(b))
-                       for iv, b in zip(blk.iter_vars, blk.bindings) if iv.kind == "reduce")
-        if not (isinstance(blk.init.value, Const) and blk.init.value.value == 0 and complete):
-            raise ScheduleError(f"{where}: block {blk.name!r} initializes inside a reduction "
-                                f"that is not entirely in the nest; decompose_reduction first")
-        accumulate = 0
+    accumulate = accumulate_flag(blk, chain, where)
     zmap = {c.var: Const(0, "int64") for c in live}
 
     def at0(e):
@@ -218,9 +206,4 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
             AddressOf(lw.src, [at0(i) for i in widx]),
             at0(xidx[1]), at0(xidx[2]), Const(accumulate, "int32")]
     call = KernelCall(name, args, key, reads=[lx.src, lw.src], writes=[st.buffer])
-    chain_ids = {id(c.var) for c in chain}
-    keep = [(iv, b) for iv, b in zip(blk.iter_vars, blk.bindings)
-            if not any(id(v) in chain_ids for v in _vars(b))]
-    new = Block(blk.name, [iv for iv, _ in keep], [b for _, b in keep], call, None, None,
-                {**blk.annotations, "tensorized": f"dwconv.{isa}.{short}"})
-    sch.body = replace_node(sch.body, f, new)
+    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{short}")

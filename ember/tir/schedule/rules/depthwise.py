@@ -24,11 +24,10 @@ from ...stmt import PrimFunc
 from ..analysis import block_reads, block_writes, blocks_in
 from ..layout import IndexMap
 from ..schedule import Schedule
-from ..tensorize import MAX_ACCUMULATORS
+from ..tensorize import ISAS, MAX_ACCUMULATORS
 from .gemm import REGISTERS, _loop_of, _spatial_loops, analyze
 from .generic import finish_generic
 
-ISA_NAMES = {"avx512", "avx2", "scalar"}
 MAX_WR = 16  # output pixels per register block
 
 
@@ -70,11 +69,11 @@ def _is_depthwise(func: PrimFunc, g) -> bool:
 def depthwise_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """Depthwise convolution as ``dwconv`` register blocks (see the module doc)."""
     g = analyze(func)
-    if target.isa not in ISA_NAMES or not _is_depthwise(func, g):
+    if target.isa not in ISAS or not _is_depthwise(func, g):
         return None
     R, n_iv = g["R"], g["n"]
     ow_iv = g["sp"][2]
-    lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[target.isa]
+    lanes = ISAS[target.isa]
     wr, nr = choose_dw_tile(ow_iv.extent, n_iv.extent, lanes, MAX_ACCUMULATORS[target.isa])
     sch = Schedule(func)
     # weights [C, 1, kh, kw] -> [1, kh, kw, C]: one tap's channels contiguous

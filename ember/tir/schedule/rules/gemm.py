@@ -25,11 +25,8 @@ from ...stmt import Block, For, PrimFunc
 from ..analysis import block_reads, block_writes, blocks_in, find_path
 from ..layout import IndexMap
 from ..schedule import Schedule
-from ..tensorize import MAX_ACCUMULATORS, _match_update
+from ..tensorize import ISAS, MAX_ACCUMULATORS, _match_update
 from .generic import finish_generic
-
-ISA_NAMES = {"avx512", "avx2", "scalar"}
-
 
 REGISTERS = {16: 32, 8: 16, 4: 16}  # SIMD registers by lane count (AVX-512, AVX2, SSE)
 
@@ -175,10 +172,10 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     """
     cfg = cfg or {}
     g = analyze(func)
-    if g is None or target.isa not in ISA_NAMES:
+    if g is None or target.isa not in ISAS:
         return None
     R, n_iv, m_iv = g["R"], g["n"], g["m"]
-    lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[target.isa]
+    lanes = ISAS[target.isa]
     m_ext = m_iv.extent if m_iv is not None else 1
     tile = choose_tile(m_ext, n_iv.extent, lanes, MAX_ACCUMULATORS[target.isa])
     if tile is None:
@@ -293,10 +290,10 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     ``kblock`` (``0`` and the feasible channel blocks) and ``fuse`` (see ``gemm_rule``; only
     ``0`` unless ``TUNE_PARALLEL_FUSION``)."""
     g = analyze(func)
-    if g is None or target.isa not in ISA_NAMES:
+    if g is None or target.isa not in ISAS:
         return None
     n_iv, m_iv = g["n"], g["m"]
-    lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[target.isa]
+    lanes = ISAS[target.isa]
     m_ext = m_iv.extent if m_iv is not None else 1
     max_acc = MAX_ACCUMULATORS[target.isa]
     tile = choose_tile(m_ext, n_iv.extent, lanes, max_acc)

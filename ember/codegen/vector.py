@@ -155,6 +155,7 @@ class VectorLoop:
         self.loop = loop
         self.L = lanes
         self.v = loop.var
+        self._uses_memo: dict = {}  # id(expr) -> (uses v, expr) for ``_uses_v``
 
     def _stores(self):
         body = self.loop.body
@@ -181,7 +182,7 @@ class VectorLoop:
         """True when ``e`` depends on the loop variable (memoized per node: expressions are
         DAGs whose shared parts would otherwise be walked once per use)."""
         from ..tir.arith import map_children
-        memo = self.__dict__.setdefault("_uses_memo", {})
+        memo = self._uses_memo
         r = memo.get(id(e))
         if r is None:
             if isinstance(e, Var):

@@ -76,19 +76,29 @@ def _match_update(blk: Block, where: str):
     raise ScheduleError(f"{where}: block {blk.name!r} does not accumulate into its own output")
 
 
-def _coeffs(buf, idx, loop_ids, where, what):
-    from ..arith import flat_index
-    flat = flat_index(buf, idx)
-    lt = linear_terms(flat)
-    terms, _ = lt
+def affine_coeffs(e: Expr, loop_ids: set, where: str, what: str) -> dict:
+    """Per loop variable id in ``loop_ids`` its coefficient in the integer index ``e`` (``what``
+    names it in errors).
+
+    Raises:
+        ScheduleError: ``e`` is not a linear integer index, or a loop variable occurs in it
+            other than linearly."""
+    lt = linear_terms(e)
+    if lt is None:
+        raise ScheduleError(f"{where}: {what} is not an integer index")
     out = {}
-    for key, (atom, c) in terms.items():
+    for atom, c in lt[0].values():
         if isinstance(atom, Var) and id(atom) in loop_ids:
             out[id(atom)] = c
         elif any(id(v) in loop_ids for v in _vars(atom)):
-            raise ScheduleError(f"{where}: the index of {what} ({buf.name}) is not affine in the "
-                                f"tensorized loops")
+            raise ScheduleError(f"{where}: {what} is not affine in the tensorized loops")
     return out
+
+
+def _coeffs(buf, idx, loop_ids, where, what):
+    from ..arith import flat_index
+    return affine_coeffs(flat_index(buf, idx), loop_ids, where,
+                         f"the index of {what} ({buf.name})")
 
 
 def _vars(e):

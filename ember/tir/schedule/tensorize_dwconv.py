@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 
 from ...errors import ScheduleError
-from ..arith import linear_terms, simplify, substitute
+from ..arith import flat_index, linear_terms, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Select
 from ..stmt import Block, For, KernelCall
 
@@ -56,30 +56,6 @@ def _split_update(blk: Block, where: str):
         break
     raise ScheduleError(f"{where}: block {blk.name!r} is not C = C + [select(guard,] X[n, h, w, "
                         f"c] [, 0)] * W[..] with a rank-4 image X")
-
-
-def _coef(e: Expr, ids: set, where: str, what: str) -> tuple[dict, dict, int]:
-    """Per nest loop id the coefficient of ``e``; the non-nest terms; the constant."""
-    from ..arith import collect
-    from ..expr import Var
-    lt = linear_terms(e)
-    if lt is None:
-        raise ScheduleError(f"{where}: {what} is not an integer index")
-    terms, const = lt
-    nest, rest = {}, {}
-    for key, (atom, c) in terms.items():
-        if isinstance(atom, Var) and id(atom) in ids:
-            nest[id(atom)] = c
-        elif any(id(v) in ids for v in collect(atom, lambda n: isinstance(n, Var))):
-            raise ScheduleError(f"{where}: {what} is not affine in the tensorized loops")
-        else:
-            rest[key] = c
-    return nest, rest, const
-
-
-def _flat(buf, idx):
-    from ..arith import flat_index
-    return flat_index(buf, idx)
 
 
 def _check_guard(guard: Expr, hw_idx: list, shape: tuple, where: str) -> None:
@@ -124,8 +100,8 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         ScheduleError: the nest is not a depthwise-convolution block as described, the block
             has a predicate, or the register block is too large for ``isa``.
     """
-    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, check_reduction_loops,
-                            replace_nest, tensorize_nest)
+    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs,
+                            check_reduction_loops, replace_nest, tensorize_nest)
     f, path, chain, blk, where = tensorize_nest(sch, loop, f"dwconv.{isa}")
     st, lx, guard, lw = _split_update(blk, where)
     if not (st.buffer.dtype == lx.dtype == lw.dtype == dtype):
@@ -142,9 +118,9 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     widx = [norm(i) for i in lw.indices]
     live = [c for c in chain if c.extent > 1]
     ids = {id(c.var) for c in live}
-    cc, _, _ = _coef(_flat(st.buffer, cidx), ids, where, "the output index")
-    cw, _, _ = _coef(_flat(lw.src, widx), ids, where, "the weight index")
-    cx = [_coef(e, ids, where, f"input index {d}")[0] for d, e in enumerate(xidx)]
+    cc = affine_coeffs(flat_index(st.buffer, cidx), ids, where, "the output index")
+    cw = affine_coeffs(flat_index(lw.src, widx), ids, where, "the weight index")
+    cx = [affine_coeffs(e, ids, where, f"input index {d}") for d, e in enumerate(xidx)]
     def moves(c):
         return [d for d in range(4) if cx[d].get(id(c.var), 0) != 0]
     lane = [c for c in live if moves(c) == [3]]

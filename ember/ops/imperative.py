@@ -108,12 +108,12 @@ def imperative_kernel(inputs: Sequence[te.Tensor], out_types, body: Callable[[Ke
     k = KernelBuilder(inputs, out_types)
     stmt = body(k)
     attrs = {"num_inputs": len(k.params), "num_outputs": len(k.outputs)}
-    recorded = []
-    for c in checks:
-        pos = next((j for j, t in enumerate(inputs) if t is c.tensor), None)
+
+    def param_of(x):
+        pos = next((j for j, t in enumerate(inputs) if t is x), None)
         buf = k.inputs[pos] if pos is not None else None
-        if isinstance(buf, Buffer) and buf.dtype in ("int32", "int64"):
-            recorded.append({"param": k.params.index(buf), "bounds": c.bounds, "what": c.what})
+        return k.params.index(buf) if isinstance(buf, Buffer) else None
+    recorded = te.index_check_attrs(checks, param_of)
     if recorded:
         attrs["index_checks"] = recorded
     return PrimFunc(name, k.params + k.outputs, stmt, attrs)

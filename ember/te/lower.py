@@ -25,7 +25,7 @@ from ..tir.expr import Call, Expr, Load, Reduce, Select, Var, binop
 # operator's float16/bfloat16 result is then the same whether or not it was fused
 ROUNDED_DTYPES = ("float16", "bfloat16")
 from ..tir.stmt import Allocate, Block, Buffer, For, PrimFunc, Store, seq
-from .tensor import ComputeOp, PlaceholderOp, Tensor
+from .tensor import ComputeOp, PlaceholderOp, Tensor, index_check_attrs
 
 
 def _stages(outputs: Sequence[Tensor]) -> list[Tensor]:
@@ -145,13 +145,8 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
         body = Allocate(ws, body)
     body = simplify_stmt(body)
     attrs = {"num_inputs": len(inputs), "num_outputs": num_outputs}
-    checks = []
-    for t in stages:
-        for c in getattr(t, "checks", ()):
-            k = next((j for j, a in enumerate(inputs) if a is c.tensor), None)
-            if k is not None and c.tensor.dtype in ("int32", "int64") and \
-                    not any(d["param"] == k and d["bounds"] == c.bounds for d in checks):
-                checks.append({"param": k, "bounds": c.bounds, "what": c.what})
+    checks = index_check_attrs([c for t in stages for c in t.checks],
+                               lambda x: next((j for j, a in enumerate(inputs) if a is x), None))
     if checks:
         attrs["index_checks"] = checks
     return PrimFunc(name, params, body, attrs)

@@ -61,6 +61,22 @@ class IndexCheck:
         self.what = what
 
 
+def index_check_attrs(checks: Sequence[IndexCheck],
+                      param_of: Callable[["Tensor"], "int | None"]) -> list[dict]:
+    """The ``PrimFunc.attrs["index_checks"]`` records (``{"param", "bounds", "what"}``) of
+    ``checks``: ``param_of(tensor)`` is the kernel parameter position of an index tensor, or
+    ``None`` when it is not a parameter (indices computed inside the kernel are only clamped).
+    Only int32/int64 index tensors are checked; a repeated ``(param, bounds)`` is recorded once.
+    """
+    out: list[dict] = []
+    for c in checks:
+        k = param_of(c.tensor)
+        if k is not None and c.tensor.dtype in ("int32", "int64") and \
+                not any(d["param"] == k and d["bounds"] == c.bounds for d in out):
+            out.append({"param": k, "bounds": c.bounds, "what": c.what})
+    return out
+
+
 class Tensor:
     """A tensor of ``shape`` (tuple of ints) and ``dtype``; index it to read an element."""
 

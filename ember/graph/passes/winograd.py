@@ -78,7 +78,7 @@ def _qualifies(call) -> bool:
         return False
     a = call.attrs
     x, w = call.args[0], call.args[1]
-    return (call.op == "nn.conv" and a.get("data_layout") == "NHWC" and x.type.ndim == 4
+    return (a.get("data_layout") == "NHWC" and x.type.ndim == 4
             and isinstance(w, Constant) and w.type.ndim == 4
             and tuple(w.type.shape[2:]) == (3, 3) and a.get("group", 1) == 1
             and all(s == 1 for s in (a.get("strides") or (1, 1)))

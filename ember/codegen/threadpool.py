@@ -1,17 +1,29 @@
 """The C thread pool that parallel loops run on (part of every generated library's prelude).
 
-``ember_parallel_for(n, chunk, fn, ctx)`` runs ``fn(lo, hi, ctx)`` over ``[0, n)`` in chunks
-that the calling thread and the pool's workers claim from one atomic counter. It returns when
-every *claimed* chunk is done -- not when every worker has checked in, as an OpenMP barrier
-would. On a machine shared with other busy processes a worker that the OS has not scheduled yet
-claims nothing, and the caller simply runs the remaining chunks itself instead of waiting a
-whole time slice for it (OpenMP's static schedule plus its join barrier made a 2-thread kernel
-several times slower than 1 thread on an oversubscribed machine). Workers spin briefly for the
-next loop (kernels follow each other closely), then sleep on a condition variable.
+``ember_parallel_for(n, chunk, fn, ctx)`` runs ``fn(lo, hi, ctx)`` over ``[0, n)`` in chunks.
+The chunks are split into one contiguous range per thread (thread 0 is the caller, workers are
+1..T-1), and each thread first claims the chunks of its own range, front to back, from that
+range's atomic counter; when its range is used up it steals the remaining chunks of the other
+ranges from the same counters. Two consequences:
 
-The counter packs a job sequence number with the next index, so a worker that wakes late can
-never claim a chunk of a newer loop with an older loop's function. Threads: all online CPUs by
-default, ``ember_set_num_threads(n)`` to change (1: everything runs on the caller).
+- **Locality**: consecutive kernels that parallelize over the same outer axis (the output rows of
+  NHWC convolutions) give thread t the same part of the image every time, so a kernel reads
+  mostly what the same core wrote into its own L2 the kernel before (with one shared counter,
+  as before, the chunk-to-core assignment changed from kernel to kernel and a consumer read half
+  its input from the other core's L2).
+- **No waiting for late workers**: the call returns when every *claimed* chunk is done -- not
+  when every worker has checked in, as an OpenMP barrier would. On a machine shared with other
+  busy processes a worker that the OS has not scheduled yet claims nothing, and the caller simply
+  steals its chunks instead of waiting a whole time slice for it (OpenMP's static schedule plus
+  its join barrier made a 2-thread kernel several times slower than 1 thread on an
+  oversubscribed machine).
+
+Workers spin briefly for the next loop (kernels follow each other closely), then sleep on a
+condition variable. Each counter packs a job sequence number with the next index, so a worker
+that wakes late can never claim a chunk of a newer loop with an older loop's function. Threads:
+all online CPUs by default, ``ember_set_num_threads(n)`` to change (1: everything runs on the
+caller). ``ember_set_pool_partition(0)`` switches back to one shared counter (every thread
+claims the next chunk in index order), for A/B measurements.
 """
 
 THREADPOOL_C = r"""
@@ -23,34 +35,52 @@ typedef void (*ember_task_fn)(int64_t lo, int64_t hi, void* ctx);
 #define EMBER_MAX_THREADS 64
 static struct {
   pthread_mutex_t mu; pthread_cond_t cv;
-  _Atomic uint64_t claim;          /* (job seq << 40) | next index */
+  /* per-thread range counters, (job seq << 40) | next chunk index; one cache line each */
+  struct { _Atomic uint64_t claim; char pad[56]; } range[EMBER_MAX_THREADS];
   _Atomic int64_t done;            /* iterations finished in the current job */
   _Atomic uint32_t seq;            /* current job sequence number */
   ember_task_fn fn; void* ctx; int64_t n, chunk;
-  int started, nthreads, want;
-} ember_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+  int nranges;                     /* ranges of the current job (1: one shared counter) */
+  int started, nthreads, want, partition;
+} ember_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, .partition = 1};
 
-static int ember_pool_run_chunks(uint32_t seq, ember_task_fn fn, void* ctx, int64_t n,
-                                 int64_t chunk) {
+/* chunk indices [first, end) of range r when nc chunks are split into nr ranges */
+static inline int64_t ember_range_first(int64_t nc, int nr, int r) { return nc * r / nr; }
+
+/* claim and run chunks of range r until it is used up; returns 1 if it ran any */
+static int ember_pool_run_range(uint32_t seq, int r, ember_task_fn fn, void* ctx, int64_t n,
+                                int64_t chunk, int nr) {
   int worked = 0;
+  int64_t nc = (n + chunk - 1) / chunk;
+  int64_t end = ember_range_first(nc, nr, r + 1);
+  _Atomic uint64_t* claim = &ember_pool.range[r].claim;
   for (;;) {
-    uint64_t c = atomic_load_explicit(&ember_pool.claim, memory_order_acquire);
+    uint64_t c = atomic_load_explicit(claim, memory_order_acquire);
     if ((uint32_t)(c >> 40) != (seq & 0xFFFFFF)) return worked;
-    int64_t lo = (int64_t)(c & ((1ULL << 40) - 1));
-    if (lo >= n) return worked;
-    int64_t hi = lo + chunk < n ? lo + chunk : n;
-    uint64_t nc = ((uint64_t)(seq & 0xFFFFFF) << 40) | (uint64_t)hi;
-    if (!atomic_compare_exchange_weak_explicit(&ember_pool.claim, &c, nc,
+    int64_t k = (int64_t)(c & ((1ULL << 40) - 1));
+    if (k >= end) return worked;
+    uint64_t nk = ((uint64_t)(seq & 0xFFFFFF) << 40) | (uint64_t)(k + 1);
+    if (!atomic_compare_exchange_weak_explicit(claim, &c, nk,
                                                memory_order_acq_rel, memory_order_acquire))
       continue;
+    int64_t lo = k * chunk, hi = lo + chunk < n ? lo + chunk : n;
     fn(lo, hi, ctx);
     atomic_fetch_add_explicit(&ember_pool.done, hi - lo, memory_order_release);
     worked = 1;
   }
 }
 
+/* thread `self`: its own range first, then steal from the others in order */
+static int ember_pool_run_chunks(uint32_t seq, int self, ember_task_fn fn, void* ctx,
+                                 int64_t n, int64_t chunk, int nr) {
+  int worked = 0;
+  for (int i = 0; i < nr; ++i)
+    worked |= ember_pool_run_range(seq, (self + i) % nr, fn, ctx, n, chunk, nr);
+  return worked;
+}
+
 static void* ember_pool_worker(void* arg) {
-  (void)arg;
+  int self = (int)(intptr_t)arg;
   uint32_t seen = 0;
   for (;;) {
     uint32_t s = atomic_load_explicit(&ember_pool.seq, memory_order_acquire);
@@ -73,10 +103,11 @@ static void* ember_pool_worker(void* arg) {
     pthread_mutex_lock(&ember_pool.mu);
     ember_task_fn fn = ember_pool.fn; void* ctx = ember_pool.ctx;
     int64_t n = ember_pool.n, chunk = ember_pool.chunk;
+    int nr = ember_pool.nranges;
     uint32_t cur = atomic_load_explicit(&ember_pool.seq, memory_order_acquire);
     pthread_mutex_unlock(&ember_pool.mu);
     if (cur != s) continue;  /* a newer loop already: pick it up next round */
-    ember_pool_run_chunks(s, fn, ctx, n, chunk);
+    ember_pool_run_chunks(s, self % nr, fn, ctx, n, chunk, nr);
   }
   return NULL;
 }
@@ -94,7 +125,8 @@ static void ember_pool_start(void) {
     pthread_t t;
     pthread_attr_t a; pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &a, ember_pool_worker, NULL) != 0) break;
+    if (pthread_create(&t, &a, ember_pool_worker,
+                       (void*)(intptr_t)(ember_pool.started + 1)) != 0) break;
     ember_pool.started++;
   }
 }
@@ -110,13 +142,19 @@ void ember_parallel_for(int64_t n, int64_t chunk, ember_task_fn fn, void* ctx) {
   ember_pool_start();
   uint32_t seq = (atomic_load_explicit(&ember_pool.seq, memory_order_relaxed) + 1) & 0xFFFFFF;
   if (seq == 0) seq = 1;
+  int64_t nc = (n + chunk - 1) / chunk;
+  int nr = ember_pool.partition ? (nt < nc ? nt : (int)nc) : 1;
   ember_pool.fn = fn; ember_pool.ctx = ctx; ember_pool.n = n; ember_pool.chunk = chunk;
+  ember_pool.nranges = nr;
   atomic_store_explicit(&ember_pool.done, 0, memory_order_relaxed);
-  atomic_store_explicit(&ember_pool.claim, (uint64_t)seq << 40, memory_order_release);
+  for (int r = 0; r < nr; ++r)
+    atomic_store_explicit(&ember_pool.range[r].claim,
+                          ((uint64_t)seq << 40) | (uint64_t)ember_range_first(nc, nr, r),
+                          memory_order_release);
   atomic_store_explicit(&ember_pool.seq, seq, memory_order_release);
   pthread_cond_broadcast(&ember_pool.cv);
   pthread_mutex_unlock(&ember_pool.mu);
-  ember_pool_run_chunks(seq, fn, ctx, n, chunk);
+  ember_pool_run_chunks(seq, 0, fn, ctx, n, chunk, nr);
   /* wait for the chunks workers claimed; a worker the OS preempted mid-chunk gets this core
      (sched_yield) instead of the caller spinning until the worker's next time slice */
   for (int spins = 0; atomic_load_explicit(&ember_pool.done, memory_order_acquire) < n;
@@ -131,6 +169,8 @@ void ember_parallel_for(int64_t n, int64_t chunk, ember_task_fn fn, void* ctx) {
   }
   pthread_mutex_unlock(&ember_pool_caller);
 }
+
+void ember_set_pool_partition(int on) { ember_pool.partition = on != 0; }
 
 void ember_set_num_threads(int n) {
   if (n > 0) ember_pool.want = n;

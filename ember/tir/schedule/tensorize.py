@@ -236,22 +236,46 @@ def tensorize(sch, loop, intrin: str) -> None:
     check_reduction_loops(blk, red, where)
     mr = ml.extent if ml is not None else 1
     nr = nl.extent
-    lanes = ISAS[isa]
-    if mr * -(-nr // lanes) > MAX_ACCUMULATORS[isa]:
-        raise ScheduleError(f"{where}: register block {mr}x{nr} needs {mr * -(-nr // lanes)} "
-                            f"accumulators; {isa} has room for {MAX_ACCUMULATORS[isa]}")
     accumulate = accumulate_flag(blk, chain, where)
     zmap = {c.var: Const(0, "int64") for c in live}
-    args: list[Expr] = [AddressOf(st.buffer, [simplify(substitute(i, zmap)) for i in cidx]),
-                        AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
-                        AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
-                        Const(cc.get(id(ml.var), 0) if ml else 0, "int64"),
-                        Const(ca.get(id(ml.var), 0) if ml else 0, "int64")]
-    for c in red:
-        args += [Const(c.extent, "int64"), Const(ca.get(id(c.var), 0), "int64"),
-                 Const(cb.get(id(c.var), 0), "int64")]
-    args.append(Const(accumulate, "int32"))
-    name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec)
-    call = KernelCall(name, args, ("gemm", isa, dtype, mr, nr, len(red), int(a_vec)),
-                      reads=[la.src, lb.src], writes=[st.buffer])
+    call = gemm_kernel_call(
+        isa, dtype, mr, nr,
+        AddressOf(st.buffer, [simplify(substitute(i, zmap)) for i in cidx]),
+        AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
+        AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
+        cc.get(id(ml.var), 0) if ml else 0, ca.get(id(ml.var), 0) if ml else 0,
+        [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red],
+        accumulate, a_vec)
     replace_nest(sch, f, blk, chain, call, intrin)
+
+
+def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: AddressOf,
+                     b: AddressOf, ldc, lda, red, accumulate, a_vec: bool = False
+                     ) -> KernelCall:
+    """The ``KernelCall`` of the ``gemm`` micro-kernel (``ember.codegen.microkernel``) for one
+    ``mr x nr`` register block: ``C[i*ldc + j] (+)= sum A[i*lda + sum r_t*sa_t] * B[j + sum
+    r_t*sb_t]`` with ``red`` the reduction loops ``[(extent, sa, sb), ...]`` (element strides)
+    and ``c``, ``a``, ``b`` the addresses of the block's first elements; ``accumulate``
+    (0/1, an int32 expression or constant) adds to ``C`` instead of overwriting it. Used by
+    ``tensorize`` and by kernels built directly from micro-kernels (``rules/inverted_residual``).
+
+    Raises:
+        ScheduleError: the block needs more accumulators than ``isa`` has registers for.
+    """
+    lanes = ISAS[isa]
+    if mr * -(-nr // lanes) > MAX_ACCUMULATORS[isa]:
+        raise ScheduleError(f"gemm micro-kernel: register block {mr}x{nr} needs "
+                            f"{mr * -(-nr // lanes)} accumulators; {isa} has room for "
+                            f"{MAX_ACCUMULATORS[isa]}")
+    args: list[Expr] = [c, a, b, as_index(ldc), as_index(lda)]
+    for ext, sa, sb in red:
+        args += [as_index(ext), as_index(sa), as_index(sb)]
+    args.append(accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32"))
+    name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec)
+    return KernelCall(name, args, ("gemm", isa, dtype, mr, nr, len(red), int(a_vec)),
+                      reads=[a.src, b.src], writes=[c.src])
+
+
+def as_index(v) -> Expr:
+    """``v`` (an int or an index expression) as an int64 expression."""
+    return v if isinstance(v, Expr) else Const(int(v), "int64")

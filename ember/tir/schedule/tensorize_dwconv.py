@@ -30,6 +30,8 @@ from ..arith import flat_index, linear_terms, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Select
 from ..stmt import Block, For, KernelCall
 
+DTYPE_SHORT = {"float32": "f32"}
+
 
 def _split_update(blk: Block, where: str):
     """``(store, x_load, guard | None, w_load)`` of ``C = C + X' * Wt``."""
@@ -173,13 +175,26 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     params = (wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx,
               cw.get(id(th.var), 0) if th else 0, cw.get(id(tw.var), 0) if tw else 0,
               cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
-    key = ("dwconv", isa, dtype) + params
-    digest = hashlib.sha1(repr(params).encode()).hexdigest()[:8]
-    short = {"float32": "f32"}[dtype]
-    name = f"ember_ukr_dwconv_{isa}_{short}_{wr}x{nr}_k{kh}x{kw}_{digest}"
-    args = [AddressOf(st.buffer, [at0(i) for i in cidx]),
-            AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
-            AddressOf(lw.src, [at0(i) for i in widx]),
-            at0(xidx[1]), at0(xidx[2]), Const(accumulate, "int32")]
-    call = KernelCall(name, args, key, reads=[lx.src, lw.src], writes=[st.buffer])
-    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{short}")
+    call = dwconv_kernel_call(isa, dtype, params, AddressOf(st.buffer, [at0(i) for i in cidx]),
+                              AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
+                              AddressOf(lw.src, [at0(i) for i in widx]),
+                              at0(xidx[1]), at0(xidx[2]), accumulate)
+    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{DTYPE_SHORT[dtype]}")
+
+
+def dwconv_kernel_call(isa: str, dtype: str, params: tuple, c: AddressOf, x: AddressOf,
+                       wt: AddressOf, ih0, iw0, accumulate) -> KernelCall:
+    """The ``KernelCall`` of the ``dwconv`` micro-kernel (``ember.codegen.microkernel_dwconv``)
+    with shape ``params`` (its key after ``(family, isa, dtype)``: ``wr, nr, kh, kw, sw, dh,
+    dw, H, W, sxh, sxw, swh, sww, ldc, guarded``); ``c``: the block's first output, ``x``: the
+    image's pixel (0, 0) of the block's first channel, ``wt``: tap (0, 0) of that channel;
+    ``ih0``/``iw0``: input coordinates of tap (0, 0) of the block's first pixel (int64
+    expressions or ints). Used by ``tensorize_dwconv`` and ``rules/inverted_residual``."""
+    from .tensorize import as_index
+    key = ("dwconv", isa, dtype) + tuple(params)
+    digest = hashlib.sha1(repr(tuple(params)).encode()).hexdigest()[:8]
+    wr, nr, kh, kw = params[:4]
+    name = f"ember_ukr_dwconv_{isa}_{DTYPE_SHORT[dtype]}_{wr}x{nr}_k{kh}x{kw}_{digest}"
+    args = [c, x, wt, as_index(ih0), as_index(iw0),
+            accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32")]
+    return KernelCall(name, args, key, reads=[x.src, wt.src], writes=[c.src])

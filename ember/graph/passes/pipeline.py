@@ -13,7 +13,7 @@ from .pass_manager import PassContext, Sequential, get_pass, _PASSES
 
 # level: 0 InferType | 1 SimplifyInference SimplifyExpr FuseLayerNorm FoldExplicitPadding
 # EliminateDeadCode FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout
-# WinogradConv | 3
+# FuseInvertedResidual WinogradConv | 3
 # EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
 # ToMixedPrecision
 PIPELINES: dict[str, list[str]] = {
@@ -33,6 +33,7 @@ PIPELINES: dict[str, list[str]] = {
         "FoldConstant",
         "SimplifyExpr",
         "ConvertLayout",
+        "FuseInvertedResidual",
         "WinogradConv",
         "ToMixedPrecision",
         "FoldConstant",

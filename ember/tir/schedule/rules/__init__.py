@@ -19,6 +19,7 @@ from ..schedule import Schedule
 from .depthwise import depthwise_rule
 from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
+from .inverted_residual import inverted_residual_rule
 from .pooling import pooling_rule
 from .row_reduction import row_reduction_rule
 from .winograd import winograd_rule
@@ -26,7 +27,7 @@ from .winograd import winograd_rule
 ScheduleRule = Callable[[PrimFunc, Target], "Schedule | None"]
 
 RULES: dict[str, list] = {
-    "llvm": [winograd_rule, depthwise_rule, gemm_rule, pooling_rule, row_reduction_rule,
+    "llvm": [inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule, row_reduction_rule,
              generic_rule],
 }
 

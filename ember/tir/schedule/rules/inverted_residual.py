@@ -1,0 +1,298 @@
+"""The fused inverted-residual kernel (``nn.inverted_residual``, ``ember.ops.inverted_residual``):
+1x1 expand convolution + activation -> 3x3 depthwise convolution + activation -> 1x1 project
+convolution [+ residual], channels-last, built directly from the ``gemm`` and ``dwconv``
+micro-kernels so that the expanded and depthwise activations never leave the core's caches.
+
+Structure of the kernel (``inverted_residual_body``), for an ``(N, H, W, Cin)`` input and an
+``(N, OH, OW, Cout)`` output at stride ``s``:
+
+- the output rows are cut into *bands* of ``band`` rows; one parallel loop runs over the
+  ``N x ceil(OH / band)`` bands (a band is a contiguous range of output rows);
+- per band, on the stack (per thread): ``E (R, W + 2, Ce)`` holds the ``R = (band - 1) * s + 3``
+  expanded input rows the band's depthwise windows read, with a zero column on each side (the
+  horizontal padding) and zero rows for input rows outside the image (the vertical padding), so
+  the depthwise micro-kernel runs its unguarded straight-line path everywhere; each expanded
+  row is one ``gemm`` micro-kernel pass (``W x Ce``, reduction ``Cin``) with the bias and
+  activation applied to the register tile's output while it is in L1. Rows shared with the
+  neighbouring band (``3 - s`` of them) are computed by both (the halo);
+- ``D (band * OW, Ce)``: the depthwise output of the band (``dwconv`` micro-kernel, bias and
+  activation on each block);
+- the project GEMM reads ``D`` and writes the output rows in place, bias and residual added
+  to each register tile before it leaves L1.
+
+Without the expand convolution (MobileNetV2's first block) the depthwise micro-kernel reads the
+input image directly (guarded path at the borders) and ``E`` does not exist.
+
+The kernel is built once by the operator's compute with the ``scalar`` micro-kernels (portable,
+what schedule level 1 and 0 run) and again by ``inverted_residual_rule`` for the target's SIMD
+instruction set: the geometry travels in ``func.attrs["inverted_residual"]``
+(``IRGeometry.to_attrs``). Register blocks come from the GEMM rule's ``choose_tile`` and the
+depthwise rule's ``choose_dw_tile``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from ....errors import ScheduleError
+from ....target import Target
+from ...expr import AddressOf, Const, Expr, Load, Select, Var, binop
+from ...stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Stmt, Store, seq
+from ..schedule import Schedule
+from ..tensorize import ISAS, MAX_ACCUMULATORS, gemm_kernel_call
+from ..tensorize_dwconv import dwconv_kernel_call
+
+OP = "nn.inverted_residual"
+BAND_BYTES = 768 * 1024   # stack scratch per band (E + D): well inside a 2 MB L2
+MIN_BANDS = 4             # bands per batch, when the scratch allows: 2 per thread on 2 cores
+
+
+@dataclass(frozen=True)
+class IRGeometry:
+    """Shapes and attributes of one fused inverted-residual block (all ints/floats, JSON-able).
+
+    ``act_expand``/``act_dw``: ``(lo, hi)`` clamps of the two activations (``hi`` ``None`` for
+    ReLU). ``pads``: ``(top, left, bottom, right)``, each 0 or 1. ``band``: output rows per
+    band (0: chosen by ``choose_band``)."""
+
+    n: int
+    h: int
+    w: int
+    cin: int
+    ce: int
+    cout: int
+    oh: int
+    ow: int
+    stride: int
+    pads: tuple
+    expand: bool
+    residual: bool
+    act_expand: tuple
+    act_dw: tuple
+    band: int = 0
+
+    def to_attrs(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_attrs(d: dict) -> "IRGeometry":
+        d = dict(d)
+        for k in ("pads", "act_expand", "act_dw"):
+            d[k] = tuple(d[k])
+        return IRGeometry(**d)
+
+    def rows_in(self, band: int) -> int:
+        """Expanded input rows one band of ``band`` output rows reads."""
+        return (band - 1) * self.stride + 3
+
+
+def scratch_bytes(g: IRGeometry, band: int) -> int:
+    """Bytes of the per-band scratch ``E`` + ``D`` (float32)."""
+    e = g.rows_in(band) * (g.w + 2) * g.ce if g.expand else 0
+    return 4 * (e + band * g.ow * g.ce)
+
+
+def choose_band(g: IRGeometry, budget: int = BAND_BYTES, min_bands: int = MIN_BANDS) -> int:
+    """Output rows per band: as many as the scratch budget allows (fewer halo rows computed
+    twice) while each image still splits into ``ceil(min_bands / N)`` bands (work for every
+    thread); rows spread evenly over the bands."""
+    fit = 1
+    while fit < g.oh and scratch_bytes(g, fit + 1) <= budget:
+        fit += 1
+    want = -(-g.oh // max(1, -(-min_bands // g.n)))
+    bo = max(1, min(fit, want))
+    nb = -(-g.oh // bo)
+    return -(-g.oh // nb)
+
+
+def _act(v: Expr, lohi) -> Expr:
+    lo, hi = lohi
+    if lo is not None:
+        c = Const(float(lo), "float32")
+        v = Select(binop("lt", v, c), c, v)
+    if hi is not None and not math.isinf(hi):
+        c = Const(float(hi), "float32")
+        v = Select(binop("gt", v, c), c, v)
+    return v
+
+
+_ids = [0]
+
+
+def _var(name: str) -> Var:
+    _ids[0] += 1
+    return Var(f"{name}{_ids[0]}")
+
+
+def _loop(extent: int, body, name: str = "i", kind: str = "serial") -> Stmt:
+    """``for v in range(extent): body(v)`` (the body alone when the extent is 1)."""
+    if extent <= 0:
+        return seq([])
+    v = _var(name)
+    return For(v, int(extent), body(v), kind)
+
+
+def _tile_epilogue(buf: Buffer, idx0, rows: int, row_stride: int, cols: int, value) -> Stmt:
+    """``buf[idx0 + i*row_stride + j] = value(i, j, old)`` over an ``rows x cols`` tile, the
+    ``j`` loop vectorized. ``idx0``: the flat index of the tile's first element (``buf`` is
+    addressed flat through its last dim)."""
+    def body(i):
+        def inner(j):
+            flat = idx0 + i * row_stride + j
+            idx = _unflatten(buf, flat)
+            return Store(buf, idx, value(i, j, Load(buf, idx)))
+        return _loop(cols, inner, "j", "vectorized")
+    return _loop(rows, body, "i")
+
+
+def _unflatten(buf: Buffer, flat) -> tuple:
+    """Indices of ``buf`` addressing flat element ``flat``: zeros, then ``flat`` in the last
+    dim (the code generator flattens them back to ``flat``; buffers are contiguous)."""
+    return tuple([Const(0, "int64")] * (len(buf.shape) - 1)) + (flat,)
+
+
+def _addr(buf: Buffer, flat) -> AddressOf:
+    return AddressOf(buf, _unflatten(buf, flat))
+
+
+def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer, bias: Buffer,
+                           out: Buffer, isa: str) -> Stmt:
+    """The loop program of the fused block (see the module doc) over buffers ``x (N, H, W,
+    Cin)``, ``w1 (Cin, Ce)`` (``None`` without expand), ``wd (3, 3, Ce)``, ``w2 (Ce, Cout)``,
+    ``bias`` (``[b_expand (Ce)] + b_dw (Ce) + b_project (Cout)``), ``out (N, OH, OW, Cout)``,
+    with ``isa``'s micro-kernels (``avx512``, ``avx2`` or ``scalar``).
+
+    Raises:
+        ScheduleError: ``isa`` has no micro-kernels, or a geometry the kernel does not cover.
+    """
+    if isa not in ISAS:
+        raise ScheduleError(f"{OP}: no micro-kernels for isa {isa!r} (known: {sorted(ISAS)})")
+    if g.stride not in (1, 2) or any(p not in (0, 1) for p in g.pads):
+        raise ScheduleError(f"{OP}: stride {g.stride} / pads {g.pads} not covered (stride 1 or "
+                            f"2, pads 0 or 1)")
+    lanes, max_acc = ISAS[isa], MAX_ACCUMULATORS[isa]
+    from .depthwise import choose_dw_tile
+    from .gemm import choose_tile
+    f32 = "float32"
+    s, (pt, pl, _, _) = g.stride, g.pads
+    ce, cin, cout = g.ce, g.cin, g.cout
+    bo = g.band or choose_band(g)
+    nb = -(-g.oh // bo)
+    R = g.rows_in(bo)
+    WE = g.w + 2
+    b_dw0 = ce if g.expand else 0
+    b_pj0 = b_dw0 + ce
+    p = _var("band")
+    n = p // nb
+    oh0 = (p % nb) * bo
+
+    def band_body(E: Buffer | None, D: Buffer) -> Stmt:
+        parts = []
+        if g.expand:
+            # zero columns (horizontal padding) of every row
+            def zcols(r):
+                return seq([_tile_epilogue(E, (r * WE + col) * ce, 1, 0, ce,
+                                           lambda i, j, old: Const(0.0, f32))
+                            for col in (0, WE - 1)])
+            parts.append(_loop(R, zcols, "r"))
+            mr, nr = choose_tile(g.w, ce, lanes, max_acc) or (1, 1)
+
+            def erow(r):
+                ih = oh0 * s - pt + r
+                def tile(mt, nt):
+                    c0 = (r * WE + 1 + mt * mr) * ce + nt * nr
+                    call = gemm_kernel_call(
+                        isa, f32, mr, nr, _addr(E, c0),
+                        _addr(x, ((n * g.h + ih) * g.w + mt * mr) * cin),
+                        _addr(w1, nt * nr), ce, cin, [(cin, 1, ce)], 0)
+                    epi = _tile_epilogue(E, c0, mr, ce, nr, lambda i, j, old: _act(
+                        old + Load(bias, (nt * nr + j,)), g.act_expand))
+                    return seq([call, epi])
+                compute = _loop(g.w // mr, lambda mt: _loop(ce // nr, lambda nt: tile(mt, nt),
+                                                             "nt"), "mt")
+                zero = _tile_epilogue(E, (r * WE + 1) * ce, 1, 0, g.w * ce,
+                                      lambda i, j, old: Const(0.0, f32))
+                inside = binop("and", binop("ge", ih, Const(0, "int64")),
+                               binop("lt", ih, Const(g.h, "int64")))
+                return IfThenElse(inside, compute, zero)
+            parts.append(_loop(R, erow, "r"))
+        # depthwise: D[orow, ow, c] over the band's rows
+        wr, nrd = choose_dw_tile(g.ow, ce, lanes, max_acc)
+        if g.expand:
+            dparams = (wr, nrd, 3, 3, s, 1, 1, R, WE, WE * ce, ce, 3 * ce, ce, ce, 0)
+        else:
+            dparams = (wr, nrd, 3, 3, s, 1, 1, g.h, g.w, g.w * ce, ce, 3 * ce, ce, ce, 1)
+
+        def drow(orow):
+            def blk(wt, ct):
+                d0 = (orow * g.ow + wt * wr) * ce + ct * nrd
+                if g.expand:
+                    src, ih0, iw0 = _addr(E, ct * nrd), orow * s, wt * (wr * s) + (1 - pl)
+                else:
+                    src = _addr(x, n * (g.h * g.w * ce) + ct * nrd)
+                    ih0, iw0 = (oh0 + orow) * s - pt, wt * (wr * s) - pl
+                call = dwconv_kernel_call(isa, f32, dparams, _addr(D, d0), src,
+                                          _addr(wd, ct * nrd), ih0, iw0, 0)
+                epi = _tile_epilogue(D, d0, wr, ce, nrd, lambda i, j, old: _act(
+                    old + Load(bias, (b_dw0 + ct * nrd + j,)), g.act_dw))
+                return seq([call, epi])
+            body = _loop(g.ow // wr, lambda wt: _loop(ce // nrd, lambda ct: blk(wt, ct), "ct"),
+                         "wt")
+            return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")), body)
+        parts.append(_loop(bo, drow, "orow"))
+        # project: out rows of the band
+        mp, np_ = choose_tile(g.ow, cout, lanes, max_acc) or (1, 1)
+
+        def prow(orow):
+            def tile(mt, nt):
+                o0 = ((n * g.oh + oh0 + orow) * g.ow + mt * mp) * cout + nt * np_
+                call = gemm_kernel_call(isa, f32, mp, np_, _addr(out, o0),
+                                        _addr(D, (orow * g.ow + mt * mp) * ce),
+                                        _addr(w2, nt * np_), cout, ce, [(ce, 1, cout)], 0)
+
+                def epi_val(i, j, old):
+                    v = old + Load(bias, (b_pj0 + nt * np_ + j,))
+                    if g.residual:  # stride 1 and Cin == Cout: x has the output's layout
+                        v = v + Load(x, _unflatten(x, o0 + i * cout + j))
+                    return v
+                return seq([call, _tile_epilogue(out, o0, mp, cout, np_, epi_val)])
+            body = _loop(g.ow // mp, lambda mt: _loop(cout // np_, lambda nt: tile(mt, nt),
+                                                       "nt"), "mt")
+            return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")), body)
+        parts.append(_loop(bo, prow, "orow"))
+        return seq(parts)
+
+    D = Buffer(f"irD{_ids[0]}", (bo * g.ow, ce), f32, scope="local")
+    if g.expand:
+        E = Buffer(f"irE{_ids[0]}", (R, WE, ce), f32, scope="local")
+        inner = Allocate(E, Allocate(D, band_body(E, D)))
+    else:
+        inner = Allocate(D, band_body(None, D))
+    return For(p, g.n * nb, inner, "parallel")
+
+
+def kernel_buffers(params: list, g: IRGeometry) -> tuple:
+    """``(x, w1 | None, wd, w2, bias, out)`` from the kernel parameters ``params`` (inputs in
+    the operator's order, then the output)."""
+    ps = list(params)
+    if g.expand:
+        x, w1, wd, w2, bias, out = ps
+    else:
+        (x, wd, w2, bias, out), w1 = ps, None
+    return x, w1, wd, w2, bias, out
+
+
+def inverted_residual_rule(func: PrimFunc, target: Target) -> Schedule | None:
+    """The kernel of an ``nn.inverted_residual`` binding rebuilt with ``target``'s SIMD
+    micro-kernels (the compute built it with the scalar ones); ``None`` for other kernels."""
+    geo = func.attrs.get("inverted_residual")
+    if func.attrs.get("op") != OP or geo is None or target.isa not in ISAS:
+        return None
+    g = IRGeometry.from_attrs(geo)
+    body = inverted_residual_body(g, *kernel_buffers(func.params, g), target.isa)
+    return Schedule(PrimFunc(func.name, list(func.params), body, dict(func.attrs)))
+
+
+__all__ = ["IRGeometry", "choose_band", "scratch_bytes", "inverted_residual_body",
+           "inverted_residual_rule", "BAND_BYTES", "MIN_BANDS"]

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 import ember
 from ember.errors import ShapeMismatchError
 from ember.frontend.onnx import from_onnx
+from ember.graph.passes.fuse_inverted_residual import MIN_FUSE_BYTES
 from ember.graph.passes.pass_manager import PassContext
 from ember.graph.passes.pipeline import optimize
 from ember.ops import get_op
@@ -146,6 +147,7 @@ def test_reference_matches_direct_float64(stride):
 def test_pass_gating_and_switches():
     small = block_model(cin=16, t=6, cout=16, h=8, w=8)       # 8x8x96 expanded: 24 KB
     big = block_model(cin=16, t=6, cout=24, h=56, w=56, stride=2)  # 56x56x96: 1.2 MB
+    assert 4 * 8 * 8 * 96 < MIN_FUSE_BYTES <= 4 * 56 * 56 * 96
     assert fused_ops(small, 0) == [] and len(fused_ops(small, 1)) == 1
     assert len(fused_ops(big, 0)) == 1 and fused_ops(big, -1) == []
     mod, params = from_onnx(big)

@@ -114,13 +114,12 @@ def _compute(inputs, attrs, out_types):
     from ..tir.schedule.rules.inverted_residual import (choose_band, inverted_residual_body,
                                                        kernel_buffers)
     g = _geometry([TensorType(tuple(t.shape), t.dtype) for t in inputs], attrs)
-    if not g.band:
-        g = type(g)(**{**g.to_attrs(), "band": choose_band(g)})
+    gb = g if g.band else type(g)(**{**g.to_attrs(), "band": choose_band(g)})
 
     def body(k):
-        return inverted_residual_body(g, *kernel_buffers(k.params + k.outputs, g), "scalar")
+        return inverted_residual_body(gb, *kernel_buffers(k.params + k.outputs, gb), "scalar")
     f = imperative_kernel(inputs, out_types, body, "inverted_residual")
-    f.attrs["inverted_residual"] = g.to_attrs()
+    f.attrs["inverted_residual"] = g.to_attrs()  # band 0: the schedule rule chooses
     e = g.n * g.h * g.w * g.cin * g.ce * 2 if g.expand else 0
     f.attrs["flops"] = e + g.n * g.oh * g.ow * g.ce * (18 + 2 * g.cout)
     return [f]

@@ -39,7 +39,7 @@ BAND = register_config(
     "inverted_residual.band", int,
     "output rows per band of the fused inverted-residual kernel (0 = chosen per block)")
 
-MIN_FUSE_BYTES = 1 << 20  # depthwise input (N*H*W*Ce float32) from which fusion pays
+MIN_FUSE_BYTES = 512 << 10  # depthwise input (N*H*W*Ce float32) from which fusion pays
 
 OP = "nn.inverted_residual"
 

@@ -33,6 +33,7 @@ depthwise rule's ``choose_dw_tile``.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 
 from ....errors import ScheduleError
@@ -45,7 +46,7 @@ from ..tensorize_dwconv import dwconv_kernel_call
 
 OP = "nn.inverted_residual"
 BAND_BYTES = 768 * 1024   # stack scratch per band (E + D): well inside a 2 MB L2
-MIN_BANDS = 4             # bands per batch, when the scratch allows: 2 per thread on 2 cores
+MIN_BANDS = 2             # bands per batch when the thread count is not known
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,12 @@ def scratch_bytes(g: IRGeometry, band: int) -> int:
     return 4 * (e + band * g.ow * g.ce)
 
 
-def choose_band(g: IRGeometry, budget: int = BAND_BYTES, min_bands: int = MIN_BANDS) -> int:
+def choose_band(g: IRGeometry, budget: int | None = None, min_bands: int | None = None) -> int:
     """Output rows per band: as many as the scratch budget allows (fewer halo rows computed
     twice) while each image still splits into ``ceil(min_bands / N)`` bands (work for every
-    thread); rows spread evenly over the bands."""
+    thread; the rule passes its thread count); rows spread evenly over the bands. Defaults: ``BAND_BYTES``, ``MIN_BANDS``."""
+    budget = BAND_BYTES if budget is None else budget
+    min_bands = MIN_BANDS if min_bands is None else min_bands
     fit = 1
     while fit < g.oh and scratch_bytes(g, fit + 1) <= budget:
         fit += 1
@@ -198,25 +201,28 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
             parts.append(_loop(R, zcols, "r"))
             mr, nr = choose_tile(g.w, ce, lanes, max_acc) or (1, 1)
 
-            def erow(r):
-                ih = oh0 * s - pt + r
-                def tile(mt, nt):
-                    c0 = (r * WE + 1 + mt * mr) * ce + nt * nr
-                    call = gemm_kernel_call(
-                        isa, f32, mr, nr, _addr(E, c0),
-                        _addr(x, ((n * g.h + ih) * g.w + mt * mr) * cin),
-                        _addr(w1, nt * nr), ce, cin, [(cin, 1, ce)], 0)
-                    epi = _tile_epilogue(E, c0, mr, ce, nr, lambda i, j, old: _act(
-                        old + Load(bias, (nt * nr + j,)), g.act_expand))
-                    return seq([call, epi])
-                compute = _loop(g.w // mr, lambda mt: _loop(ce // nr, lambda nt: tile(mt, nt),
-                                                             "nt"), "mt")
-                zero = _tile_epilogue(E, (r * WE + 1) * ce, 1, 0, g.w * ce,
-                                      lambda i, j, old: Const(0.0, f32))
-                inside = binop("and", binop("ge", ih, Const(0, "int64")),
-                               binop("lt", ih, Const(g.h, "int64")))
-                return IfThenElse(inside, compute, zero)
-            parts.append(_loop(R, erow, "r"))
+            def ih_of(r):
+                return oh0 * s - pt + r
+
+            def inside(r):
+                return binop("and", binop("ge", ih_of(r), Const(0, "int64")),
+                             binop("lt", ih_of(r), Const(g.h, "int64")))
+
+            def tile(r, mt, nt):
+                c0 = (r * WE + 1 + mt * mr) * ce + nt * nr
+                call = gemm_kernel_call(
+                    isa, f32, mr, nr, _addr(E, c0),
+                    _addr(x, ((n * g.h + ih_of(r)) * g.w + mt * mr) * cin),
+                    _addr(w1, nt * nr), ce, cin, [(cin, 1, ce)], 0)
+                epi = _tile_epilogue(E, c0, mr, ce, nr, lambda i, j, old: _act(
+                    old + Load(bias, (nt * nr + j,)), g.act_expand))
+                return seq([call, epi])
+            # weight panels outside the rows: each (Cin x nr) panel is reused by every row
+            parts.append(_loop(ce // nr, lambda nt: _loop(R, lambda r: IfThenElse(
+                inside(r), _loop(g.w // mr, lambda mt: tile(r, mt, nt), "mt")), "r"), "nt"))
+            parts.append(_loop(R, lambda r: IfThenElse(
+                ~inside(r), _tile_epilogue(E, (r * WE + 1) * ce, 1, 0, g.w * ce,
+                                           lambda i, j, old: Const(0.0, f32))), "r"))
         # depthwise: D[orow, ow, c] over the band's rows
         wr, nrd = choose_dw_tile(g.ow, ce, lanes, max_acc)
         if g.expand:
@@ -244,23 +250,25 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
         # project: out rows of the band
         mp, np_ = choose_tile(g.ow, cout, lanes, max_acc) or (1, 1)
 
-        def prow(orow):
-            def tile(mt, nt):
-                o0 = ((n * g.oh + oh0 + orow) * g.ow + mt * mp) * cout + nt * np_
-                call = gemm_kernel_call(isa, f32, mp, np_, _addr(out, o0),
-                                        _addr(D, (orow * g.ow + mt * mp) * ce),
-                                        _addr(w2, nt * np_), cout, ce, [(ce, 1, cout)], 0)
+        def ptile(orow, mt, nt):
+            o0 = ((n * g.oh + oh0 + orow) * g.ow + mt * mp) * cout + nt * np_
+            call = gemm_kernel_call(isa, f32, mp, np_, _addr(out, o0),
+                                    _addr(D, (orow * g.ow + mt * mp) * ce),
+                                    _addr(w2, nt * np_), cout, ce, [(ce, 1, cout)], 0)
 
-                def epi_val(i, j, old):
-                    v = old + Load(bias, (b_pj0 + nt * np_ + j,))
-                    if g.residual:  # stride 1 and Cin == Cout: x has the output's layout
-                        v = v + Load(x, _unflatten(x, o0 + i * cout + j))
-                    return v
-                return seq([call, _tile_epilogue(out, o0, mp, cout, np_, epi_val)])
-            body = _loop(g.ow // mp, lambda mt: _loop(cout // np_, lambda nt: tile(mt, nt),
-                                                       "nt"), "mt")
-            return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")), body)
-        parts.append(_loop(bo, prow, "orow"))
+            def epi_val(i, j, old):
+                v = old + Load(bias, (b_pj0 + nt * np_ + j,))
+                if g.residual:  # stride 1 and Cin == Cout: x has the output's layout
+                    v = v + Load(x, _unflatten(x, o0 + i * cout + j))
+                return v
+            return seq([call, _tile_epilogue(out, o0, mp, cout, np_, epi_val)])
+
+        def prow(orow, nt):
+            return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")),
+                              _loop(g.ow // mp, lambda mt: ptile(orow, mt, nt), "mt"))
+        # weight panels outside the rows (as the expand GEMM)
+        parts.append(_loop(cout // np_, lambda nt: _loop(bo, lambda orow: prow(orow, nt),
+                                                         "orow"), "nt"))
         return seq(parts)
 
     D = Buffer(f"irD{_ids[0]}", (bo * g.ow, ce), f32, scope="local")
@@ -285,11 +293,17 @@ def kernel_buffers(params: list, g: IRGeometry) -> tuple:
 
 def inverted_residual_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """The kernel of an ``nn.inverted_residual`` binding rebuilt with ``target``'s SIMD
-    micro-kernels (the compute built it with the scalar ones); ``None`` for other kernels."""
+    micro-kernels (the compute built it with the scalar ones); ``None`` for other kernels.
+    Unless the graph forced a band height, each thread gets one band (``target.num_threads``,
+    else the CPU count): measured on MobileNetV2 (``docs/performance.md``), more bands cost
+    more in recomputed halo rows than they gain in balance."""
     geo = func.attrs.get("inverted_residual")
     if func.attrs.get("op") != OP or geo is None or target.isa not in ISAS:
         return None
     g = IRGeometry.from_attrs(geo)
+    if not g.band:
+        threads = target.num_threads or os.cpu_count() or 1
+        g = IRGeometry(**{**g.to_attrs(), "band": choose_band(g, min_bands=threads)})
     body = inverted_residual_body(g, *kernel_buffers(func.params, g), target.isa)
     return Schedule(PrimFunc(func.name, list(func.params), body, dict(func.attrs)))
 

@@ -73,6 +73,27 @@ def test_gemm_rule_kernels_match_reference(op, shapes, attrs, isa):
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_gemm_rule_splits_weight_panels_of_small_image_large_weight_convs():
+    """A 1x1 convolution whose weights dwarf its activation (MobileNetV2's last one: 320 ->
+    1280 channels on 7x7) runs one whole weight panel per parallel task, so the cores split the
+    weights; a convolution with a larger activation than weights keeps row tiles fused."""
+    from ember.tir.schedule.rules import gemm as G
+    f, xs, ref = _op_kernel("nn.conv", [(1, 3, 3, 256), (512, 256, 1, 1), (512,)],
+                            {"data_layout": "NHWC"}, RELU)
+    g = G.analyze(f)
+    assert G._b_bytes(g) > G._a_bytes(g)
+    sch, out = _run_scheduled(f, xs)
+    mr, nr = G.choose_tile(3, 512, ember.Target("llvm").vector_lanes, 28)
+    src = emit_c_function(sch, target=ember.Target("llvm"))
+    assert f"ember_parallel_for({512 // nr}," in src  # one task per panel
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+    f2, _, _ = _op_kernel("nn.conv", [(1, 28, 28, 256), (512, 256, 1, 1)],
+                          {"data_layout": "NHWC"})
+    g2 = G.analyze(f2)
+    assert G._b_bytes(g2) < G._a_bytes(g2)
+    assert G._default_serial(g2, 32, "panels", 3) == 0
+
+
 def test_vectorized_epilogue_uses_vector_types_and_blends():
     f, xs, ref = _op_kernel("nn.conv", [(1, 7, 7, 32), (32, 32, 1, 1)], {"data_layout": "NHWC"},
                             lambda v: te.select(te.gt(v, te.const(0.0, "float32")), v,

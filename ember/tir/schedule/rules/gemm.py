@@ -252,7 +252,8 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     sch.reorder(*order)
     fused_outer = [x for x in order[:-2 if mi is not None else -1]]
     serial = (int(cfg["fuse"]) if cfg.get("fuse") is not None
-              else _default_serial(g, nr, order_kind if mi is not None else None))
+              else _default_serial(g, nr, order_kind if mi is not None else None,
+                                   len(fused_outer)))
     if not 0 <= serial < len(fused_outer):
         raise ScheduleError(f"gemm rule: cannot keep {serial} of the {len(fused_outer)} outer "
                             f"loops serial")
@@ -316,30 +317,44 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
         orders.append("panels" if orders[0] == "rows" else "rows")
     # ``fuse`` only changes the parallel grain, which candidates timed on one thread (as they
     # are on a shared machine) cannot rank; it joins the space when TUNE_PARALLEL_FUSION is set
-    fuse = [_default_serial(g, tile[1], orders[0] if m_iv is not None and tile[0] > 1
-                            else None)]
+    tiled_m = m_iv is not None and tile[0] > 1
+    n_outer = 1 + sum(1 for iv in g["sp"][:-2] if iv.extent != 1) + (1 if tiled_m else 0)
+    fuse = [_default_serial(g, tile[1], orders[0] if tiled_m else None, n_outer)]
     if TUNE_PARALLEL_FUSION:
         fuse.append(1 - fuse[0])
     return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": fuse}
 
 
 MIN_PANELS_PER_TASK_SPLIT = 8
+# panel-split is worth it for an image (conv) GEMM when the weights the cores split are at least
+# this many times the activation both cores then read in full
+PANEL_SPLIT_MIN_B_OVER_A = 1.0
 
 
-def _default_serial(g, nr: int, order_kind: str | None) -> int:
-    """The default ``fuse`` decision: ``1`` (the row-tile loop serial inside the parallel
-    loop, so each parallel task is one whole ``B`` panel: every row tile against it) for a
-    plain GEMM (no batch or image dims besides ``m``) whose large constant weights go
-    panels-outer and that has at least ``MIN_PANELS_PER_TASK_SPLIT`` panels; else ``0``
-    (panel x row tiles all fused). With all tiles fused, both threads worked on every panel,
-    so each core pulled all of ``B`` (the weights streaming from memory, e.g. BERT's
-    768 x 3072 FFN matrices) into its own L2; per-panel tasks split the weights between
-    the cores."""
-    if order_kind != "panels" or g["m"] is None:
+def _default_serial(g, nr: int, order_kind: str | None, n_outer: int = 2) -> int:
+    """The default ``fuse`` decision: how many of the ``n_outer`` loops outside the register
+    tile stay serial inside the parallel loop. ``n_outer - 1`` (only the ``B``-panel loop is
+    parallel: each task is one whole panel against every row of the output) when the large
+    constant weights go panels-outer, there are at least ``MIN_PANELS_PER_TASK_SPLIT``
+    panels, and either the GEMM is plain (no batch or image dims besides ``m``) or it is an
+    image GEMM (a convolution: the output rows are ``oh x ow``) whose weights are at least
+    ``PANEL_SPLIT_MIN_B_OVER_A`` times its activation; else ``0`` (panel x row tiles all
+    fused). With all tiles fused both threads worked on every panel, so each core pulled all
+    of ``B`` into its own L2 (BERT's 768 x 3072 FFN matrices; MobileNetV2's last 1x1
+    convolution, 320 -> 1280 channels on 7x7 pixels: 1.6 MB of weights against a 62 KB
+    activation); per-panel tasks split the weights between the cores, and each core reads
+    the (smaller) activation in full."""
+    if order_kind != "panels" or g["m"] is None or n_outer < 2:
         return 0
-    if any(iv.extent != 1 for iv in g["sp"] if iv is not g["m"] and iv is not g["n"]):
+    if g["n"].extent // nr < MIN_PANELS_PER_TASK_SPLIT:
         return 0
-    return 1 if g["n"].extent // nr >= MIN_PANELS_PER_TASK_SPLIT else 0
+    image = [iv for iv in g["sp"] if iv is not g["m"] and iv is not g["n"] and iv.extent != 1]
+    bivs = _plain_ivs(g["B"].indices, g["R"].iter_vars)
+    if image and (bivs is None or any(id(iv) in {id(b) for b in bivs} for iv in image)):
+        return 0  # a batched GEMM (each batch element has its own B)
+    if image and _b_bytes(g) < PANEL_SPLIT_MIN_B_OVER_A * _a_bytes(g):
+        return 0
+    return n_outer - 1
 
 
 def _loop_of(sch: Schedule, block: str, iv):
@@ -392,6 +407,14 @@ def _b_bytes(g) -> int:
     for k, d in enumerate(B.src.shape):
         if bivs is None or id(bivs[k]) in keep:
             n *= d
+    return 4 * n
+
+
+def _a_bytes(g) -> int:
+    """Bytes of the reduction's A operand (the activation) as a whole buffer."""
+    n = 1
+    for d in g["A"].src.shape:
+        n *= d
     return 4 * n
 
 

@@ -57,6 +57,10 @@ RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731
     ("nn.conv", [(1, 6, 6, 128), (32, 128, 3, 3)],  # long reduction: K-blocked variant
      {"pads": [1, 1, 1, 1], "data_layout": "NHWC"}),
     ("nn.conv", [(1, 5, 5, 1024), (32, 1024, 1, 1), (32,)], {"data_layout": "NHWC"}),
+    # stem convolutions reading a channels-first image and writing channels-last
+    ("nn.conv", [(1, 3, 11, 13), (16, 3, 3, 3), (16,)],
+     {"pads": [1, 2, 1, 0], "strides": [2, 2], "data_layout": "NCHW", "out_layout": "NHWC"}),
+    ("nn.conv", [(1, 4, 6, 6), (32, 4, 1, 1)], {"data_layout": "NCHW", "out_layout": "NHWC"}),
     ("nn.gemm", [(6, 40), (40, 40), (40,)], {"trans_b": 1}),
     ("matmul", [(2, 12, 16), (16, 48)], {}),
 ])
@@ -151,6 +155,51 @@ def test_convert_layout_runs_convolutions_nhwc_and_matches_onnxruntime():
         m0 = ember.compile(model)
     assert "NHWC" not in m0.graph_text
     np.testing.assert_allclose(m0.run({"x": x})[0], m.run({"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def _stem_model(cin=3):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w1 = numpy_helper.from_array((RNG.standard_normal((16, cin, 3, 3)) * 0.2).astype("float32"),
+                                 "w1")
+    w2 = numpy_helper.from_array((RNG.standard_normal((8, 16, 1, 1)) * 0.2).astype("float32"), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, 15, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w1, w2, numpy_helper.from_array(np.float32(0), "lo"),
+         numpy_helper.from_array(np.float32(6), "hi")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("cin", [1, 3, 5])
+def test_stem_convolution_reads_the_nchw_image_without_a_transpose(cin):
+    """A convolution with at most ``STEM_MAX_CHANNELS`` input channels on the NCHW network
+    input reads it directly (``out_layout="NHWC"``; its pad stage does the layout change);
+    with ``layout.stem_nchw`` off (or more channels) the input is transposed first. Both agree
+    with onnxruntime."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime compares the outputs")
+    from ember.graph.passes.convert_layout import STEM_MAX_CHANNELS
+    model = _stem_model(cin)
+    x = {"x": RNG.standard_normal((1, cin, 15, 14)).astype(np.float32)}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, x)[0]
+    for on in (True, False):
+        with ember.PassContext(config={"layout.stem_nchw": on}):
+            m = ember.compile(model)
+        direct = on and cin <= STEM_MAX_CHANNELS
+        assert ('out_layout="NHWC"' in m.graph_text) == direct
+        assert (m.plan["steps"][0]["op"] != "transpose") == direct
+        np.testing.assert_allclose(m.run(x)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_channels_first_output_of_a_channels_last_convolution_is_a_typed_error():
+    from ember.errors import ShapeMismatchError
+    with pytest.raises(ShapeMismatchError, match="out_layout"):
+        _op_kernel("nn.conv", [(1, 6, 6, 3), (8, 3, 3, 3)],
+                   {"data_layout": "NHWC", "out_layout": "NCHW"})
 
 
 def test_aot_entry_and_step_executor_agree_and_profile_reports_kernels(tmp_path):

@@ -21,7 +21,7 @@ from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc,
                         Store)
 from ..tir.arith import flat_index
 from .threadpool import THREADPOOL_C
-from ..tir.transform import expand_unrolled, lower_blocks
+from ..tir.transform import expand_unrolled, lower_blocks, partition_loops
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, EXT_INT, itemsize
 from .dtype_support import ROUND_MODES, compute_dtype, storage_ctype, support_source
 
@@ -165,7 +165,7 @@ class CFunctionPrinter:
 
     def __init__(self, func: PrimFunc, target=None):
         from ..target import Target
-        self.func = expand_unrolled(lower_blocks(func))
+        self.func = partition_loops(expand_unrolled(lower_blocks(func)))
         self.target = Target(target or "llvm")
         self.deps: dict[str, str] = {}  # support code (micro-kernels, vector helpers) by name
         self.bounds: dict = {}  # ranges of the enclosing loop variables (index simplification)

@@ -55,6 +55,19 @@ def channels_last(attrs, ndim: int, op: str = "") -> bool:
     return lay.index("C") == ndim - 1 and ndim > 2
 
 
+def out_channels_last(attrs, ndim: int, op: str = "") -> bool:
+    """True when the output of a layout-aware operator is channels-last: ``attrs["out_layout"]``
+    when given (``nn.conv`` only: e.g. ``data_layout="NCHW", out_layout="NHWC"`` reads a
+    channels-first image and writes channels-last), else as ``data_layout``.
+
+    Raises:
+        ShapeMismatchError: a layout string of the wrong rank or an unknown form.
+    """
+    if attrs.get("out_layout") is None:
+        return channels_last(attrs, ndim, op)
+    return channels_last({"data_layout": attrs["out_layout"]}, ndim, op)
+
+
 def to_channels_first(a: np.ndarray) -> np.ndarray:
     """``(N, *sp, C) -> (N, C, *sp)``."""
     return np.moveaxis(a, -1, 1)
@@ -75,17 +88,21 @@ def _cl_type(t: TensorType) -> TensorType:
 
 def _layout_aware(infer, ref, name):
     """Wrap a channels-first type inference and reference so they also take channels-last
-    inputs (``data_layout`` ending in C): transpose in, run, transpose out."""
+    inputs (``data_layout`` ending in C): transpose in, run, transpose out (the output's layout
+    is ``out_layout`` when the attrs have one, see ``out_channels_last``)."""
     def infer2(types, attrs):
-        if not channels_last(attrs, types[0].ndim, name):
-            return infer(types, attrs)
-        return [_cl_type(t) for t in infer([_cf_type(types[0])] + list(types[1:]), attrs)]
+        nd = types[0].ndim
+        x = _cf_type(types[0]) if channels_last(attrs, nd, name) else types[0]
+        ys = infer([x] + list(types[1:]), attrs)
+        return [_cl_type(t) for t in ys] if out_channels_last(attrs, nd, name) else ys
 
     def ref2(xs, attrs):
-        if not channels_last(attrs, xs[0].ndim, name):
-            return ref(xs, attrs)
-        return [np.ascontiguousarray(to_channels_last(y))
-                for y in ref([to_channels_first(xs[0])] + list(xs[1:]), attrs)]
+        nd = xs[0].ndim
+        x = to_channels_first(xs[0]) if channels_last(attrs, nd, name) else xs[0]
+        ys = ref([x] + list(xs[1:]), attrs)
+        if not out_channels_last(attrs, nd, name):
+            return ys
+        return [np.ascontiguousarray(to_channels_last(y)) for y in ys]
     return infer2, ref2
 
 
@@ -177,9 +194,13 @@ def _conv_compute(inputs, attrs, out_types):
     return [y]
 
 
-def _conv_compute_cl(inputs, attrs, out_types):
-    """Channels-last convolution: x (N, *sp, C), y (N, *osp, M); padding is a materialized
-    ``pad`` stage so the reduction reads plain loads (what the GEMM schedule tensorizes)."""
+def _conv_compute_cl(inputs, attrs, out_types, in_cl: bool = True):
+    """Channels-last convolution: y (N, *osp, M) from x (N, *sp, C), or from a channels-first
+    x (N, C, *sp) when ``in_cl`` is False (``data_layout="NCHW", out_layout="NHWC"``: a
+    stem convolution reading the network's image without a separate transpose kernel);
+    padding is a materialized channels-last ``pad`` stage (which also does the layout change
+    of a channels-first x, in the same pass) so the reduction reads plain loads of contiguous
+    channels (what the GEMM schedule tensorizes)."""
     x, w = inputs[0], inputs[1]
     nsp = x.ndim - 2
     s, d, p = _window_attrs(attrs, nsp)
@@ -187,9 +208,13 @@ def _conv_compute_cl(inputs, attrs, out_types):
     M, Cg = w.shape[0], w.shape[1]
     Mg = M // g
     out_shape = out_types[0].shape
-    if any(p):
-        psh = (x.shape[0],) + tuple(x.shape[1 + i] + p[i] + p[nsp + i] for i in range(nsp)) + \
-            (x.shape[-1],)
+    sp0 = 1 if in_cl else 2  # first spatial dim of x
+
+    def at(n, c, pos):  # x's index tuple in its own layout
+        return (n, *pos, c) if in_cl else (n, c, *pos)
+    if any(p) or not in_cl:
+        psh = [x.shape[0]] + [x.shape[sp0 + i] + p[i] + p[nsp + i] for i in range(nsp)] + \
+            [x.shape[1 if not in_cl else -1]]
 
         def fpad(n, *r):
             sp_, c = r[:-1], r[-1]
@@ -197,10 +222,11 @@ def _conv_compute_cl(inputs, attrs, out_types):
             pos = []
             for i in range(nsp):
                 e = sp_[i] - p[i]
-                _in_bounds(conds, e, x.shape[1 + i], p[i], p[nsp + i])
+                _in_bounds(conds, e, x.shape[sp0 + i], p[i], p[nsp + i])
                 pos.append(e)
-            return te.select(te.all_of(*conds), x[(n, *pos, c)], te.const(0, x.dtype))
-        xp = te.compute(psh, fpad, name="pad", materialize=True)
+            v = x[at(n, c, pos)]
+            return te.select(te.all_of(*conds), v, te.const(0, x.dtype)) if conds else v
+        xp = te.compute(tuple(psh), fpad, name="pad", materialize=True)
     else:
         xp = x
     rc = te.reduce_axis(Cg, "rc")
@@ -220,8 +246,13 @@ def _conv_compute_cl(inputs, attrs, out_types):
 
 
 def _conv_compute_any(inputs, attrs, out_types):
-    if channels_last(attrs, inputs[0].ndim, "nn.conv"):
-        return _conv_compute_cl(inputs, attrs, out_types)
+    nd = inputs[0].ndim
+    in_cl = channels_last(attrs, nd, "nn.conv")
+    if out_channels_last(attrs, nd, "nn.conv"):
+        return _conv_compute_cl(inputs, attrs, out_types, in_cl)
+    if in_cl:
+        raise ShapeMismatchError("nn.conv: a channels-last input with a channels-first "
+                                 "out_layout is not supported (use out_layout=None)")
     return _conv_compute(inputs, attrs, out_types)
 
 
@@ -229,11 +260,12 @@ _conv_type_l, _conv_ref_l = _layout_aware(_conv_type, _conv_ref, "nn.conv")
 register_op("nn.conv", infer_type=_conv_type_l, reference=_conv_ref_l, compute=_conv_compute_any,
             pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 3),
             attrs={"strides": None, "pads": None, "dilations": None, "group": 1,
-                   "data_layout": None},
+                   "data_layout": None, "out_layout": None},
             doc="N-d convolution (cross-correlation) of x (N, C, *sp) with w (M, C/group, *k) "
                 "plus optional bias (M,), explicit pads (ONNX Conv); data_layout 'NHWC' (any "
                 "channels-last string) takes and gives channels-last activations, weights stay "
-                "(M, C/group, *k)")
+                "(M, C/group, *k); out_layout (default: data_layout) 'NHWC' with data_layout "
+                "'NCHW' reads channels-first and writes channels-last")
 
 
 # pooling ---------------------------------------------------------------------------------------

@@ -15,6 +15,13 @@ value, its NCHW and/or NHWC form:
 - every other operator, and the function's outputs, read the NCHW form (a ``transpose`` back is
   emitted where a value exists only in NHWC).
 
+A convolution with few input channels (at most ``STEM_MAX_CHANNELS``, one group: the network's
+stem on an RGB image) whose input exists in NCHW alone reads it as it is and writes NHWC
+(``data_layout="NCHW", out_layout="NHWC"``): transposing a 3-channel image costs a pass over
+it as slow as the convolution's own reads (scattered 3-float groups), while the convolution's
+GEMM micro-kernel broadcasts one input element per output pixel in either layout
+(``PassContext(config={"layout.stem_nchw": False})`` keeps the transpose).
+
 Convolution weights keep their (M, C/group, kh, kw) layout here; the schedule packs them once at
 compile time. Transposes of constants are folded by the ``FoldConstant`` that follows in the
 pipeline, so only activations are ever transposed at run time: the network input once, and
@@ -27,7 +34,13 @@ from ...ops import get_op
 from ...ops.registry import OpPattern
 from ..ir import Binding, Call, Function, Var
 from ..mutator import Rewriter
-from .pass_manager import function_pass
+from .pass_manager import function_pass, register_config
+
+STEM_NCHW = register_config(
+    "layout.stem_nchw", bool,
+    "ConvertLayout: a convolution with at most STEM_MAX_CHANNELS input channels reads its "
+    "NCHW input directly and writes NHWC instead of transposing the input (default True)")
+STEM_MAX_CHANNELS = 4
 
 LAYOUT_OPS = ("nn.conv", "nn.max_pool", "nn.avg_pool", "nn.global_avg_pool",
               "nn.global_max_pool")
@@ -51,8 +64,17 @@ def _is_elementwise(op: str, attrs: dict) -> bool:
         k in attrs for k in _AXIS_ATTRS)
 
 
-def convert_function(func: Function) -> Function:
-    """``func`` with 2-D convolutions and their neighbours in NHWC (see the module doc)."""
+def _reads_nchw(call, have_nhwc: bool) -> bool:
+    """Whether convolution ``call`` should read its NCHW input directly (see the module doc)."""
+    x = call.args[0]
+    return (call.op == "nn.conv" and not have_nhwc and call.attrs.get("group", 1) == 1
+            and call.attrs.get("out_layout") is None
+            and x.type.shape[1] <= STEM_MAX_CHANNELS)
+
+
+def convert_function(func: Function, stem_nchw: bool = True) -> Function:
+    """``func`` with 2-D convolutions and their neighbours in NHWC (see the module doc);
+    ``stem_nchw``: convolutions with few input channels read an NCHW-only input directly."""
     if not any(b.call.op == "nn.conv" and b.call.args[0].type.ndim == 4
                and b.call.attrs.get("data_layout") is None for b in func.bindings):
         return func
@@ -92,8 +114,13 @@ def convert_function(func: Function) -> Function:
         single = len(b.outputs) == 1
         if (op in LAYOUT_OPS and single and _rank(call.args[0]) == 4
                 and attrs.get("data_layout") is None):
-            attrs["data_layout"] = "NHWC"
-            args = [get_cl(call.args[0])] + [get_cf(a) for a in call.args[1:]]
+            if stem_nchw and _reads_nchw(call, id(call.args[0]) in cl):
+                attrs["data_layout"], attrs["out_layout"] = "NCHW", "NHWC"
+                x = get_cf(call.args[0])
+            else:
+                attrs["data_layout"] = "NHWC"
+                x = get_cl(call.args[0])
+            args = [x] + [get_cf(a) for a in call.args[1:]]
             cl[id(out)] = rw.emit(op, args, attrs, name=out.name)
             continue
         if (single and _rank(out) == 4 and _is_elementwise(op, attrs)
@@ -125,7 +152,7 @@ def convert_function(func: Function) -> Function:
 @function_pass("ConvertLayout", opt_level=2)
 def ConvertLayout(func, mod, ctx):
     """Run 2-D convolutions, pooling and their elementwise neighbours in NHWC."""
-    return convert_function(func)
+    return convert_function(func, bool(ctx.get_config(STEM_NCHW, True)))
 
 
-__all__ = ["ConvertLayout", "convert_function"]
+__all__ = ["ConvertLayout", "convert_function", "STEM_NCHW", "STEM_MAX_CHANNELS"]

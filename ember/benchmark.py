@@ -32,10 +32,14 @@ ABLATION_STEPS = [
     ("+ fusion (FuseOps, epilogues on the accumulator)",
      dict(opt_level=2, disabled_pass=["ConvertLayout"], config={"schedule.level": 0})),
     ("+ layout (NHWC) and packed weights, tiled scalar micro-kernels, threads",
-     dict(opt_level=2, config={"schedule.level": 1, "winograd.tile": -1})),
+     dict(opt_level=2, config={"schedule.level": 1, "winograd.tile": -1,
+                               "inverted_residual.fuse": -1})),
     ("+ vectorized micro-kernels (SIMD at the target width)",
-     dict(opt_level=2, config={"schedule.level": 2, "winograd.tile": -1})),
-    ("+ Winograd for 3x3 stride-1 convolutions (the default compile)",
+     dict(opt_level=2, config={"schedule.level": 2, "winograd.tile": -1,
+                               "inverted_residual.fuse": -1})),
+    ("+ Winograd for 3x3 stride-1 convolutions",
+     dict(opt_level=2, config={"schedule.level": 2, "inverted_residual.fuse": -1})),
+    ("+ inverted-residual blocks in one kernel (MobileNetV2; the default compile)",
      dict(opt_level=2, config={"schedule.level": 2})),
 ]
 TUNING_STEP = "+ tuning (apply_history_best of the records)"
@@ -173,7 +177,8 @@ class AblationStep:
 def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
              steps=None, target: str | None = None, records=None) -> list[AblationStep]:
     """Compile ``onnx_model`` at each rung of ``steps`` (default ``ABLATION_STEPS``: naive ->
-    + fusion -> + layout/packed weights -> + vectorized micro-kernels -> + Winograd) and time it
+    + fusion -> + layout/packed weights -> + vectorized micro-kernels -> + Winograd -> +
+    inverted-residual fusion) and time it
     (turns of all rungs interleaved; the naive rung, orders of magnitude slower, gets one turn).
     ``records`` (a tuning log, ``ember tune --records``) adds a last rung: the default compile
     under ``ember.tune.apply_history_best(records)``. Latencies in ms.

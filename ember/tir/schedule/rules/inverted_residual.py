@@ -47,6 +47,7 @@ from ..tensorize_dwconv import dwconv_kernel_call
 OP = "nn.inverted_residual"
 BAND_BYTES = 768 * 1024   # stack scratch per band (E + D): well inside a 2 MB L2
 MIN_BANDS = 2             # bands per batch when the thread count is not known
+BANDS_PER_THREAD = 2      # the rule's bands per batch and thread (balance when a core is busy)
 
 
 @dataclass(frozen=True)
@@ -294,16 +295,18 @@ def kernel_buffers(params: list, g: IRGeometry) -> tuple:
 def inverted_residual_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """The kernel of an ``nn.inverted_residual`` binding rebuilt with ``target``'s SIMD
     micro-kernels (the compute built it with the scalar ones); ``None`` for other kernels.
-    Unless the graph forced a band height, each thread gets one band (``target.num_threads``,
-    else the CPU count): measured on MobileNetV2 (``docs/performance.md``), more bands cost
-    more in recomputed halo rows than they gain in balance."""
+    Unless the graph forced a band height, each thread gets ``BANDS_PER_THREAD`` bands
+    (``target.num_threads``, else the CPU count): more bands balance better when another
+    process holds a core (the thread pool steals whole bands), fewer recompute fewer halo rows
+    (``docs/performance.md``)."""
     geo = func.attrs.get("inverted_residual")
     if func.attrs.get("op") != OP or geo is None or target.isa not in ISAS:
         return None
     g = IRGeometry.from_attrs(geo)
     if not g.band:
         threads = target.num_threads or os.cpu_count() or 1
-        g = IRGeometry(**{**g.to_attrs(), "band": choose_band(g, min_bands=threads)})
+        g = IRGeometry(**{**g.to_attrs(),
+                          "band": choose_band(g, min_bands=BANDS_PER_THREAD * threads)})
     body = inverted_residual_body(g, *kernel_buffers(func.params, g), target.isa)
     return Schedule(PrimFunc(func.name, list(func.params), body, dict(func.attrs)))
 

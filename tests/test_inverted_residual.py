@@ -101,17 +101,19 @@ def test_fused_block_matches_onnxruntime_and_unfused(name):
 
 @pytest.mark.parametrize("band", [1, 2, 5])
 def test_band_heights_and_scalar_micro_kernels(band):
-    """Every band height (ragged last band included) and schedule level 1 (the compute's
-    portable scalar micro-kernels, no SIMD rule) give the same answer."""
+    """Every band height (ragged last band included), schedule level 1 (the compute's
+    portable scalar micro-kernels, no SIMD rule) and the AVX2 micro-kernels give the same
+    answer."""
     model = block_model(cin=8, t=3, cout=8, h=11, w=6, stride=1)
     x = np.random.default_rng(2).standard_normal((1, 8, 11, 6)).astype(np.float32)
     want = ort_run(model, x)
-    for level in (1, 2):
+    for level, target in ((1, "llvm"), (2, "llvm"), (2, "llvm -isa=avx2")):
         cfg = {"inverted_residual.fuse": 1, "inverted_residual.band": band,
                "schedule.level": level}
         with PassContext(config=cfg):
-            got = ember.compile(model).run({"input": x})[0]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"level {level}")
+            got = ember.compile(model, target=target).run({"input": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5,
+                                   err_msg=f"level {level}, {target}")
 
 
 def _reference_f64(x, w1, b1, wd, bd, w2, b2, stride, act):

@@ -50,16 +50,57 @@ def microkernel_source(name: str, key: tuple) -> str:
         return gen(name, *key[3:])
     mr, nr, nred = key[3:6]
     a_vec = bool(key[6]) if len(key) > 6 else False
-    return gen(name, mr, nr, nred, a_vec)
+    epi = key[7] if len(key) > 7 else None
+    return gen(name, mr, nr, nred, a_vec, epi) if epi else gen(name, mr, nr, nred, a_vec)
 
 
-def _signature(name: str, nred: int) -> str:
+def _signature(name: str, nred: int, epi=None) -> str:
     red = "".join(f", int64_t k{t}, int64_t sa{t}, int64_t sb{t}" for t in range(nred))
     # not inlined: inlined into a kernel with a heavy epilogue (GELU), the compiler hoisted the
     # epilogue's constants into registers and spilled the accumulators (3x slower)
     return (f"static __attribute__((noinline)) void {name}(float* restrict C, "
             f"const float* restrict A, const float* restrict B, int64_t ldc, int64_t lda{red}, "
-            f"int32_t accumulate)")
+            f"int32_t accumulate{EPI_PARAMS if epi else ''})")
+
+
+# The optional register epilogue of a micro-kernel (``gemm`` key position 7, ``dwconv`` 16):
+# ``(bias, residual, lo, hi)``: before the store, each accumulator row gets ``bias[j]`` added
+# (``bias`` true), then ``R[i*ldr + j]`` (``residual`` true), then is clamped to ``[lo, hi]``
+# (``None``: unbounded) with NaN passing through, as ``clip``. The kernel then takes three more
+# arguments, ``EPI_PARAMS``; unused ones may be null. Kernels built directly from micro-kernels
+# (``rules/inverted_residual``) use it so the output tile is written once.
+EPI_PARAMS = ", const float* restrict bias, const float* restrict R, int64_t ldr"
+
+
+def epilogue_lines(epi, acc, nv, lanes, vt, load, loadm, tail, row_off, pad="  ",
+                   add=None, vmax=None, vmin=None, set1=None) -> list[str]:
+    """C lines applying register epilogue ``epi`` (see ``EPI_PARAMS``) to accumulators
+    ``acc[i][j]`` (row ``i``, vector ``j``); ``row_off(i)``: the C expression of row ``i``'s
+    element offset in ``R`` (``i * ldr``)."""
+    if not epi:
+        return []
+    has_bias, has_res, lo, hi = epi
+    L = []
+    if has_bias:
+        for j in range(nv):
+            ld = loadm if (tail and j == nv - 1) else load
+            L.append(f"{pad}const {vt} bias{j} = {ld(f'bias + {j * lanes}')};")
+    if lo is not None:
+        L.append(f"{pad}const {vt} vlo = {set1(repr(float(lo)) + 'f')};")
+    if hi is not None:
+        L.append(f"{pad}const {vt} vhi = {set1(repr(float(hi)) + 'f')};")
+    for i, row in enumerate(acc):
+        for j, a in enumerate(row):
+            if has_bias:
+                L.append(f"{pad}{a} = {add(a, f'bias{j}')};")
+            if has_res:
+                ld = loadm if (tail and j == nv - 1) else load
+                L.append(f"{pad}{a} = {add(a, ld(f'R + {row_off(i)} + {j * lanes}'))};")
+            if lo is not None:  # constant first: x86 max/min return the second operand on NaN
+                L.append(f"{pad}{a} = {vmax('vlo', a)};")
+            if hi is not None:
+                L.append(f"{pad}{a} = {vmin('vhi', a)};")
+    return L
 
 
 def _loops(nred: int) -> tuple[list[str], str, str, str]:
@@ -75,10 +116,10 @@ def _loops(nred: int) -> tuple[list[str], str, str, str]:
 
 
 def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, set1, fma,
-               mask_decl, a_vec=False):
+               mask_decl, add, vmax, vmin, a_vec=False, epi=None):
     nv = -(-nr // lanes)
     tail = nr % lanes
-    L = [_signature(name, nred) + " {"]
+    L = [_signature(name, nred, epi) + " {"]
     if tail:
         L.append(mask_decl(tail))
     acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
@@ -115,6 +156,8 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
             L.append(f"      {acc[i][j]} = {fma(f'a{i}', f'b{j}', acc[i][j])};")
         L.append("    }")
     L.append(close)
+    L += epilogue_lines(epi, acc, nv, lanes, vt, load, loadm, tail, lambda i: f"{i} * ldr",
+                        add=add, vmax=vmax, vmin=vmin, set1=set1)
     for i in range(mr):
         for j in range(nv):
             st = storem if (tail and j == nv - 1) else store
@@ -130,7 +173,8 @@ def _avx2_mask_decl(t: int) -> str:
 
 # The float32 intrinsics of each SIMD instruction set, shared by the micro-kernel families
 # (``gemm`` here, ``dwconv`` in ``microkernel_dwconv``): lanes, vector type, (masked) load and
-# store, zero, broadcast (``set1``), fused multiply-add and the tail-mask declaration.
+# store, zero, broadcast (``set1``), fused multiply-add, add / max / min (register epilogues) and
+# the tail-mask declaration.
 SIMD_ISAS: dict[str, dict] = {
     "avx512": dict(
         lanes=16, vt="__m512",
@@ -140,6 +184,9 @@ SIMD_ISAS: dict[str, dict] = {
         storem=lambda p, v: f"_mm512_mask_storeu_ps({p}, tail_mask, {v})",
         zero="_mm512_setzero_ps()", set1=lambda x: f"_mm512_set1_ps({x})",
         fma=lambda a, b, c: f"_mm512_fmadd_ps({a}, {b}, {c})",
+        add=lambda a, b: f"_mm512_add_ps({a}, {b})",
+        vmax=lambda a, b: f"_mm512_max_ps({a}, {b})",
+        vmin=lambda a, b: f"_mm512_min_ps({a}, {b})",
         mask_decl=lambda t: f"  const __mmask16 tail_mask = (__mmask16){(1 << t) - 1};"),
     "avx2": dict(
         lanes=8, vt="__m256",
@@ -149,24 +196,47 @@ SIMD_ISAS: dict[str, dict] = {
         storem=lambda p, v: f"_mm256_maskstore_ps({p}, tail_mask, {v})",
         zero="_mm256_setzero_ps()", set1=lambda x: f"_mm256_set1_ps({x})",
         fma=lambda a, b, c: f"_mm256_fmadd_ps({a}, {b}, {c})",
+        add=lambda a, b: f"_mm256_add_ps({a}, {b})",
+        vmax=lambda a, b: f"_mm256_max_ps({a}, {b})",
+        vmin=lambda a, b: f"_mm256_min_ps({a}, {b})",
         mask_decl=_avx2_mask_decl),
 }
 
 
 @register_microkernel("gemm", "avx512", "float32")
-def _gemm_avx512(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
-    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, **SIMD_ISAS["avx512"])
+def _gemm_avx512(name: str, mr: int, nr: int, nred: int, a_vec: bool = False,
+                 epi=None) -> str:
+    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, **SIMD_ISAS["avx512"])
 
 
 @register_microkernel("gemm", "avx2", "float32")
-def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
-    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, **SIMD_ISAS["avx2"])
+def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False, epi=None) -> str:
+    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, **SIMD_ISAS["avx2"])
+
+
+def scalar_epilogue(epi, rows: int, cols: int, row_off: str = "i * ldr") -> list[str]:
+    """C lines applying register epilogue ``epi`` to a scalar ``float c[rows][cols]`` tile."""
+    if not epi:
+        return []
+    has_bias, has_res, lo, hi = epi
+    ops = []
+    if has_bias:
+        ops.append("v += bias[j];")
+    if has_res:
+        ops.append(f"v += R[{row_off} + j];")
+    if lo is not None:
+        ops.append(f"if (v < {float(lo)!r}f) v = {float(lo)!r}f;")
+    if hi is not None:
+        ops.append(f"if (v > {float(hi)!r}f) v = {float(hi)!r}f;")
+    return [f"  for (int i = 0; i < {rows}; ++i) for (int j = 0; j < {cols}; ++j) "
+            f"{{ float v = c[i][j]; {' '.join(ops)} c[i][j] = v; }}"]
 
 
 @register_microkernel("gemm", "scalar", "float32")
-def _gemm_scalar(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) -> str:
+def _gemm_scalar(name: str, mr: int, nr: int, nred: int, a_vec: bool = False,
+                 epi=None) -> str:
     heads, close, aoff, boff = _loops(nred)
-    L = [_signature(name, nred) + " {", f"  float c[{mr}][{nr}];",
+    L = [_signature(name, nred, epi) + " {", f"  float c[{mr}][{nr}];",
          f"  for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) "
          f"c[i][j] = accumulate ? C[i * ldc + j] : 0.0f;"]
     L += heads
@@ -174,6 +244,7 @@ def _gemm_scalar(name: str, mr: int, nr: int, nred: int, a_vec: bool = False) ->
           f"    for (int i = 0; i < {mr}; ++i) {{ const float* ai = a + i * lda;",
           f"      for (int j = 0; j < {nr}; ++j) c[i][j] += ai[{'j' if a_vec else '0'}] * b[j]; }}"]
     L.append(close)
+    L += scalar_epilogue(epi, mr, nr)
     L.append(f"  for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) "
              f"C[i * ldc + j] = c[i][j];")
     L.append("}")

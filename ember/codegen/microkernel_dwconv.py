@@ -17,13 +17,15 @@ and element strides, the weight strides) is compiled in, so addresses are immedi
 loads shared by neighbouring taps (stride 1) are loaded once.
 
 Key: ``("dwconv", isa, dtype, wr, nr, kh, kw, sw, dh, dw, H, W, sxh, sxw, swh, sww, ldc,
-guarded)``; C signature ``void name(float* C, const float* X, const float* Wt, int64_t ih0,
-int64_t iw0, int32_t accumulate)``.
+guarded[, epi])``; C signature ``void name(float* C, const float* X, const float* Wt, int64_t
+ih0, int64_t iw0, int32_t accumulate)``, with ``epi`` (a register epilogue, see
+``microkernel.EPI_PARAMS``) three more arguments ``bias, R, ldr``.
 """
 
 from __future__ import annotations
 
-from .microkernel import SIMD_ISAS, register_microkernel
+from .microkernel import EPI_PARAMS, SIMD_ISAS, epilogue_lines, register_microkernel, \
+    scalar_epilogue
 
 _FIELDS = ("wr", "nr", "kh", "kw", "sw", "dh", "dw", "H", "W", "sxh", "sxw", "swh", "sww",
            "ldc", "guarded")
@@ -34,14 +36,22 @@ def dwconv_params(key: tuple) -> dict:
     return dict(zip(_FIELDS, key[3:]))
 
 
-def _signature(name: str) -> str:
+def _signature(name: str, epi=None) -> str:
     return (f"static __attribute__((noinline)) void {name}(float* restrict C, "
             f"const float* restrict X, const float* restrict Wt, int64_t ih0, int64_t iw0, "
-            f"int32_t accumulate)")
+            f"int32_t accumulate{EPI_PARAMS if epi else ''})")
+
+
+def _params(key: tuple) -> dict:
+    """Named parameters of a key's shape part (``key[3:]``), ``epi`` (the optional register
+    epilogue, ``microkernel.EPI_PARAMS``) ``None`` when absent."""
+    p = dict(zip(_FIELDS, key))
+    p["epi"] = key[len(_FIELDS)] if len(key) > len(_FIELDS) else None
+    return p
 
 
 def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
-          set1=None):  # set1 (broadcast): in the shared SIMD_ISAS entry, not used here
+          set1, add, vmax, vmin):
     wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
     sw, dh, dw, H, W = p["sw"], p["dh"], p["dw"], p["H"], p["W"]
     sxh, sxw, swh, sww, ldc = p["sxh"], p["sxw"], p["swh"], p["sww"], p["ldc"]
@@ -52,7 +62,7 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
         return loadm(ptr) if (tail and j == nv - 1) else load(ptr)
 
     acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(wr)]
-    L = [_signature(name) + " {"]
+    L = [_signature(name, p["epi"]) + " {"]
     if tail:
         L.append(mask_decl(tail))
     L.append(f"  {vt} " + ", ".join(x for row in acc for x in row) + ";")
@@ -103,6 +113,8 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
         L.append("      }")
         L.append("    }")
     L.append("  }")
+    L += epilogue_lines(p["epi"], acc, nv, lanes, vt, load, loadm, tail,
+                        lambda i: f"{i} * ldr", add=add, vmax=vmax, vmin=vmin, set1=set1)
     for i in range(wr):
         for j in range(nv):
             ptr = f"C + {i * ldc + j * lanes}"
@@ -113,21 +125,21 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
 
 @register_microkernel("dwconv", "avx512", "float32")
 def _dwconv_avx512(name: str, *key) -> str:
-    return _simd(name, dict(zip(_FIELDS, key)), **SIMD_ISAS["avx512"])
+    return _simd(name, _params(key), **SIMD_ISAS["avx512"])
 
 
 @register_microkernel("dwconv", "avx2", "float32")
 def _dwconv_avx2(name: str, *key) -> str:
-    return _simd(name, dict(zip(_FIELDS, key)), **SIMD_ISAS["avx2"])
+    return _simd(name, _params(key), **SIMD_ISAS["avx2"])
 
 
 @register_microkernel("dwconv", "scalar", "float32")
 def _dwconv_scalar(name: str, *key) -> str:
-    p = dict(zip(_FIELDS, key))
+    p = _params(key)
     wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
     guard = (f"if (ih < 0 || ih >= {p['H']} || iw < 0 || iw >= {p['W']}) continue;"
              if p["guarded"] else "")
-    L = [_signature(name) + " {",
+    L = [_signature(name, p["epi"]) + " {",
          f"  float c[{wr}][{nr}];",
          f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
          f"c[i][j] = accumulate ? C[i * {p['ldc']} + j] : 0.0f;",
@@ -139,6 +151,7 @@ def _dwconv_scalar(name: str, *key) -> str:
          f"    const float* wp = Wt + r * {p['swh']}LL + s * {p['sww']}LL;",
          f"    for (int j = 0; j < {nr}; ++j) c[i][j] += xp[j] * wp[j];",
          "  }",
+         *scalar_epilogue(p["epi"], wr, nr),
          f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
          f"C[i * {p['ldc']} + j] = c[i][j];",
          "}"]

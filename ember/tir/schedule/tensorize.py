@@ -19,6 +19,8 @@ The ``dwconv`` family (depthwise convolution register blocks) is matched by
 
 from __future__ import annotations
 
+import hashlib
+
 from ...errors import ScheduleError
 from ..arith import linear_terms, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var
@@ -250,14 +252,17 @@ def tensorize(sch, loop, intrin: str) -> None:
 
 
 def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: AddressOf,
-                     b: AddressOf, ldc, lda, red, accumulate, a_vec: bool = False
-                     ) -> KernelCall:
+                     b: AddressOf, ldc, lda, red, accumulate, a_vec: bool = False,
+                     epi: tuple | None = None, epi_args: tuple = ()) -> KernelCall:
     """The ``KernelCall`` of the ``gemm`` micro-kernel (``ember.codegen.microkernel``) for one
     ``mr x nr`` register block: ``C[i*ldc + j] (+)= sum A[i*lda + sum r_t*sa_t] * B[j + sum
     r_t*sb_t]`` with ``red`` the reduction loops ``[(extent, sa, sb), ...]`` (element strides)
     and ``c``, ``a``, ``b`` the addresses of the block's first elements; ``accumulate``
-    (0/1, an int32 expression or constant) adds to ``C`` instead of overwriting it. Used by
-    ``tensorize`` and by kernels built directly from micro-kernels (``rules/inverted_residual``).
+    (0/1, an int32 expression or constant) adds to ``C`` instead of overwriting it. ``epi``:
+    the register epilogue ``(bias, residual, lo, hi)`` of ``microkernel.EPI_PARAMS`` with its
+    arguments ``epi_args = (bias address, residual address, ldr)`` (an unused address may
+    repeat another). Used by ``tensorize`` and by kernels built directly from micro-kernels
+    (``rules/inverted_residual``).
 
     Raises:
         ScheduleError: the block needs more accumulators than ``isa`` has registers for.
@@ -272,8 +277,16 @@ def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: Ad
         args += [as_index(ext), as_index(sa), as_index(sb)]
     args.append(accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32"))
     name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec)
-    return KernelCall(name, args, ("gemm", isa, dtype, mr, nr, len(red), int(a_vec)),
-                      reads=[a.src, b.src], writes=[c.src])
+    key = ("gemm", isa, dtype, mr, nr, len(red), int(a_vec))
+    reads = [a.src, b.src]
+    if epi:
+        epi = tuple(epi)
+        key += (epi,)
+        name += "_e" + hashlib.sha1(repr(epi).encode()).hexdigest()[:8]
+        bias, res, ldr = epi_args
+        args += [bias, res, as_index(ldr)]
+        reads += [bias.src, res.src]
+    return KernelCall(name, args, key, reads=reads, writes=[c.src])
 
 
 def as_index(v) -> Expr:

@@ -183,18 +183,26 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
 
 
 def dwconv_kernel_call(isa: str, dtype: str, params: tuple, c: AddressOf, x: AddressOf,
-                       wt: AddressOf, ih0, iw0, accumulate) -> KernelCall:
+                       wt: AddressOf, ih0, iw0, accumulate, epi: tuple | None = None,
+                       epi_args: tuple = ()) -> KernelCall:
     """The ``KernelCall`` of the ``dwconv`` micro-kernel (``ember.codegen.microkernel_dwconv``)
     with shape ``params`` (its key after ``(family, isa, dtype)``: ``wr, nr, kh, kw, sw, dh,
     dw, H, W, sxh, sxw, swh, sww, ldc, guarded``); ``c``: the block's first output, ``x``: the
     image's pixel (0, 0) of the block's first channel, ``wt``: tap (0, 0) of that channel;
     ``ih0``/``iw0``: input coordinates of tap (0, 0) of the block's first pixel (int64
-    expressions or ints). Used by ``tensorize_dwconv`` and ``rules/inverted_residual``."""
+    expressions or ints); ``epi``/``epi_args``: a register epilogue as ``gemm_kernel_call``'s.
+    Used by ``tensorize_dwconv`` and ``rules/inverted_residual``."""
     from .tensorize import as_index
-    key = ("dwconv", isa, dtype) + tuple(params)
-    digest = hashlib.sha1(repr(tuple(params)).encode()).hexdigest()[:8]
+    params = tuple(params) + ((tuple(epi),) if epi else ())
+    key = ("dwconv", isa, dtype) + params
+    digest = hashlib.sha1(repr(params).encode()).hexdigest()[:8]
     wr, nr, kh, kw = params[:4]
     name = f"ember_ukr_dwconv_{isa}_{DTYPE_SHORT[dtype]}_{wr}x{nr}_k{kh}x{kw}_{digest}"
     args = [c, x, wt, as_index(ih0), as_index(iw0),
             accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32")]
-    return KernelCall(name, args, key, reads=[x.src, wt.src], writes=[c.src])
+    reads = [x.src, wt.src]
+    if epi:
+        bias, res, ldr = epi_args
+        args += [bias, res, as_index(ldr)]
+        reads += [bias.src, res.src]
+    return KernelCall(name, args, key, reads=reads, writes=[c.src])

@@ -13,7 +13,8 @@ Structure of the kernel (``inverted_residual_body``), for an ``(N, H, W, Cin)`` 
   horizontal padding) and zero rows for input rows outside the image (the vertical padding), so
   the depthwise micro-kernel runs its unguarded straight-line path everywhere; each expanded
   row is one ``gemm`` micro-kernel pass (``W x Ce``, reduction ``Cin``) with the bias and
-  activation applied to the register tile's output while it is in L1. Rows shared with the
+  activation applied to the accumulators before the store (the micro-kernels' register
+  epilogue, ``ember.codegen.microkernel.EPI_PARAMS``). Rows shared with the
   neighbouring band (``3 - s`` of them) are computed by both (the halo);
 - ``D (band * OW, Ce)``: the depthwise output of the band (``dwconv`` micro-kernel, bias and
   activation on each block);
@@ -38,7 +39,7 @@ from dataclasses import asdict, dataclass
 
 from ....errors import ScheduleError
 from ....target import Target
-from ...expr import AddressOf, Const, Expr, Load, Select, Var, binop
+from ...expr import AddressOf, Const, Var, binop
 from ...stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Stmt, Store, seq
 from ..schedule import Schedule
 from ..tensorize import ISAS, MAX_ACCUMULATORS, gemm_kernel_call
@@ -110,15 +111,10 @@ def choose_band(g: IRGeometry, budget: int | None = None, min_bands: int | None 
     return -(-g.oh // nb)
 
 
-def _act(v: Expr, lohi) -> Expr:
-    lo, hi = lohi
-    if lo is not None:
-        c = Const(float(lo), "float32")
-        v = Select(binop("lt", v, c), c, v)
-    if hi is not None and not math.isinf(hi):
-        c = Const(float(hi), "float32")
-        v = Select(binop("gt", v, c), c, v)
-    return v
+def _clamp(lohi) -> tuple:
+    """``(lo, hi)`` of an activation for a micro-kernel's register epilogue (infinite bounds
+    as ``None``)."""
+    return tuple(None if (b is None or math.isinf(b)) else float(b) for b in lohi)
 
 
 _ids = [0]
@@ -137,17 +133,10 @@ def _loop(extent: int, body, name: str = "i", kind: str = "serial") -> Stmt:
     return For(v, int(extent), body(v), kind)
 
 
-def _tile_epilogue(buf: Buffer, idx0, rows: int, row_stride: int, cols: int, value) -> Stmt:
-    """``buf[idx0 + i*row_stride + j] = value(i, j, old)`` over an ``rows x cols`` tile, the
-    ``j`` loop vectorized. ``idx0``: the flat index of the tile's first element (``buf`` is
-    addressed flat through its last dim)."""
-    def body(i):
-        def inner(j):
-            flat = idx0 + i * row_stride + j
-            idx = _unflatten(buf, flat)
-            return Store(buf, idx, value(i, j, Load(buf, idx)))
-        return _loop(cols, inner, "j", "vectorized")
-    return _loop(rows, body, "i")
+def _zero(buf: Buffer, flat0, count: int) -> Stmt:
+    """``buf[flat0 : flat0 + count] = 0`` (flat elements), vectorized."""
+    return _loop(count, lambda j: Store(buf, _unflatten(buf, flat0 + j), Const(0.0, "float32")),
+                 "j", "vectorized")
 
 
 def _unflatten(buf: Buffer, flat) -> tuple:
@@ -196,9 +185,7 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
         if g.expand:
             # zero columns (horizontal padding) of every row
             def zcols(r):
-                return seq([_tile_epilogue(E, (r * WE + col) * ce, 1, 0, ce,
-                                           lambda i, j, old: Const(0.0, f32))
-                            for col in (0, WE - 1)])
+                return seq([_zero(E, (r * WE + col) * ce, ce) for col in (0, WE - 1)])
             parts.append(_loop(R, zcols, "r"))
             mr, nr = choose_tile(g.w, ce, lanes, max_acc) or (1, 1)
 
@@ -211,19 +198,17 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
 
             def tile(r, mt, nt):
                 c0 = (r * WE + 1 + mt * mr) * ce + nt * nr
-                call = gemm_kernel_call(
+                b0 = _addr(bias, nt * nr)
+                return gemm_kernel_call(
                     isa, f32, mr, nr, _addr(E, c0),
                     _addr(x, ((n * g.h + ih_of(r)) * g.w + mt * mr) * cin),
-                    _addr(w1, nt * nr), ce, cin, [(cin, 1, ce)], 0)
-                epi = _tile_epilogue(E, c0, mr, ce, nr, lambda i, j, old: _act(
-                    old + Load(bias, (nt * nr + j,)), g.act_expand))
-                return seq([call, epi])
+                    _addr(w1, nt * nr), ce, cin, [(cin, 1, ce)], 0,
+                    epi=(True, False) + _clamp(g.act_expand), epi_args=(b0, b0, 0))
             # weight panels outside the rows: each (Cin x nr) panel is reused by every row
             parts.append(_loop(ce // nr, lambda nt: _loop(R, lambda r: IfThenElse(
                 inside(r), _loop(g.w // mr, lambda mt: tile(r, mt, nt), "mt")), "r"), "nt"))
             parts.append(_loop(R, lambda r: IfThenElse(
-                ~inside(r), _tile_epilogue(E, (r * WE + 1) * ce, 1, 0, g.w * ce,
-                                           lambda i, j, old: Const(0.0, f32))), "r"))
+                ~inside(r), _zero(E, (r * WE + 1) * ce, g.w * ce)), "r"))
         # depthwise: D[orow, ow, c] over the band's rows
         wr, nrd = choose_dw_tile(g.ow, ce, lanes, max_acc)
         if g.expand:
@@ -239,11 +224,11 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
                 else:
                     src = _addr(x, n * (g.h * g.w * ce) + ct * nrd)
                     ih0, iw0 = (oh0 + orow) * s - pt, wt * (wr * s) - pl
-                call = dwconv_kernel_call(isa, f32, dparams, _addr(D, d0), src,
-                                          _addr(wd, ct * nrd), ih0, iw0, 0)
-                epi = _tile_epilogue(D, d0, wr, ce, nrd, lambda i, j, old: _act(
-                    old + Load(bias, (b_dw0 + ct * nrd + j,)), g.act_dw))
-                return seq([call, epi])
+                b0 = _addr(bias, b_dw0 + ct * nrd)
+                return dwconv_kernel_call(isa, f32, dparams, _addr(D, d0), src,
+                                          _addr(wd, ct * nrd), ih0, iw0, 0,
+                                          epi=(True, False) + _clamp(g.act_dw),
+                                          epi_args=(b0, b0, 0))
             body = _loop(g.ow // wr, lambda wt: _loop(ce // nrd, lambda ct: blk(wt, ct), "ct"),
                          "wt")
             return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")), body)
@@ -253,16 +238,13 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
 
         def ptile(orow, mt, nt):
             o0 = ((n * g.oh + oh0 + orow) * g.ow + mt * mp) * cout + nt * np_
-            call = gemm_kernel_call(isa, f32, mp, np_, _addr(out, o0),
+            b0 = _addr(bias, b_pj0 + nt * np_)
+            # the residual: stride 1 and Cin == Cout, so x has the output's layout
+            return gemm_kernel_call(isa, f32, mp, np_, _addr(out, o0),
                                     _addr(D, (orow * g.ow + mt * mp) * ce),
-                                    _addr(w2, nt * np_), cout, ce, [(ce, 1, cout)], 0)
-
-            def epi_val(i, j, old):
-                v = old + Load(bias, (b_pj0 + nt * np_ + j,))
-                if g.residual:  # stride 1 and Cin == Cout: x has the output's layout
-                    v = v + Load(x, _unflatten(x, o0 + i * cout + j))
-                return v
-            return seq([call, _tile_epilogue(out, o0, mp, cout, np_, epi_val)])
+                                    _addr(w2, nt * np_), cout, ce, [(ce, 1, cout)], 0,
+                                    epi=(True, g.residual, None, None),
+                                    epi_args=(b0, _addr(x, o0) if g.residual else b0, cout))
 
         def prow(orow, nt):
             return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")),

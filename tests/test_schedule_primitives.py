@@ -124,6 +124,10 @@ def test_transform_layout_of_a_parameter_is_recorded_for_the_caller():
     (lambda s: s.cache_read("mm", 0, "shared"), r"unknown storage scope 'shared'"),
     (lambda s: s.get_block("nope"), r"no block named 'nope'"),
     (lambda s: s.tensorize(s.get_loops("mm")[0], "gemm.neon.f32"), r"unknown intrinsic"),
+    (lambda s: s.tensorize(s.get_loops("mm")[0], "gemm.avx512.f32.pfsoon"),
+     r"unknown intrinsic .*options from \['pfnext'\]"),
+    (lambda s: s.tensorize(s.get_loops("mm")[0], "dwconv.avx512.f32.pfnext"),
+     r"unknown intrinsic"),
     (lambda s: s.tensorize(s.get_loops("relu")[0], "gemm.avx512.f32"),
      r"tensorize of loop .* is not an update C = C \+ A \* B"),
     (lambda s: s.transform_layout("mm", ("read", 0), IndexMap.from_func(
@@ -151,6 +155,33 @@ def test_tensorize_gemm_micro_kernel_matches_numpy():
     sch.tensorize(sch.get_loops("mm")[2], "gemm.scalar.f32")
     src = emit_c_function(sch.func)
     assert "ember_ukr_gemm_scalar_f32_4x32_r1" in src
+    np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+def test_tensorize_pfnext_option_prefetches_the_next_block_and_matches_numpy(isa):
+    """``gemm.<isa>.f32.pfnext``: the micro-kernel also prefetches ``B + k * sb`` of its last
+    reduction loop (the next call's block) into L2; the result is unchanged."""
+    from ember.codegen.microkernel import microkernel_source
+    from ember.target import Target
+    if isa != "scalar" and {"avx512": "avx512f"}.get(isa, isa) not in Target("llvm").features:
+        pytest.skip(f"host has no {isa}")
+    f = _mm_relu(m=16, n=32, k=24)
+    ins = _data(f)
+    sch = Schedule(f)
+    i, j = sch.get_loops("relu")
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(io, jo, ii, ji)
+    sch.compute_at("mm", jo)
+    loops = sch.get_loops("mm")
+    sch.reorder(loops[-1], loops[-3], loops[-2])
+    sch.tensorize(sch.get_loops("mm")[2], f"gemm.{isa}.f32.pfnext")
+    assert f"ember_ukr_gemm_{isa}_f32_4x16_r1_pn" in emit_c_function(sch.func)
+    mk = microkernel_source("k", ("gemm", isa, "float32", 4, 16, 1, 0, None, 1))
+    plain = microkernel_source("k", ("gemm", isa, "float32", 4, 16, 1, 0))
+    if isa != "scalar":
+        assert "b + k0 * sb0 + 0), _MM_HINT_T1" in mk and "_MM_HINT_T1" not in plain
     np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
 
 

@@ -24,9 +24,12 @@ PREFETCH_STEPS = 8  # reduction steps ahead that the SIMD kernels prefetch B
 
 
 def register_microkernel(family: str, isa: str, dtype: str):
-    """Decorator: register ``gen(name, mr, nr, nred, a_vec) -> C source`` for ``(family, isa,
-    dtype)``; ``a_vec`` selects the lane-aligned variant (``A`` loaded as vectors along ``n``,
-    as depthwise convolution needs) instead of one broadcast ``A`` element per row."""
+    """Decorator: register ``gen(name, mr, nr, nred, a_vec[, epi][, pf_next=True]) -> C source``
+    for ``(family, isa, dtype)``; ``a_vec`` selects the lane-aligned variant (``A`` loaded as
+    vectors along ``n``, as depthwise convolution needs) instead of one broadcast ``A`` element
+    per row; ``epi`` is the register epilogue (``EPI_PARAMS``); ``pf_next`` adds a prefetch (into
+    L2) of the ``B`` block the next call will read, ``B + k * sb`` of the innermost reduction
+    loop (generators without prefetches may ignore it)."""
     def deco(gen):
         _REGISTRY[(family, isa, dtype)] = gen
         return gen
@@ -35,7 +38,7 @@ def register_microkernel(family: str, isa: str, dtype: str):
 
 def microkernel_source(name: str, key: tuple) -> str:
     """C definition of micro-kernel ``name`` for ``key = (family, isa, dtype, mr, nr, nred[,
-    a_vec])`` (``gemm``) or ``(family, isa, dtype, *params)`` (other families, e.g. ``dwconv``:
+    a_vec[, epi or None[, pf_next]]])`` (``gemm``) or ``(family, isa, dtype, *params)`` (other families, e.g. ``dwconv``:
     ``ember.codegen.microkernel_dwconv``).
 
     Raises:
@@ -51,7 +54,9 @@ def microkernel_source(name: str, key: tuple) -> str:
     mr, nr, nred = key[3:6]
     a_vec = bool(key[6]) if len(key) > 6 else False
     epi = key[7] if len(key) > 7 else None
-    return gen(name, mr, nr, nred, a_vec, epi) if epi else gen(name, mr, nr, nred, a_vec)
+    kw = {"pf_next": True} if len(key) > 8 and key[8] else {}
+    return gen(name, mr, nr, nred, a_vec, epi, **kw) if epi else gen(name, mr, nr, nred, a_vec,
+                                                                      **kw)
 
 
 def _signature(name: str, nred: int, epi=None) -> str:
@@ -116,7 +121,7 @@ def _loops(nred: int) -> tuple[list[str], str, str, str]:
 
 
 def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, set1, fma,
-               mask_decl, add, vmax, vmin, a_vec=False, epi=None):
+               mask_decl, add, vmax, vmin, a_vec=False, epi=None, pf_next=False):
     nv = -(-nr // lanes)
     tail = nr % lanes
     L = [_signature(name, nred, epi) + " {"]
@@ -142,6 +147,10 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
         for j in range(0, nv, 1):
             L.append(f"    _mm_prefetch((const char*)(b + {PREFETCH_STEPS} * sb{nred - 1} + "
                      f"{j * lanes}), _MM_HINT_T0);")
+    if nred and pf_next:  # the next call's B block (K-blocked weights: the next kc x nr slice)
+        for j in range(nv):
+            L.append(f"    _mm_prefetch((const char*)(b + k{nred - 1} * sb{nred - 1} + "
+                     f"{j * lanes}), _MM_HINT_T1);")
     for j in range(nv):
         ld = loadm if (tail and j == nv - 1) else load
         L.append(f"    {vt} b{j} = {ld(f'b + {j * lanes}')};")
@@ -205,13 +214,16 @@ SIMD_ISAS: dict[str, dict] = {
 
 @register_microkernel("gemm", "avx512", "float32")
 def _gemm_avx512(name: str, mr: int, nr: int, nred: int, a_vec: bool = False,
-                 epi=None) -> str:
-    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, **SIMD_ISAS["avx512"])
+                 epi=None, pf_next: bool = False) -> str:
+    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, pf_next=pf_next,
+                      **SIMD_ISAS["avx512"])
 
 
 @register_microkernel("gemm", "avx2", "float32")
-def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False, epi=None) -> str:
-    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, **SIMD_ISAS["avx2"])
+def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False, epi=None,
+               pf_next: bool = False) -> str:
+    return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, pf_next=pf_next,
+                      **SIMD_ISAS["avx2"])
 
 
 def scalar_epilogue(epi, rows: int, cols: int, row_off: str = "i * ldr") -> list[str]:
@@ -234,7 +246,7 @@ def scalar_epilogue(epi, rows: int, cols: int, row_off: str = "i * ldr") -> list
 
 @register_microkernel("gemm", "scalar", "float32")
 def _gemm_scalar(name: str, mr: int, nr: int, nred: int, a_vec: bool = False,
-                 epi=None) -> str:
+                 epi=None, pf_next: bool = False) -> str:
     heads, close, aoff, boff = _loops(nred)
     L = [_signature(name, nred, epi) + " {", f"  float c[{mr}][{nr}];",
          f"  for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) "

@@ -93,6 +93,26 @@ def test_k_blocking_is_a_knob_both_ways():
     assert gemm_knobs(f2, TARGET)["kblock"][0] == 0   # default: not blocked
 
 
+def test_kblocked_weight_prefetch_is_a_knob():
+    """K-blocked schedules prefetch the next weight slice by default (``prefetch`` 1, the
+    ``pfnext`` micro-kernel); ``prefetch=0`` is the plain kernel; a schedule that is not
+    K-blocked has no such knob value to choose."""
+    from ember.errors import ScheduleError
+    from ember.tir.schedule.rules import schedule_config
+    f, xs, ref = _op_kernel(*CASES[1])
+    assert gemm_knobs(f, TARGET)["prefetch"] == [1, 0]
+    on = schedule_default(f, TARGET)
+    off = schedule_config(f, TARGET, "gemm_rule", {"prefetch": 0})
+    assert "_pn(" in emit_c_function(on, "k", target=TARGET)
+    assert "_pn(" not in emit_c_function(off, "k", target=TARGET)
+    for g in (on, off):
+        np.testing.assert_allclose(_run(g, xs), ref, rtol=1e-4, atol=1e-4)
+    f2, _, _ = _op_kernel(*CASES[0])
+    assert gemm_knobs(f2, TARGET)["prefetch"] == [1]
+    with pytest.raises(ScheduleError, match="prefetch 2 is not 0 or 1"):
+        schedule_config(f, TARGET, "gemm_rule", {"prefetch": 2})
+
+
 def test_illegal_tile_is_a_typed_error():
     from ember.errors import ScheduleError
     from ember.tir.schedule.rules import schedule_config

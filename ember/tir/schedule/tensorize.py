@@ -35,25 +35,41 @@ FAMILIES = ("gemm", "dwconv")  # dwconv: ``tensorize_dwconv`` (depthwise convolu
 
 
 def parse_intrin(name: str) -> tuple[str, str, str]:
-    """``(family, isa, dtype)`` of an intrinsic name such as ``"gemm.avx512.f32"``.
+    """``(family, isa, dtype)`` of an intrinsic name such as ``"gemm.avx512.f32"``; a ``gemm``
+    name may end in options (``"gemm.avx512.f32.pfnext"``, see ``intrin_options``).
 
     Raises:
-        ScheduleError: unknown family, ISA or dtype.
+        ScheduleError: unknown family, ISA, dtype or option.
     """
     parts = name.split(".") if isinstance(name, str) else []
-    if len(parts) != 3 or parts[0] not in FAMILIES or parts[1] not in ISAS \
-            or parts[2] not in DTYPES:
+    if len(parts) < 3 or parts[0] not in FAMILIES or parts[1] not in ISAS \
+            or parts[2] not in DTYPES or (parts[3:] and parts[0] != "gemm") \
+            or any(o not in GEMM_OPTIONS for o in parts[3:]):
         raise ScheduleError(f"tensorize: unknown intrinsic {name!r}; known: <family>.<isa>.<dtype> "
                             f"with family in {list(FAMILIES)}, isa in {sorted(ISAS)} and dtype in "
-                            f"{sorted(DTYPES)}")
+                            f"{sorted(DTYPES)}, then for gemm options from {sorted(GEMM_OPTIONS)}")
     return parts[0], parts[1], DTYPES[parts[2]]
 
 
+# Options of the gemm intrinsic (dot-separated after the dtype):
+# pfnext: also prefetch (into L2) the B block one whole call ahead, i.e. ``B + k * sb`` of the
+#   innermost reduction loop: in the K-blocked convolution the next ``kc x nr`` weight slice,
+#   fetched while the current one is reused by every output row (the weights stream from memory).
+GEMM_OPTIONS = ("pfnext",)
+
+
+def intrin_options(name: str) -> tuple[str, ...]:
+    """The options of intrinsic ``name`` (``parse_intrin`` checked it)."""
+    return tuple(name.split(".")[3:])
+
+
 def microkernel_name(isa: str, dtype: str, mr: int, nr: int, nred: int,
-                     a_vec: bool = False) -> str:
-    """The C symbol of a gemm micro-kernel (``_av``: lane-aligned ``A``)."""
+                     a_vec: bool = False, pf_next: bool = False) -> str:
+    """The C symbol of a gemm micro-kernel (``_av``: lane-aligned ``A``; ``_pn``: prefetches
+    the next call's ``B`` block, option ``pfnext``)."""
     short = {v: k for k, v in DTYPES.items()}[dtype]
-    return f"ember_ukr_gemm_{isa}_{short}_{mr}x{nr}_r{nred}{'_av' if a_vec else ''}"
+    return (f"ember_ukr_gemm_{isa}_{short}_{mr}x{nr}_r{nred}{'_av' if a_vec else ''}"
+            f"{'_pn' if pf_next else ''}")
 
 
 def _match_update(blk: Block, where: str):
@@ -247,13 +263,14 @@ def tensorize(sch, loop, intrin: str) -> None:
         AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
         cc.get(id(ml.var), 0) if ml else 0, ca.get(id(ml.var), 0) if ml else 0,
         [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red],
-        accumulate, a_vec)
+        accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin))
     replace_nest(sch, f, blk, chain, call, intrin)
 
 
 def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: AddressOf,
                      b: AddressOf, ldc, lda, red, accumulate, a_vec: bool = False,
-                     epi: tuple | None = None, epi_args: tuple = ()) -> KernelCall:
+                     epi: tuple | None = None, epi_args: tuple = (),
+                     pf_next: bool = False) -> KernelCall:
     """The ``KernelCall`` of the ``gemm`` micro-kernel (``ember.codegen.microkernel``) for one
     ``mr x nr`` register block: ``C[i*ldc + j] (+)= sum A[i*lda + sum r_t*sa_t] * B[j + sum
     r_t*sb_t]`` with ``red`` the reduction loops ``[(extent, sa, sb), ...]`` (element strides)
@@ -262,7 +279,8 @@ def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: Ad
     the register epilogue ``(bias, residual, lo, hi)`` of ``microkernel.EPI_PARAMS`` with its
     arguments ``epi_args = (bias address, residual address, ldr)`` (an unused address may
     repeat another). Used by ``tensorize`` and by kernels built directly from micro-kernels
-    (``rules/inverted_residual``).
+    (``rules/inverted_residual``). ``pf_next`` also prefetches the ``B`` block of the next
+    call (``B + extent * sb`` of the last reduction loop) into L2 (key position 8).
 
     Raises:
         ScheduleError: the block needs more accumulators than ``isa`` has registers for.
@@ -276,7 +294,8 @@ def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: Ad
     for ext, sa, sb in red:
         args += [as_index(ext), as_index(sa), as_index(sb)]
     args.append(accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32"))
-    name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec)
+    pf_next = bool(pf_next and red)
+    name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec, pf_next)
     key = ("gemm", isa, dtype, mr, nr, len(red), int(a_vec))
     reads = [a.src, b.src]
     if epi:
@@ -286,6 +305,8 @@ def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: Ad
         bias, res, ldr = epi_args
         args += [bias, res, as_index(ldr)]
         reads += [bias.src, res.src]
+    if pf_next:
+        key = key + (() if epi else (None,)) + (1,)
     return KernelCall(name, args, key, reads=reads, writes=[c.src])
 
 

@@ -165,7 +165,10 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
       ``kc`` (the whole image's accumulators per channel tile; ``tile``/``order``/``fuse``
       then do not apply);
     - ``fuse``: how many of the innermost outer loops stay serial inside the parallel loop
-      (``0`` = all fused into it; default: ``_default_serial``).
+      (``0`` = all fused into it; default: ``_default_serial``);
+    - ``prefetch``: with ``kblock``, ``1`` (default, ``KBLOCK_PREFETCH``) = the micro-kernel
+      also prefetches the next ``kc x nr`` weight slice into L2 (intrinsic option ``pfnext``),
+      ``0`` = only its usual short-distance prefetch.
 
     Raises:
         ScheduleError: a ``cfg`` value that is not legal for this kernel.
@@ -218,7 +221,11 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         sch.transform_layout(R.name, ("read", [id(b) for b in reads].index(id(B.src))),
                              IndexMap.from_func(len(bivs), fmap))
     if kb is not None:
-        return _kblocked(sch, g, target, mr, nr, kb[2])
+        pf = cfg.get("prefetch")
+        pf = KBLOCK_PREFETCH if pf is None else int(pf)
+        if pf not in (0, 1):
+            raise ScheduleError(f"gemm rule: prefetch {pf!r} is not 0 or 1")
+        return _kblocked(sch, g, target, mr, nr, kb[2], prefetch=bool(pf))
     # the output loops
     out_block = g["epi"].name if g["epi"] is not None else R.name
     sp_loops = _spatial_loops(sch, out_block, g)
@@ -288,8 +295,8 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     default decision first in every list (so the all-first configuration is the untuned
     schedule), or ``None`` when the rule does not apply. Knobs: ``tile`` (the default and the
     best-modelled full-lane ``tile_candidates``, at most ``MAX_TILE_KNOBS``), ``order``,
-    ``kblock`` (``0`` and the feasible channel blocks) and ``fuse`` (see ``gemm_rule``; only
-    ``0`` unless ``TUNE_PARALLEL_FUSION``)."""
+    ``kblock`` (``0`` and the feasible channel blocks), ``fuse`` (see ``gemm_rule``; only
+    the default unless ``TUNE_PARALLEL_FUSION``) and ``prefetch`` (K-blocked schedules only)."""
     g = analyze(func)
     if g is None or target.isa not in ISAS:
         return None
@@ -322,7 +329,8 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     fuse = [_default_serial(g, tile[1], orders[0] if tiled_m else None, n_outer)]
     if TUNE_PARALLEL_FUSION:
         fuse.append(1 - fuse[0])
-    return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": fuse}
+    prefetch = [KBLOCK_PREFETCH] + ([1 - KBLOCK_PREFETCH] if any(kbs) else [])
+    return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": fuse, "prefetch": prefetch}
 
 
 MIN_PANELS_PER_TASK_SPLIT = 8
@@ -393,6 +401,7 @@ def _spatial_loops(sch: Schedule, block: str, g) -> list | None:
 
 KBLOCK_TILE_BYTES = 40 * 1024  # the accumulators of one output-channel tile of a whole image
 KBLOCK_MIN_K = 1024
+KBLOCK_PREFETCH = 1  # default of the ``prefetch`` knob (next weight slice into L2)
 
 
 SMALL_B_BYTES = 256 * 1024
@@ -459,10 +468,13 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None):
     return mr, nr, kc
 
 
-def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int) -> Schedule | None:
+def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int,
+              prefetch: bool = True) -> Schedule | None:
     """The reduction blocked by ``kc`` input channels: for each output-channel tile the whole
     image's accumulators stay in a local buffer (L1) while, per block of channels and kernel
-    tap, the ``kc x nr`` slice of packed weights is reused by every output row."""
+    tap, the ``kc x nr`` slice of packed weights is reused by every output row. ``prefetch``:
+    the micro-kernel also prefetches the next slice into L2 while the rows reuse this one (the
+    first row's call would otherwise wait for memory: these weights are used once per run)."""
     R, n_iv, m_iv = g["R"], g["n"], g["m"]
     epi = g["epi"].name if g["epi"] is not None else None
     if epi is None:
@@ -490,7 +502,7 @@ def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int) -> Sc
     order = taps + [rco] + ([lo] if lo is not None else []) + [rci, lm, ln]
     sch.reorder(*order)
     init = sch.decompose_reduction(R.name, taps[0] if taps else rco)
-    sch.tensorize(rci, f"gemm.{target.isa}.f32")
+    sch.tensorize(rci, f"gemm.{target.isa}.f32" + (".pfnext" if prefetch else ""))
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(epi)[-1])
     sch.parallel(par)

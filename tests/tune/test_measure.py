@@ -113,7 +113,9 @@ def test_hoisted_padding_computes_the_reference(workload):
              if c["hoist_pad"].val and np.prod([c[k].size[1] for k in space.knobs
                                                 if k.startswith("tile_")]) <= 1024][:4]
     src = emit_c_function(task.instantiate(cands[0]))
-    assert "ember_alloc" in src and src.count("?") == 1  # the guard is only in the copy
+    # the guard is only in the copy, where partition_loops may resolve it entirely (border /
+    # interior loops); the reduction reads the copy unguarded
+    assert "ember_alloc" in src and src.count("?") <= 1
     inputs = [tune.MeasureInput(task.target, task, c) for c in cands]
     runner = tune.LocalRunner(repeat=1)
     try:

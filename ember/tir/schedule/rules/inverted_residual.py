@@ -8,18 +8,24 @@ Structure of the kernel (``inverted_residual_body``), for an ``(N, H, W, Cin)`` 
 
 - the output rows are cut into *bands* of ``band`` rows; one parallel loop runs over the
   ``N x ceil(OH / band)`` bands (a band is a contiguous range of output rows);
-- per band, on the stack (per thread): ``E (R, W + 2, Ce)`` holds the ``R = (band - 1) * s + 3``
-  expanded input rows the band's depthwise windows read, with a zero column on each side (the
-  horizontal padding) and zero rows for input rows outside the image (the vertical padding), so
-  the depthwise micro-kernel runs its unguarded straight-line path everywhere; each expanded
-  row is one ``gemm`` micro-kernel pass (``W x Ce``, reduction ``Cin``) with the bias and
+- per band, on the stack (per thread): ``E (3, W + 2, Ce)``, a ring of the three expanded input
+  rows one output row's depthwise windows read (input row ``ih`` in slot ``ih mod 3``), with a
+  zero column on each side (the horizontal padding); a row outside the image is a zero row
+  (the vertical padding), so the depthwise micro-kernel runs its unguarded straight-line path
+  everywhere. Output row by output row, the ``s`` new expanded rows (all three at the band's
+  first row: the halo shared with the previous band is computed by both) are each one ``gemm``
+  micro-kernel pass (``W x Ce``, reduction ``Cin``, weight panels outer) with the bias and
   activation applied to the accumulators before the store (the micro-kernels' register
-  epilogue, ``ember.codegen.microkernel.EPI_PARAMS``). Rows shared with the
-  neighbouring band (``3 - s`` of them) are computed by both (the halo);
-- ``D (band * OW, Ce)``: the depthwise output of the band (``dwconv`` micro-kernel, bias and
-  activation on each block);
-- the project GEMM reads ``D`` and writes the output rows in place, bias and residual added
-  to each register tile before it leaves L1.
+  epilogue, ``ember.codegen.microkernel.EPI_PARAMS``);
+- ``D (OW, Ce)``: the output row's depthwise result, three ``dwconv`` passes of one tap row
+  each (one per ring slot: the slots are not contiguous in row order), the last with the bias
+  and activation epilogue; it stays in L1 for
+- the project GEMM, which writes the output row in place, bias and residual added in its
+  register epilogue.
+
+A band's working set is three expanded rows plus one depthwise row (MobileNetV2's largest:
+3 x 114 x 96 floats = 131 KB), whatever the band's height, so the band count is chosen for the
+threads alone (``BANDS_PER_THREAD``).
 
 Without the expand convolution (MobileNetV2's first block) the depthwise micro-kernel reads the
 input image directly (guarded path at the borders) and ``E`` does not exist.
@@ -46,7 +52,6 @@ from ..tensorize import ISAS, MAX_ACCUMULATORS, gemm_kernel_call
 from ..tensorize_dwconv import dwconv_kernel_call
 
 OP = "nn.inverted_residual"
-BAND_BYTES = 768 * 1024   # stack scratch per band (E + D): well inside a 2 MB L2
 MIN_BANDS = 2             # bands per batch when the thread count is not known
 BANDS_PER_THREAD = 2      # the rule's bands per batch and thread (balance when a core is busy)
 
@@ -85,28 +90,13 @@ class IRGeometry:
             d[k] = tuple(d[k])
         return IRGeometry(**d)
 
-    def rows_in(self, band: int) -> int:
-        """Expanded input rows one band of ``band`` output rows reads."""
-        return (band - 1) * self.stride + 3
 
-
-def scratch_bytes(g: IRGeometry, band: int) -> int:
-    """Bytes of the per-band scratch ``E`` + ``D`` (float32)."""
-    e = g.rows_in(band) * (g.w + 2) * g.ce if g.expand else 0
-    return 4 * (e + band * g.ow * g.ce)
-
-
-def choose_band(g: IRGeometry, budget: int | None = None, min_bands: int | None = None) -> int:
-    """Output rows per band: as many as the scratch budget allows (fewer halo rows computed
-    twice) while each image still splits into ``ceil(min_bands / N)`` bands (work for every
-    thread; the rule passes its thread count); rows spread evenly over the bands. Defaults: ``BAND_BYTES``, ``MIN_BANDS``."""
-    budget = BAND_BYTES if budget is None else budget
+def choose_band(g: IRGeometry, min_bands: int | None = None) -> int:
+    """Output rows per band: each image split into ``ceil(min_bands / N)`` bands (default
+    ``MIN_BANDS``; the rule passes ``BANDS_PER_THREAD`` x its thread count), rows spread evenly.
+    Fewer bands compute fewer halo rows twice (``3 - stride`` per band boundary)."""
     min_bands = MIN_BANDS if min_bands is None else min_bands
-    fit = 1
-    while fit < g.oh and scratch_bytes(g, fit + 1) <= budget:
-        fit += 1
-    want = -(-g.oh // max(1, -(-min_bands // g.n)))
-    bo = max(1, min(fit, want))
+    bo = -(-g.oh // max(1, -(-min_bands // g.n)))
     nb = -(-g.oh // bo)
     return -(-g.oh // nb)
 
@@ -126,7 +116,7 @@ def _var(name: str) -> Var:
 
 
 def _loop(extent: int, body, name: str = "i", kind: str = "serial") -> Stmt:
-    """``for v in range(extent): body(v)`` (the body alone when the extent is 1)."""
+    """``for v in range(extent): body(v)`` (nothing for an empty range)."""
     if extent <= 0:
         return seq([])
     v = _var(name)
@@ -172,7 +162,6 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
     ce, cin, cout = g.ce, g.cin, g.cout
     bo = g.band or choose_band(g)
     nb = -(-g.oh // bo)
-    R = g.rows_in(bo)
     WE = g.w + 2
     b_dw0 = ce if g.expand else 0
     b_pj0 = b_dw0 + ce
@@ -181,86 +170,85 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
     oh0 = (p % nb) * bo
 
     def band_body(E: Buffer | None, D: Buffer) -> Stmt:
+        """One band, output row by output row (see the module doc)."""
         parts = []
+        wr, nrd = choose_dw_tile(g.ow, ce, lanes, max_acc)
+        mp, np_ = choose_tile(g.ow, cout, lanes, max_acc) or (1, 1)
         if g.expand:
-            # zero columns (horizontal padding) of every row
-            def zcols(r):
-                return seq([_zero(E, (r * WE + col) * ce, ce) for col in (0, WE - 1)])
-            parts.append(_loop(R, zcols, "r"))
+            parts.append(_loop(3, lambda r: seq([_zero(E, (r * WE + col) * ce, ce)
+                                                 for col in (0, WE - 1)]), "r"))
             mr, nr = choose_tile(g.w, ce, lanes, max_acc) or (1, 1)
 
-            def ih_of(r):
-                return oh0 * s - pt + r
+            def erow(ih):  # expanded input row ih into ring slot ih mod 3 (ih >= -1)
+                slot = (ih + 3) % 3
 
-            def inside(r):
-                return binop("and", binop("ge", ih_of(r), Const(0, "int64")),
-                             binop("lt", ih_of(r), Const(g.h, "int64")))
-
-            def tile(r, mt, nt):
-                c0 = (r * WE + 1 + mt * mr) * ce + nt * nr
-                b0 = _addr(bias, nt * nr)
-                return gemm_kernel_call(
-                    isa, f32, mr, nr, _addr(E, c0),
-                    _addr(x, ((n * g.h + ih_of(r)) * g.w + mt * mr) * cin),
-                    _addr(w1, nt * nr), ce, cin, [(cin, 1, ce)], 0,
-                    epi=(True, False) + _clamp(g.act_expand), epi_args=(b0, b0, 0))
-            # weight panels outside the rows: each (Cin x nr) panel is reused by every row
-            parts.append(_loop(ce // nr, lambda nt: _loop(R, lambda r: IfThenElse(
-                inside(r), _loop(g.w // mr, lambda mt: tile(r, mt, nt), "mt")), "r"), "nt"))
-            parts.append(_loop(R, lambda r: IfThenElse(
-                ~inside(r), _zero(E, (r * WE + 1) * ce, g.w * ce)), "r"))
-        # depthwise: D[orow, ow, c] over the band's rows
-        wr, nrd = choose_dw_tile(g.ow, ce, lanes, max_acc)
-        if g.expand:
-            dparams = (wr, nrd, 3, 3, s, 1, 1, R, WE, WE * ce, ce, 3 * ce, ce, ce, 0)
+                def tile(mt, nt):
+                    b0 = _addr(bias, nt * nr)
+                    return gemm_kernel_call(
+                        isa, f32, mr, nr, _addr(E, (slot * WE + 1 + mt * mr) * ce + nt * nr),
+                        _addr(x, ((n * g.h + ih) * g.w + mt * mr) * cin),
+                        _addr(w1, nt * nr), ce, cin, [(cin, 1, ce)], 0,
+                        epi=(True, False) + _clamp(g.act_expand), epi_args=(b0, b0, 0))
+                inside = binop("and", binop("ge", ih, Const(0, "int64")),
+                               binop("lt", ih, Const(g.h, "int64")))
+                return IfThenElse(inside, _loop(ce // nr, lambda nt: _loop(
+                    g.w // mr, lambda mt: tile(mt, nt), "mt"), "nt"),
+                    _zero(E, (slot * WE + 1) * ce, g.w * ce))
+            dp1 = (wr, nrd, 1, 3, s, 1, 1, 1, WE, WE * ce, ce, 3 * ce, ce, ce, 0)
         else:
-            dparams = (wr, nrd, 3, 3, s, 1, 1, g.h, g.w, g.w * ce, ce, 3 * ce, ce, ce, 1)
+            dp3 = (wr, nrd, 3, 3, s, 1, 1, g.h, g.w, g.w * ce, ce, 3 * ce, ce, ce, 1)
 
-        def drow(orow):
-            def blk(wt, ct):
-                d0 = (orow * g.ow + wt * wr) * ce + ct * nrd
-                if g.expand:
-                    src, ih0, iw0 = _addr(E, ct * nrd), orow * s, wt * (wr * s) + (1 - pl)
-                else:
-                    src = _addr(x, n * (g.h * g.w * ce) + ct * nrd)
-                    ih0, iw0 = (oh0 + orow) * s - pt, wt * (wr * s) - pl
+        def orow_body(o):
+            oh = oh0 + o
+            steps = []
+            if g.expand:
+                def need(t):  # tap row t of output row o: new unless the previous row had it
+                    ih = oh * s - pt + t
+                    if t >= 3 - s:
+                        return erow(ih)
+                    return IfThenElse(binop("eq", o, Const(0, "int64")), erow(ih))
+                steps.append(seq([need(t) for t in range(3)]))
+
+            def dblk(wt, ct):
+                d0 = wt * wr * ce + ct * nrd
                 b0 = _addr(bias, b_dw0 + ct * nrd)
-                return dwconv_kernel_call(isa, f32, dparams, _addr(D, d0), src,
-                                          _addr(wd, ct * nrd), ih0, iw0, 0,
-                                          epi=(True, False) + _clamp(g.act_dw),
-                                          epi_args=(b0, b0, 0))
-            body = _loop(g.ow // wr, lambda wt: _loop(ce // nrd, lambda ct: blk(wt, ct), "ct"),
-                         "wt")
-            return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")), body)
-        parts.append(_loop(bo, drow, "orow"))
-        # project: out rows of the band
-        mp, np_ = choose_tile(g.ow, cout, lanes, max_acc) or (1, 1)
+                epi = (True, False) + _clamp(g.act_dw)
+                if not g.expand:
+                    return dwconv_kernel_call(
+                        isa, f32, dp3, _addr(D, d0), _addr(x, n * (g.h * g.w * ce) + ct * nrd),
+                        _addr(wd, ct * nrd), oh * s - pt, wt * (wr * s) - pl, 0,
+                        epi=epi, epi_args=(b0, b0, 0))
+                calls = []
+                for t in range(3):
+                    slot = (oh * s - pt + t + 3) % 3
+                    calls.append(dwconv_kernel_call(
+                        isa, f32, dp1, _addr(D, d0), _addr(E, slot * (WE * ce) + ct * nrd),
+                        _addr(wd, t * 3 * ce + ct * nrd), 0, wt * (wr * s) + (1 - pl),
+                        int(t > 0), epi=epi if t == 2 else None,
+                        epi_args=(b0, b0, 0) if t == 2 else ()))
+                return seq(calls)
+            steps.append(_loop(g.ow // wr, lambda wt: _loop(ce // nrd, lambda ct: dblk(wt, ct),
+                                                             "ct"), "wt"))
 
-        def ptile(orow, mt, nt):
-            o0 = ((n * g.oh + oh0 + orow) * g.ow + mt * mp) * cout + nt * np_
-            b0 = _addr(bias, b_pj0 + nt * np_)
-            # the residual: stride 1 and Cin == Cout, so x has the output's layout
-            return gemm_kernel_call(isa, f32, mp, np_, _addr(out, o0),
-                                    _addr(D, (orow * g.ow + mt * mp) * ce),
-                                    _addr(w2, nt * np_), cout, ce, [(ce, 1, cout)], 0,
-                                    epi=(True, g.residual, None, None),
-                                    epi_args=(b0, _addr(x, o0) if g.residual else b0, cout))
-
-        def prow(orow, nt):
-            return IfThenElse(binop("lt", oh0 + orow, Const(g.oh, "int64")),
-                              _loop(g.ow // mp, lambda mt: ptile(orow, mt, nt), "mt"))
-        # weight panels outside the rows (as the expand GEMM)
-        parts.append(_loop(cout // np_, lambda nt: _loop(bo, lambda orow: prow(orow, nt),
-                                                         "orow"), "nt"))
+            def ptile(mt, nt):
+                o0 = ((n * g.oh + oh) * g.ow + mt * mp) * cout + nt * np_
+                b0 = _addr(bias, b_pj0 + nt * np_)
+                return gemm_kernel_call(isa, f32, mp, np_, _addr(out, o0),
+                                        _addr(D, mt * mp * ce),
+                                        _addr(w2, nt * np_), cout, ce, [(ce, 1, cout)], 0,
+                                        epi=(True, g.residual, None, None),
+                                        epi_args=(b0, _addr(x, o0) if g.residual else b0, cout))
+            steps.append(_loop(cout // np_, lambda nt: _loop(g.ow // mp, lambda mt: ptile(mt, nt),
+                                                             "mt"), "nt"))
+            return IfThenElse(binop("lt", oh, Const(g.oh, "int64")), seq(steps))
+        parts.append(_loop(bo, orow_body, "orow"))
         return seq(parts)
 
-    D = Buffer(f"irD{_ids[0]}", (bo * g.ow, ce), f32, scope="local")
+    D = Buffer(f"irD{_ids[0]}", (g.ow, ce), f32, scope="local")
     if g.expand:
-        E = Buffer(f"irE{_ids[0]}", (R, WE, ce), f32, scope="local")
-        inner = Allocate(E, Allocate(D, band_body(E, D)))
-    else:
-        inner = Allocate(D, band_body(None, D))
-    return For(p, g.n * nb, inner, "parallel")
+        E = Buffer(f"irE{_ids[0]}", (3, WE, ce), f32, scope="local")
+        return For(p, g.n * nb, Allocate(E, Allocate(D, band_body(E, D))), "parallel")
+    return For(p, g.n * nb, Allocate(D, band_body(None, D)), "parallel")
 
 
 def kernel_buffers(params: list, g: IRGeometry) -> tuple:
@@ -293,5 +281,5 @@ def inverted_residual_rule(func: PrimFunc, target: Target) -> Schedule | None:
     return Schedule(PrimFunc(func.name, list(func.params), body, dict(func.attrs)))
 
 
-__all__ = ["IRGeometry", "choose_band", "scratch_bytes", "inverted_residual_body",
-           "inverted_residual_rule", "BAND_BYTES", "MIN_BANDS"]
+__all__ = ["IRGeometry", "choose_band", "inverted_residual_body", "inverted_residual_rule",
+           "MIN_BANDS", "BANDS_PER_THREAD"]

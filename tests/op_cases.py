@@ -471,6 +471,30 @@ def winograd_output(draw, op):
                 **NN_TOL)
 
 
+@cases("nn.inverted_residual")
+def inverted_residual(draw, op):
+    r = rng(draw)
+    expand = draw(st.booleans(), label="expand")
+    stride = draw(st.sampled_from([1, 2]), label="stride")
+    pads = [draw(st.integers(0, 1)) for _ in range(4)]
+    h, w = (draw(st.integers(3 - pads[i] - pads[i + 2], 9)) for i in (0, 1))
+    cin = draw(st.integers(1, 5))
+    ce = draw(st.integers(1, 12)) if expand else cin
+    oh, ow = (h + pads[0] + pads[2] - 3) // stride + 1, (w + pads[1] + pads[3] - 3) // stride + 1
+    residual = (oh, ow) == (h, w) and draw(st.booleans(), label="residual")
+    cout = cin if residual else draw(st.integers(1, 6))
+    acts = [(0.0, 6.0), (0.0, None), (-1.0, 2.5)]
+    ins = [values(r, (draw(st.integers(1, 2)), h, w, cin), "float32")]
+    if expand:
+        ins.append(values(r, (cin, ce), "float32"))
+    ins += [values(r, (3, 3, ce), "float32"), values(r, (ce, cout), "float32"),
+            values(r, ((ce if expand else 0) + ce + cout,), "float32")]
+    attrs = {"stride": stride, "pads": pads, "expand": expand, "residual": residual,
+             "act_expand": draw(st.sampled_from(acts)), "act_dw": draw(st.sampled_from(acts)),
+             "band": draw(st.sampled_from([0, 1, 2]))}
+    return Case(ins, attrs, **NN_TOL)
+
+
 def _pool_params(draw, nsp, dilate=True):
     k = [draw(st.integers(1, 3)) for _ in range(nsp)]
     s = [draw(st.integers(1, 3)) for _ in range(nsp)]

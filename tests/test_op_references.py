@@ -242,6 +242,9 @@ NO_ONNX_EQUIVALENT.update({
     op: "Winograd transform halves of a Conv: composed with the weight transform they are "
         "checked against a direct convolution in test_winograd.py"
     for op in ("nn.winograd_input", "nn.winograd_output")})
+NO_ONNX_EQUIVALENT["nn.inverted_residual"] = (
+    "a chain of ONNX Conv/Clip/Add nodes, not one op: whole blocks and MobileNetV2 are checked "
+    "against onnxruntime and the unfused compile in test_inverted_residual.py")
 
 
 def test_reference_table_covers_known_ops():

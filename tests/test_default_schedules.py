@@ -200,6 +200,9 @@ def test_channels_first_output_of_a_channels_last_convolution_is_a_typed_error()
     with pytest.raises(ShapeMismatchError, match="out_layout"):
         _op_kernel("nn.conv", [(1, 6, 6, 3), (8, 3, 3, 3)],
                    {"data_layout": "NHWC", "out_layout": "NCHW"})
+    with pytest.raises(ShapeMismatchError, match="out_layout"):  # not a layout of a 4-d tensor
+        _op_kernel("nn.conv", [(1, 3, 6, 6), (8, 3, 3, 3)],
+                   {"data_layout": "NCHW", "out_layout": "NHWCX"})
 
 
 def test_aot_entry_and_step_executor_agree_and_profile_reports_kernels(tmp_path):

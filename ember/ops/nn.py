@@ -65,7 +65,7 @@ def out_channels_last(attrs, ndim: int, op: str = "") -> bool:
     """
     if attrs.get("out_layout") is None:
         return channels_last(attrs, ndim, op)
-    return channels_last({"data_layout": attrs["out_layout"]}, ndim, op)
+    return channels_last({"data_layout": attrs["out_layout"]}, ndim, f"{op} (out_layout)")
 
 
 def to_channels_first(a: np.ndarray) -> np.ndarray:

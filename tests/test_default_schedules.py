@@ -98,6 +98,27 @@ def test_gemm_rule_splits_weight_panels_of_small_image_large_weight_convs():
     assert G._default_serial(g2, 32, "panels", 3) == 0
 
 
+@pytest.mark.parametrize("hw, cin, order", [
+    (56, 128, "rows"),    # A 1.7 MB (padded) does not stay in L2 beside B 576 KB
+    (40, 64, "panels"),   # A 0.43 MB: panels-outer keeps it in L2
+])
+def test_default_loop_order_streams_a_large_activation_once(hw, cin, order):
+    """A stride-2 3x3 convolution whose weights fit L2 (``ROWS_MAX_B_BYTES``) but whose input
+    does not fit beside them (``ROWS_MIN_A_BYTES``) goes rows-outer by default; either order
+    computes the NumPy reference."""
+    from ember.tir.schedule.rules import gemm_knobs, schedule_config
+    f, xs, ref = _op_kernel("nn.conv", [(1, hw, hw, cin), (128, cin, 3, 3)],
+                            {"pads": [1, 1, 1, 1], "strides": [2, 2], "data_layout": "NHWC"},
+                            RELU)
+    target = ember.Target("llvm")
+    knobs = gemm_knobs(f, target)
+    assert knobs["order"][0] == order and knobs["kblock"][0] == 0
+    for o in knobs["order"]:
+        g = schedule_config(f, target, "gemm_rule", {"order": o})
+        out = compile_prim_func(g, target).run(_packed(g, xs))[0]
+        np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
 def test_vectorized_epilogue_uses_vector_types_and_blends():
     f, xs, ref = _op_kernel("nn.conv", [(1, 7, 7, 32), (32, 32, 1, 1)], {"data_layout": "NHWC"},
                             lambda v: te.select(te.gt(v, te.const(0.0, "float32")), v,

@@ -241,7 +241,7 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     no, ni = sch.split(ln, [None, nr])
     if lm is not None and mr > 1:
         mo, mi = sch.split(lm, [None, mr])
-        order_kind = cfg.get("order") or ("rows" if _b_bytes(g) <= SMALL_B_BYTES else "panels")
+        order_kind = cfg.get("order") or _default_order(g)
         if order_kind == "rows":
             # all of B stays in L2: rows outer, so each A row block is read once (from L1
             # for every channel tile) instead of once per channel tile
@@ -319,7 +319,7 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     for kc in (0,) + KBLOCK_KNOBS:
         if kc not in kbs and (kc == 0 or _kblock_plan(g, tile[0], tile[1], lanes, kc=kc)):
             kbs.append(kc)
-    orders = ["rows" if _b_bytes(g) <= SMALL_B_BYTES else "panels"]
+    orders = [_default_order(g)]
     if m_iv is not None:
         orders.append("panels" if orders[0] == "rows" else "rows")
     # ``fuse`` only changes the parallel grain, which candidates timed on one thread (as they
@@ -405,6 +405,29 @@ KBLOCK_PREFETCH = 1  # default of the ``prefetch`` knob (next weight slice into 
 
 
 SMALL_B_BYTES = 256 * 1024
+
+
+ROWS_MAX_B_BYTES = 640 * 1024
+ROWS_MIN_A_BYTES = 1024 * 1024
+
+
+def _default_order(g) -> str:
+    """The default loop order: ``"rows"`` (output rows outer, every ``B`` panel against each
+    row block) when ``B`` is small (``SMALL_B_BYTES``), or when ``B`` still fits in L2 with
+    room (``ROWS_MAX_B_BYTES``) and the activation ``A`` is too large to stay in L2 beside it
+    (``ROWS_MIN_A_BYTES``): panels-outer then streams ``A`` from L3 once per panel (on two
+    threads each core through all of it), rows-outer once, each core its half, with ``B``
+    re-read from L2. ResNet-50's 56 -> 28 stride-2 3x3 convolution (``A`` 1.7 MB, ``B``
+    576 KB) and its 512 KB 1x1 convolutions on 1.6-3.2 MB inputs run 10-20 % faster; with
+    ``A`` under 1 MB (ResNet-18's 64 -> 128 stride-2 convolution, 0.86 MB) panels stay
+    faster. Else ``"panels"``."""
+    b = _b_bytes(g)
+    if b <= SMALL_B_BYTES:
+        return "rows"
+    a = 4
+    for d in g["A"].src.shape:
+        a *= int(d)
+    return "rows" if b <= ROWS_MAX_B_BYTES and a >= ROWS_MIN_A_BYTES else "panels"
 
 
 def _b_bytes(g) -> int:

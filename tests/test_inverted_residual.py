@@ -116,6 +116,19 @@ def test_band_heights_and_scalar_micro_kernels(band):
                                    err_msg=f"level {level}, {target}")
 
 
+def test_heap_scratch_when_the_rows_are_too_large_for_the_stack(monkeypatch):
+    import ember.tir.schedule.rules.inverted_residual as rule
+    monkeypatch.setattr(rule, "STACK_BYTES", 1024)
+    model = block_model(cin=8, t=3, cout=8, h=9, w=13, stride=2)
+    x = np.random.default_rng(5).standard_normal((1, 8, 9, 13)).astype(np.float32)
+    mod, params = from_onnx(model)
+    with PassContext(config={"inverted_residual.fuse": 1}):
+        compiled = ember.build(mod, "llvm", params)
+    assert compiled.source.count("ember_alloc(") == 3  # the definition + E + D
+    np.testing.assert_allclose(compiled.run({"input": x})[0], ort_run(model, x),
+                               rtol=1e-4, atol=1e-5)
+
+
 def _reference_f64(x, w1, b1, wd, bd, w2, b2, stride, act):
     """Independent float64 block: NHWC, w1 (Cin, Ce), wd (3, 3, Ce), w2 (Ce, Cout)."""
     e = np.clip(x @ w1 + b1, act[0], act[1])

@@ -53,6 +53,7 @@ from ..tensorize_dwconv import dwconv_kernel_call
 
 OP = "nn.inverted_residual"
 MIN_BANDS = 2             # bands per batch when the thread count is not known
+STACK_BYTES = 512 * 1024  # largest per-thread scratch kept on the stack (MobileNetV2: 131 KB)
 BANDS_PER_THREAD = 2      # the rule's bands per batch and thread (balance when a core is busy)
 
 
@@ -244,9 +245,13 @@ def inverted_residual_body(g: IRGeometry, x: Buffer, w1, wd: Buffer, w2: Buffer,
         parts.append(_loop(bo, orow_body, "orow"))
         return seq(parts)
 
-    D = Buffer(f"irD{_ids[0]}", (g.ow, ce), f32, scope="local")
+    # per-thread scratch on the stack; on the heap (one allocation per band) when it would
+    # not comfortably fit a thread's stack
+    scope = "local" if 4 * ce * (g.ow + (3 * WE if g.expand else 0)) <= STACK_BYTES \
+        else "global"
+    D = Buffer(f"irD{_ids[0]}", (g.ow, ce), f32, scope=scope)
     if g.expand:
-        E = Buffer(f"irE{_ids[0]}", (3, WE, ce), f32, scope="local")
+        E = Buffer(f"irE{_ids[0]}", (3, WE, ce), f32, scope=scope)
         return For(p, g.n * nb, Allocate(E, Allocate(D, band_body(E, D))), "parallel")
     return For(p, g.n * nb, Allocate(D, band_body(None, D)), "parallel")
 

@@ -90,6 +90,7 @@ def test_gemm_rule_splits_weight_panels_of_small_image_large_weight_convs():
     mr, nr = G.choose_tile(3, 512, ember.Target("llvm").vector_lanes, 28)
     src = emit_c_function(sch, target=ember.Target("llvm"))
     assert f"ember_parallel_for({512 // nr}," in src  # one task per panel
+    assert "_pn(" in src  # each call prefetches the next weight panel (PANEL_PREFETCH_NEXT)
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
     f2, _, _ = _op_kernel("nn.conv", [(1, 28, 28, 256), (512, 256, 1, 1)],
                           {"data_layout": "NHWC"})

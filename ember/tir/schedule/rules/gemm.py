@@ -168,7 +168,10 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
       (``0`` = all fused into it; default: ``_default_serial``);
     - ``prefetch``: with ``kblock``, ``1`` (default, ``KBLOCK_PREFETCH``) = the micro-kernel
       also prefetches the next ``kc x nr`` weight slice into L2 (intrinsic option ``pfnext``),
-      ``0`` = only its usual short-distance prefetch.
+      ``0`` = only its usual short-distance prefetch. (Without ``kblock``, a panel-split image
+      GEMM with one reduction loop -- a 1x1 convolution whose weights outweigh its
+      activation, see ``_default_serial`` -- prefetches the next weight panel,
+      ``PANEL_PREFETCH_NEXT``; not a knob.)
 
     Raises:
         ScheduleError: a ``cfg`` value that is not legal for this kernel.
@@ -274,7 +277,11 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     if sp_n is None or not rd_order:
         return None
     sch.reorder(*(rd_order + ([sp_m] if sp_m is not None else []) + [sp_n]))
-    sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32")
+    pf_next = (PANEL_PREFETCH_NEXT and all(iv.extent == 1 for iv in g["rd"][:-1])
+               and mi is not None and tail
+               and serial == len(fused_outer) - 1 and any(
+                   iv.extent != 1 for iv in g["sp"] if iv is not m_iv and iv is not n_iv))
+    sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32" + (".pfnext" if pf_next else ""))
     if g["epi"] is not None:
         eloops = sch.get_loops(g["epi"].name)
         sch.vectorize(eloops[-1])
@@ -334,6 +341,10 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
 
 
 MIN_PANELS_PER_TASK_SPLIT = 8
+# a panel-split image GEMM with one reduction loop (a 1x1 convolution: each call streams one
+# whole weight panel, reused from L1/L2 by the task's other row tiles) prefetches the next
+# panel into L2 while it computes (micro-kernel option ``pfnext``)
+PANEL_PREFETCH_NEXT = True
 # panel-split is worth it for an image (conv) GEMM when the weights the cores split are at least
 # this many times the activation both cores then read in full (MobileNetV2's 7x7 1x1 convs:
 # 6.5-26x; ResNet's 14x14 1x1 convs, 1.3-2.6x, keep their row tiles fused)

@@ -2,10 +2,13 @@
 once, for partitioned (per-thread ranges plus stealing) and shared-counter claiming, with more
 threads than cores, more threads than chunks, and chunk sizes that do not divide the extent."""
 import ctypes
+import os
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+import ember
 from ember.codegen.build import build_library, load_library
 from ember.codegen.c import C_PRELUDE
 
@@ -42,3 +45,36 @@ def test_every_index_runs_once(lib, partition, threads):
                                       err_msg=f"n={n} chunk={chunk}")
     lib.ember_set_pool_partition(ctypes.c_int(1))
     lib.ember_set_num_threads(ctypes.c_int(2))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_models_sharing_a_library_keep_their_own_thread_count():
+    """Two models with the same kernels share one library (content-hash cache), and the thread
+    count lives in the library: the 1-thread model must not run on the pool that the 3-thread
+    model (compiled after it) asked for, and the 3-thread model must still get its workers."""
+    rng = np.random.default_rng(0)
+    # shapes no other test uses, so this library's pool has started no workers yet
+    w = (rng.standard_normal((13, 5, 3, 3)) * 0.3).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+        "share", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 37, 29])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    one = ember.compile(model, target="llvm -num-threads=1")
+    three = ember.compile(model, target="llvm -num-threads=3")
+    assert one.lib_path == three.lib_path  # the premise: one shared library
+    x = rng.standard_normal((1, 5, 37, 29)).astype(np.float32)
+    # independent reference: the convolution as an im2col matmul in float64
+    xp = np.pad(x[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    cols = np.stack([xp[:, i:i + 37, j:j + 29] for i in range(3) for j in range(3)], 1)
+    ref = np.einsum("ckhw,mck->mhw", cols, w.reshape(13, 5, 9).astype(np.float64))[None]
+
+    def tasks():
+        return len(os.listdir("/proc/self/task"))
+    before = tasks()
+    np.testing.assert_allclose(one.run({"x": x})[0], ref, rtol=1e-4, atol=1e-5)
+    assert tasks() == before, "the 1-thread model started pool workers"
+    np.testing.assert_allclose(three.run({"x": x})[0], ref, rtol=1e-4, atol=1e-5)
+    assert tasks() == before + 2, "the 3-thread model did not get its two workers"

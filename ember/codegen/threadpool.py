@@ -22,7 +22,9 @@ Workers spin briefly for the next loop (kernels follow each other closely), then
 condition variable. Each counter packs a job sequence number with the next index, so a worker
 that wakes late can never claim a chunk of a newer loop with an older loop's function. Threads:
 all online CPUs by default, ``ember_set_num_threads(n)`` to change (1: everything runs on the
-caller). ``ember_set_pool_partition(0)`` switches back to one shared counter (every thread
+caller; 0: the default again). The count belongs to the library, and models whose kernels are
+the same share one library (content-hash cache), so the executor sets its model's count before
+each run. ``ember_set_pool_partition(0)`` switches back to one shared counter (every thread
 claims the next chunk in index order), for A/B measurements.
 """
 
@@ -173,7 +175,7 @@ void ember_parallel_for(int64_t n, int64_t chunk, ember_task_fn fn, void* ctx) {
 void ember_set_pool_partition(int on) { ember_pool.partition = on != 0; }
 
 void ember_set_num_threads(int n) {
-  if (n > 0) ember_pool.want = n;
+  ember_pool.want = n > 0 ? n : 0;  /* 0: all online CPUs again */
 #ifdef _OPENMP
   if (n > 0) omp_set_num_threads(n);
 #endif

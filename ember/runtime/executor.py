@@ -116,7 +116,8 @@ class GraphExecutor:
         lib: ``ctypes.CDLL`` holding the plan's kernel symbols.
         plan: the execution plan (see module doc).
         params: ``{param name: ndarray}`` for every ``param`` slot.
-        num_threads: OpenMP threads for the kernels (``None``: the OpenMP default).
+        num_threads: threads of the kernels' thread pool (``None``: all online CPUs), set on
+            ``lib`` before every run.
     """
 
     def __init__(self, lib: ctypes.CDLL, plan: dict, params: Mapping[str, np.ndarray],
@@ -124,8 +125,14 @@ class GraphExecutor:
         self.lib = lib
         self.plan = plan
         check_plan(plan, params, lib)
-        if num_threads and hasattr(lib, "ember_set_num_threads"):
-            lib.ember_set_num_threads(ctypes.c_int(int(num_threads)))
+        # the thread count is the library's, and models with the same kernels share one
+        # library (content-hash cache): each run sets this model's count (0: the default)
+        self.num_threads = int(num_threads or 0)
+        self._set_threads = getattr(lib, "ember_set_num_threads", None)
+        if self._set_threads is not None:
+            self._set_threads.argtypes = [ctypes.c_int]
+            self._set_threads.restype = None
+            self._set_threads(self.num_threads)
         self.arena = aligned_empty(max(int(plan["arena_bytes"]), ALIGN))
         self._params = {}
         self._ptr: list[int | None] = []
@@ -214,6 +221,8 @@ class GraphExecutor:
             return self._run_locked(arrays)
 
     def _run_locked(self, arrays) -> list[np.ndarray]:
+        if self._set_threads is not None:
+            self._set_threads(self.num_threads)
         if self.use_aot:
             ext = self._ext
             for d, a in zip(self.input_specs, arrays):
@@ -254,6 +263,8 @@ class GraphExecutor:
         ptr = list(self._ptr)
         for d, a in zip(self.input_specs, arrays):
             ptr[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
+        if self._set_threads is not None:
+            self._set_threads(self.num_threads)
         times = [[] for _ in self._steps]
         for _ in range(repeat):
             for k, (fn, args, st) in enumerate(self._steps):

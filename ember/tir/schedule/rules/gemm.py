@@ -347,8 +347,9 @@ MIN_PANELS_PER_TASK_SPLIT = 8
 PANEL_PREFETCH_NEXT = True
 # panel-split is worth it for an image (conv) GEMM when the weights the cores split are at least
 # this many times the activation both cores then read in full (MobileNetV2's 7x7 1x1 convs:
-# 6.5-26x; ResNet's 14x14 1x1 convs, 1.3-2.6x, keep their row tiles fused)
-PANEL_SPLIT_MIN_B_OVER_A = 4.0
+# 6.5-26x, ResNet-50's 7x7 512 -> 2048 ones 40x; ResNet's 14x14 1x1 convs, 1.3-5.1x, keep
+# their row tiles fused)
+PANEL_SPLIT_MIN_B_OVER_A = 6.0
 
 
 def _default_serial(g, nr: int, order_kind: str | None, n_outer: int = 2) -> int:

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember
-from ember.errors import ShapeMismatchError
+from ember.errors import PassError, ShapeMismatchError
 from ember.frontend.onnx import from_onnx
 from ember.graph.passes.fuse_inverted_residual import MIN_FUSE_BYTES
 from ember.graph.passes.pass_manager import PassContext
@@ -205,6 +205,15 @@ def test_bad_shapes_raise_typed_errors():
                       dict(attrs, residual=True))
     with pytest.raises(ShapeMismatchError, match="w_expand"):
         op.infer_type([good[0], T((5, 12), "float32")] + good[2:], attrs)
+    with pytest.raises(ShapeMismatchError, match="band"):
+        op.infer_type(good, dict(attrs, band=-3))
+
+
+def test_negative_band_config_is_a_pass_error_not_a_wrong_answer():
+    # a negative band made the kernel's band loop empty: the output was never written
+    with PassContext(config={"inverted_residual.fuse": 1, "inverted_residual.band": -3}):
+        with pytest.raises(PassError, match="inverted_residual.band"):
+            ember.compile(block_model(cin=16, t=6, cout=16, h=9, w=9))
 
 
 def test_mobilenet_v2_every_block_fused_matches_onnxruntime():

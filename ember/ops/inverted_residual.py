@@ -61,6 +61,9 @@ def _geometry(types, attrs):
     if s not in (1, 2) or len(pads) != 4 or any(p not in (0, 1) for p in pads):
         raise ShapeMismatchError(f"{OP}: stride must be 1 or 2 and pads four 0/1 values; got "
                                  f"stride {s}, pads {pads}")
+    if int(attrs["band"]) < 0:
+        raise ShapeMismatchError(f"{OP}: band (output rows per band) must be >= 0 (0: chosen "
+                                 f"by the schedule rule), got {attrs['band']}")
     oh = (h + pads[0] + pads[2] - 3) // s + 1
     ow = (w + pads[1] + pads[3] - 3) // s + 1
     if oh < 1 or ow < 1:

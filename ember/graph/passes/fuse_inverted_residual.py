@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import PassError
 from ..ir import Constant
 from ..mutator import Rewriter, users
 from .pass_manager import function_pass, register_config
@@ -173,8 +174,11 @@ def _hint(b, what: str) -> str | None:
 @function_pass("FuseInvertedResidual", opt_level=2)
 def FuseInvertedResidual(func, mod, ctx):
     """MobileNetV2 inverted-residual blocks as one ``nn.inverted_residual`` kernel each."""
-    return fuse_inverted_residual_function(func, ctx.get_config(FUSE, 0),
-                                           ctx.get_config(BAND, 0))
+    band = ctx.get_config(BAND, 0)
+    if band < 0:
+        raise PassError(f"FuseInvertedResidual: PassContext config {BAND!r} must be >= 0 "
+                        f"(output rows per band, 0 = chosen per block), got {band}")
+    return fuse_inverted_residual_function(func, ctx.get_config(FUSE, 0), band)
 
 
 __all__ = ["FuseInvertedResidual", "fuse_inverted_residual_function", "FUSE", "BAND",

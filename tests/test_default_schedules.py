@@ -120,6 +120,28 @@ def test_default_loop_order_streams_a_large_activation_once(hw, cin, order):
         np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_streamed_weights_of_a_batched_matmul_are_prefetched_a_panel_ahead():
+    """A batched matmul (Winograd's products) whose constant weights total at least
+    ``PREFETCH_MIN_B_BYTES`` prefetches the next panel (``pfnext``) by default, a plain GEMM
+    does not; both compute the NumPy reference."""
+    from ember.tir.schedule.rules import gemm as G
+    f, xs, ref = _op_kernel("matmul", [(16, 12, 256), (16, 256, 64)], {}, RELU)
+    g_small = schedule_default(f, "llvm")
+    assert "_pn(" not in emit_c_function(g_small, "k")  # 1 MB of weights < 2 MB
+    old = G.PREFETCH_MIN_B_BYTES
+    G.PREFETCH_MIN_B_BYTES = 1 << 20
+    try:
+        g = schedule_default(f, "llvm")
+        f2, xs2, ref2 = _op_kernel("nn.gemm", [(12, 1024), (1024, 512)], {}, RELU)
+        g2 = schedule_default(f2, "llvm")
+    finally:
+        G.PREFETCH_MIN_B_BYTES = old
+    assert "_pn(" in emit_c_function(g, "k") and "_pn(" not in emit_c_function(g2, "k")
+    for gg, x, r in ((g, xs, ref), (g2, xs2, ref2)):
+        out = compile_prim_func(gg, "llvm").run(_packed(gg, x))[0]
+        np.testing.assert_allclose(out, np.maximum(r, 0), rtol=1e-4, atol=1e-4)
+
+
 def test_vectorized_epilogue_uses_vector_types_and_blends():
     f, xs, ref = _op_kernel("nn.conv", [(1, 7, 7, 32), (32, 32, 1, 1)], {"data_layout": "NHWC"},
                             lambda v: te.select(te.gt(v, te.const(0.0, "float32")), v,

@@ -137,8 +137,6 @@ def _redundant(rule_name: str, vals: dict, knobs: dict) -> str | None:
         moved = [k for k in ("tile", "order", "fuse") if vals[k] != default[k]]
         if moved:
             return f"kblock={vals['kblock']} ignores {moved}"
-    elif vals.get("prefetch", default.get("prefetch")) != default.get("prefetch"):
-        return "prefetch only applies to a K-blocked (kblock > 0) schedule"
     elif vals["tile"][0] == 1 and vals["order"] != default["order"]:
         return "a one-row tile has no loop order to choose"
     return None

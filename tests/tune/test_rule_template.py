@@ -95,8 +95,8 @@ def test_k_blocking_is_a_knob_both_ways():
 
 def test_kblocked_weight_prefetch_is_a_knob():
     """K-blocked schedules prefetch the next weight slice by default (``prefetch`` 1, the
-    ``pfnext`` micro-kernel); ``prefetch=0`` is the plain kernel; a schedule that is not
-    K-blocked has no such knob value to choose."""
+    ``pfnext`` micro-kernel); ``prefetch=0`` is the plain kernel; a small GEMM that cannot be
+    K-blocked neither prefetches nor offers it."""
     from ember.errors import ScheduleError
     from ember.tir.schedule.rules import schedule_config
     f, xs, ref = _op_kernel(*CASES[1])
@@ -108,7 +108,7 @@ def test_kblocked_weight_prefetch_is_a_knob():
     for g in (on, off):
         np.testing.assert_allclose(_run(g, xs), ref, rtol=1e-4, atol=1e-4)
     f2, _, _ = _op_kernel(*CASES[0])
-    assert gemm_knobs(f2, TARGET)["prefetch"] == [1]
+    assert gemm_knobs(f2, TARGET)["prefetch"] == [0]
     with pytest.raises(ScheduleError, match="prefetch 2 is not 0 or 1"):
         schedule_config(f, TARGET, "gemm_rule", {"prefetch": 2})
 

@@ -166,12 +166,11 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
       then do not apply);
     - ``fuse``: how many of the innermost outer loops stay serial inside the parallel loop
       (``0`` = all fused into it; default: ``_default_serial``);
-    - ``prefetch``: with ``kblock``, ``1`` (default, ``KBLOCK_PREFETCH``) = the micro-kernel
-      also prefetches the next ``kc x nr`` weight slice into L2 (intrinsic option ``pfnext``),
-      ``0`` = only its usual short-distance prefetch. (Without ``kblock``, a panel-split image
-      GEMM with one reduction loop -- a 1x1 convolution whose weights outweigh its
-      activation, see ``_default_serial`` -- prefetches the next weight panel,
-      ``PANEL_PREFETCH_NEXT``; not a knob.)
+    - ``prefetch``: ``1`` = the micro-kernel also prefetches the ``B`` block of its next call
+      into L2 (intrinsic option ``pfnext``: with ``kblock`` the next ``kc x nr`` weight slice,
+      else the next panel), ``0`` = only its usual short-distance prefetch; default:
+      ``_default_prefetch`` (which includes the panel-split 1x1 convolutions of
+      ``PANEL_PREFETCH_NEXT``).
 
     Raises:
         ScheduleError: a ``cfg`` value that is not legal for this kernel.
@@ -224,11 +223,7 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         sch.transform_layout(R.name, ("read", [id(b) for b in reads].index(id(B.src))),
                              IndexMap.from_func(len(bivs), fmap))
     if kb is not None:
-        pf = cfg.get("prefetch")
-        pf = KBLOCK_PREFETCH if pf is None else int(pf)
-        if pf not in (0, 1):
-            raise ScheduleError(f"gemm rule: prefetch {pf!r} is not 0 or 1")
-        return _kblocked(sch, g, target, mr, nr, kb[2], prefetch=bool(pf))
+        return _kblocked(sch, g, target, mr, nr, kb[2], prefetch=_prefetch(cfg, g, True))
     # the output loops
     out_block = g["epi"].name if g["epi"] is not None else R.name
     sp_loops = _spatial_loops(sch, out_block, g)
@@ -277,11 +272,9 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     if sp_n is None or not rd_order:
         return None
     sch.reorder(*(rd_order + ([sp_m] if sp_m is not None else []) + [sp_n]))
-    pf_next = (PANEL_PREFETCH_NEXT and all(iv.extent == 1 for iv in g["rd"][:-1])
-               and mi is not None and tail
-               and serial == len(fused_outer) - 1 and any(
-                   iv.extent != 1 for iv in g["sp"] if iv is not m_iv and iv is not n_iv))
-    sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32" + (".pfnext" if pf_next else ""))
+    panel_split = _panel_split_prefetch(g, mr if mi is not None else 1, serial)
+    pfx = ".pfnext" if _prefetch(cfg, g, False, panel_split) else ""
+    sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32" + pfx)
     if g["epi"] is not None:
         eloops = sch.get_loops(g["epi"].name)
         sch.vectorize(eloops[-1])
@@ -303,7 +296,8 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     schedule), or ``None`` when the rule does not apply. Knobs: ``tile`` (the default and the
     best-modelled full-lane ``tile_candidates``, at most ``MAX_TILE_KNOBS``), ``order``,
     ``kblock`` (``0`` and the feasible channel blocks), ``fuse`` (see ``gemm_rule``; only
-    the default unless ``TUNE_PARALLEL_FUSION``) and ``prefetch`` (K-blocked schedules only)."""
+    the default unless ``TUNE_PARALLEL_FUSION``) and ``prefetch`` (both values where the
+    weights are over ``SMALL_B_BYTES`` or the reduction can be blocked)."""
     g = analyze(func)
     if g is None or target.isa not in ISAS:
         return None
@@ -336,7 +330,9 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     fuse = [_default_serial(g, tile[1], orders[0] if tiled_m else None, n_outer)]
     if TUNE_PARALLEL_FUSION:
         fuse.append(1 - fuse[0])
-    prefetch = [KBLOCK_PREFETCH] + ([1 - KBLOCK_PREFETCH] if any(kbs) else [])
+    pf = _default_prefetch(g, kbs[0] > 0, kbs[0] == 0 and _panel_split_prefetch(
+        g, tile[0] if m_iv is not None else 1, fuse[0]))
+    prefetch = [pf] + ([1 - pf] if pf or any(kbs) or _b_bytes(g) > SMALL_B_BYTES else [])
     return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": fuse, "prefetch": prefetch}
 
 
@@ -413,7 +409,50 @@ def _spatial_loops(sch: Schedule, block: str, g) -> list | None:
 
 KBLOCK_TILE_BYTES = 40 * 1024  # the accumulators of one output-channel tile of a whole image
 KBLOCK_MIN_K = 1024
-KBLOCK_PREFETCH = 1  # default of the ``prefetch`` knob (next weight slice into L2)
+PREFETCH_MIN_B_BYTES = 2 << 20
+
+
+def _panel_split_prefetch(g, mr: int, serial: int) -> bool:
+    """``PANEL_PREFETCH_NEXT``'s case: a panel-split image GEMM with one reduction loop (a 1x1
+    convolution: each call streams one whole weight panel, reused from L1/L2 by the task's
+    other row tiles; ``serial`` = all outer loops but the panel loop, see ``_default_serial``)
+    with ``mr > 1`` row tiles."""
+    n_outer = sum(1 for iv in g["sp"] if iv is not g["m"] and iv is not g["n"]
+                  and iv.extent != 1)
+    return bool(PANEL_PREFETCH_NEXT and g["m"] is not None and mr > 1 and n_outer > 0
+                and all(iv.extent == 1 for iv in g["rd"][:-1])
+                and serial > 0 and serial == n_outer + 1)
+
+
+def _default_prefetch(g, kblocked: bool, panel_split: bool = False) -> int:
+    """The default ``prefetch`` decision: ``1`` for a K-blocked schedule (the first row's call
+    of each ``kc x nr`` weight slice would otherwise wait for memory: these weights are used
+    once per run) and for a convolution or batched matmul (dims besides ``m`` and ``n``) whose
+    constant operand ``B`` has at least ``PREFETCH_MIN_B_BYTES`` in all (weights that stream
+    from memory: ResNet-50's 512 -> 2048 1x1 convolutions on 7x7, the Winograd products of
+    ResNet-18/50, 6-15 % faster per kernel on 1 and 2 threads); else ``0``. Plain GEMMs
+    (BERT, classifiers) keep ``0``: not measured there. ``panel_split`` (``1``): the case of
+    ``_panel_split_prefetch``."""
+    if kblocked or panel_split:
+        return 1
+    if not any(iv.extent != 1 for iv in g["sp"] if iv is not g["m"] and iv is not g["n"]):
+        return 0
+    n = 4
+    for d in g["B"].src.shape:
+        n *= int(d)
+    return 1 if n >= PREFETCH_MIN_B_BYTES else 0
+
+
+def _prefetch(cfg: dict, g, kblocked: bool, panel_split: bool = False) -> bool:
+    """The ``prefetch`` knob of ``cfg`` (default ``_default_prefetch``).
+
+    Raises:
+        ScheduleError: a value that is not 0 or 1."""
+    pf = cfg.get("prefetch")
+    pf = _default_prefetch(g, kblocked, panel_split) if pf is None else pf
+    if pf not in (0, 1, True, False):
+        raise ScheduleError(f"gemm rule: prefetch {pf!r} is not 0 or 1")
+    return bool(pf)
 
 
 SMALL_B_BYTES = 256 * 1024

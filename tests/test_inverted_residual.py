@@ -226,3 +226,39 @@ def test_mobilenet_v2_every_block_fused_matches_onnxruntime():
     with PassContext(config={"inverted_residual.fuse": 1}):
         got = ember.compile(model).run({"input": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("expand", [True, False])
+def test_one_channel_blocks_with_one_element_weights_match_onnxruntime(expand):
+    # Cin = Ce = 1 (expand) or Ce = Cout = 1 (project): a one-element weight is an immediate
+    # constant, not a kernel parameter, and the fused kernel's parameter list came out short
+    rng = np.random.default_rng(11)
+
+    def w(*s):
+        return rng.standard_normal(s).astype(np.float32)
+    inits = {"wd": w(1, 1, 3, 3), "wp": w(1, 1, 1, 1), "bp": w(1)}
+    nodes = [helper.make_node("Conv", ["x", "wd"], ["d"], kernel_shape=[3, 3], group=1,
+                              pads=[0, 0, 1, 0]),
+             helper.make_node("Relu", ["d"], ["da"]),
+             helper.make_node("Conv", ["da", "wp", "bp"], ["output"], kernel_shape=[1, 1])]
+    if expand:
+        inits.update(we=w(1, 1, 1, 1), be=w(1))
+        nodes[0].input[0] = "ea"
+        nodes[:0] = [helper.make_node("Conv", ["input", "we", "be"], ["e"], kernel_shape=[1, 1]),
+                     helper.make_node("Relu", ["e"], ["ea"])]
+    else:  # a 3x3 convolution first, so the depthwise input is channels-last
+        inits.update(w0=w(1, 1, 3, 3))
+        nodes[0].input[0] = "c0"
+        nodes[:0] = [helper.make_node("Conv", ["input", "w0"], ["c0"], kernel_shape=[3, 3],
+                                      pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "one_channel", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                             [1, 1, 7, 4])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1, 6, 2])],
+        [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.standard_normal((1, 1, 7, 4)).astype(np.float32)
+    with PassContext(config={"inverted_residual.fuse": 1}):
+        got = ember.compile(model).run({"input": x})[0]
+    np.testing.assert_allclose(got, ort_run(model, x), rtol=1e-4, atol=1e-5)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeMismatchError
+from ..errors import LoweringError, ShapeMismatchError
 from ..graph.ir import TensorType
 from .imperative import imperative_kernel
 from .registry import OpPattern, register_op
@@ -117,6 +117,10 @@ def _compute(inputs, attrs, out_types):
     from ..tir.schedule.rules.inverted_residual import (choose_band, inverted_residual_body,
                                                        kernel_buffers)
     g = _geometry([TensorType(tuple(t.shape), t.dtype) for t in inputs], attrs)
+    if any(int(np.prod(t.shape)) == 1 for t in inputs[1:]):
+        raise LoweringError(f"{OP}: a one-element weight (Cin = Ce = 1 or Ce = Cout = 1) is "
+                            f"an immediate constant, not a kernel parameter; keep such a block "
+                            f"as separate convolutions (FuseInvertedResidual does not fuse it)")
     gb = g if g.band else type(g)(**{**g.to_attrs(), "band": choose_band(g)})
 
     def body(k):

@@ -121,8 +121,10 @@ def fuse_inverted_residual_function(func, mode: int = 0, band: int = 0):
         expand = (exp is not None and single_use(ea_b.outputs[0])
                   and single_use(e_b.outputs[0]))
         x = e_b.call.args[0] if expand else d_b.call.args[0]
-        nb, h, w, _ = x.type.shape
-        ce = dw[0].shape[0]
+        nb, h, w, cin = x.type.shape
+        ce, cout = dw[0].shape[0], proj[0].shape[0]
+        if ce == 1 and (cout == 1 or (expand and cin == 1)):
+            return None  # a one-element weight would be an immediate, not a kernel parameter
         if mode == 0 and 4 * nb * h * w * ce < MIN_FUSE_BYTES:
             return None
         wd = np.ascontiguousarray(dw[0][:, 0].transpose(1, 2, 0))            # (3, 3, Ce)

@@ -8,7 +8,9 @@ and the agreement of the tuned model with onnxruntime. Then, per task with enoug
 measurements in the records, an xgboost cost model trained on the first 70 % of its measured
 programs (in measurement order) ranks the other 30 %: pairwise accuracy and top-3 recall.
 
-The tuned space (``--template rule``, the default) is the default schedule rules' own
+Each Winograd-eligible convolution's algorithm (direct / F(2x2) / F(4x4), ``conv_algo`` tasks,
+``ember.tune.strategy``) is tuned first (``--no-algorithms``: keep the heuristic's). The tuned
+kernel space (``--template rule``, the default) is the default schedule rules' own
 decisions (``ember.tir.schedule.rules.rule_knobs``: the GEMM rule's register tile, loop order,
 K-blocking and parallel fusion), so configuration 0 is the untuned program and is measured
 first; each task's best configurations are re-measured against it (``--confirm``) and applied
@@ -142,7 +144,8 @@ def task_outcomes(ctx, summary, target: str) -> list[dict]:
     tgt = str(Target(target))
     out = []
     for t in summary.tasks:
-        rec, s = ctx.paired.get((task_key("rule", [t.name, tgt]), tgt), (None, float("nan")))
+        key = t.name if t.op == "conv_algo" else task_key("rule", [t.name, tgt])
+        rec, s = ctx.paired.get((key, tgt), (None, float("nan")))
         cfg = rec.config.get("entity") if rec is not None else None
         out.append({"op": t.op, "count": t.count, "trials": t.trials,
                     "default_ms": t.untuned_s * 1e3, "speedup": s,
@@ -178,7 +181,8 @@ def bench_model(name: str, args) -> dict:
                               number=args.number, per_call=True, confirm=args.confirm,
                               confirm_rounds=2, timeout=5, min_trials=args.min_trials,
                               progress=not args.quiet, log=print, template=args.template,
-                              measure_threads=args.measure_threads)
+                              measure_threads=args.measure_threads,
+                              algorithms=not args.no_algorithms)
     tune_s = time.perf_counter() - t0
     with tune.apply_history_best(records, margin=args.margin) as ctx:
         tuned = ember.compile(onnx_model, target=target)
@@ -194,13 +198,16 @@ def bench_model(name: str, args) -> dict:
 
     kernels = kernel_best_ms({"ember untuned": untuned, "ember tuned": tuned}, inputs)
     mod, params = from_onnx(onnx_model)
-    tasks = tune.extract_tasks(mod, params, target, include_all=args.tuner == "search",
-                               template=args.template)
+    with tune.apply_history_best(records, margin=args.margin):  # the chosen algorithms' kernels
+        tasks = tune.extract_tasks(mod, params, target, include_all=args.tuner == "search",
+                                   template=args.template)
     outcomes = task_outcomes(ctx, summary, target)
     heavy = sorted(outcomes, key=lambda t: -t["default_ms"] * t["count"])[:5]
     return {"model": name, "latency_ms": lat, "tune_s": tune_s, "trials": sum(
         t.trials for t in summary.tasks), "errors": sum(t.errors for t in summary.tasks),
-        "tasks": len(summary.tasks), "kernels_tuned": ctx.applied, "kernel_sum_ms": kernels, "max_abs_diff_vs_ort": err,
+        "tasks": len(summary.tasks), "kernels_tuned": ctx.applied,
+        "algorithms_changed": ctx.algorithms_applied,
+        "algorithms": [t for t in outcomes if t["op"] == "conv_algo"], "kernel_sum_ms": kernels, "max_abs_diff_vs_ort": err,
         "tasks_applied": sum(t["applied"] for t in outcomes), "ablation": heavy,
         "table": summary.table(), "ranking": ranking_quality(records, tasks)}
 
@@ -224,6 +231,8 @@ def main(argv=None) -> int:
     ap.add_argument("--template", default="rule", choices=["rule", "tile"])
     ap.add_argument("--measure-threads", type=int, default=1,
                     help="threads candidates are timed with (1: robust on a shared machine)")
+    ap.add_argument("--no-algorithms", action="store_true",
+                    help="keep the Winograd heuristic (no conv_algo tasks: direct / F2 / F4)")
     ap.add_argument("--out", help="also write the report (and a JSON of it) to this path")
     ap.add_argument("--records-dir", default=os.path.join("bench", "records"))
     ap.add_argument("--quiet", action="store_true")
@@ -261,7 +270,8 @@ def report(rows, args) -> list[str]:
         k = r["kernel_sum_ms"]
         L.append(f"  {r['model']:10} untuned {k['ember untuned']:.2f}  tuned {k['ember tuned']:.2f}"
                  f"  ({k['ember untuned'] / k['ember tuned']:.3f}x; {r['kernels_tuned']} kernel "
-                 f"launches use a tuned schedule)")
+                 f"launches use a tuned schedule; {r['algorithms_changed']} convolutions a "
+                 f"tuned algorithm)")
     for r in rows:
         L.append(f"\n## {r['model']}: five heaviest tasks, default schedule -> best tuned "
                  f"(ms per run at {args.measure_threads} thread(s); speed-up: median "
@@ -271,6 +281,13 @@ def report(rows, args) -> list[str]:
                      f"{t['default_ms']:7.3f} -> {t['best_ms']:7.3f} ({t['speedup']:.2f}x) "
                      f"{'applied' if t['applied'] else 'kept default'}"
                      f"{'  ' + str(t['config']) if t['config'] else ''}")
+        if r["algorithms"]:
+            L.append("  algorithm tasks (conv_algo: tile -1 = direct, m = Winograd F(m x m); "
+                     "default = the heuristic's):")
+        for t in r["algorithms"]:
+            L.append(f"    x{t['count']}  default {t['default_ms']:7.3f} ms -> best "
+                     f"{t['best_ms']:7.3f} ({t['speedup']:.2f}x) "
+                     f"{'applied ' + str(t['config']) if t['applied'] else 'kept default'}")
         q = r["ranking"]
         L.append(f"  cost model (xgboost, knob features) on held-out measured programs: pairwise "
                  f"accuracy {q['pairwise_accuracy']:.3f}, top-3 recall {q['top3_recall']:.3f} "

@@ -7,6 +7,12 @@ template-free ``search`` task, whichever measured faster
 (records of other targets and failed candidates are ignored; kernels without a record, or whose
 recorded untuned run was the fastest, keep their default schedule). Contexts nest; the innermost wins. ``ApplyHistoryBest.applied`` counts the kernels
 it replaced in the builds it served.
+
+The context also decides algorithms: each Winograd-eligible convolution with a ``conv_algo``
+record (``ember.tune.strategy``) runs as its recorded algorithm (direct, F(2x2) or F(4x4)) when
+that measured at least ``margin`` faster than the heuristic's choice (configuration 0), side by
+side when the records have interleaved evidence; ``algorithms_applied`` counts the convolutions
+whose algorithm it changed.
 """
 
 from __future__ import annotations
@@ -52,7 +58,15 @@ class ApplyHistoryBest:
                 continue
             idx, s = best
             self.paired[k] = (configs.get((k[0], k[1], idx)) if s >= 1 + margin else None, s)
+        # configuration 0 (the default) of tasks that have one (rule, conv_algo): fastest cost
+        self.config0: dict[tuple[str, str], float] = {}
+        for r in records:
+            if r.ok and r.result.costs and r.kind == "config" and isinstance(r.config, dict) \
+                    and r.config.get("index") == 0:
+                k = (r.task_key, r.target)
+                self.config0[k] = min(self.config0.get(k, float("inf")), r.cost)
         self.applied = 0
+        self.algorithms_applied = 0
         self._token = None
 
     def default_cost(self, workload: str, target: "str | Target") -> float | None:
@@ -63,11 +77,52 @@ class ApplyHistoryBest:
         """The best record of a task key for ``target``, or ``None``."""
         return self.best.get((task_key, str(Target(target))))
 
+    def choose(self, task_key: str, target: "str | Target") -> Record | None:
+        """The record to follow for a task whose configuration 0 is its default (``rule``,
+        ``conv_algo``): the best side-by-side configuration when the records hold interleaved
+        evidence (``None`` when none beats the default by ``margin``), else the fastest record
+        when at least ``margin`` faster than configuration 0's fastest; ``None`` = keep the
+        default."""
+        tgt = str(Target(target))
+        if (task_key, tgt) in self.paired:
+            return self.paired[(task_key, tgt)][0]
+        rec = self.query(task_key, tgt)
+        if rec is None or _is_default_config(rec):
+            return None
+        base = self.config0.get((task_key, tgt))
+        if base is not None and rec.cost > base * (1.0 - self.margin):
+            return None
+        return rec
+
+    def conv_algorithm(self, workload: list, default: int, target: str) -> int | None:
+        """The recorded algorithm of a Winograd-eligible convolution (``conv_algo`` task of
+        ``workload``, see ``ember.tune.strategy``): -1 direct, ``m`` Winograd F(m x m), or
+        ``None`` (no decisive record: the ``WinogradConv`` heuristic decides). Counted in
+        ``algorithms_applied`` when it differs from ``default``."""
+        from .task import task_key
+        if not target:
+            return None
+        rec = self.choose(task_key("conv_algo", workload), target)
+        if rec is None:
+            return None
+        try:
+            tile = int({n: v for n, _, v in rec.config["entity"]}["tile"])
+        except (KeyError, TypeError, ValueError) as e:
+            logger.warning("not applying the algorithm record of %s: %s", workload, e)
+            return None
+        if tile != default:
+            self.algorithms_applied += 1
+        return tile
+
     def __enter__(self):
+        from ..graph.passes.winograd import algorithm_scope
         self._token = _current.set(self)
+        self._scope = algorithm_scope(self.conv_algorithm)
+        self._scope.__enter__()
         return self
 
     def __exit__(self, *exc):
+        self._scope.__exit__(*exc)
         _current.reset(self._token)
 
 

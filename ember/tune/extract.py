@@ -80,15 +80,15 @@ class TaskInfo:
         op: the operator or fused group it implements.
         count: how many times the model runs it.
         flops: FLOPs of one run times ``count``: its share of the model's work.
-        func: the untuned kernel.
-        key: its workload key.
+        func: the untuned kernel (``None`` for a ``conv_algo`` task).
+        key: its workload key (the task key for a ``conv_algo`` task).
     """
 
     task: Task | None
     op: str
     count: int
     flops: float
-    func: PrimFunc
+    func: PrimFunc | None
     key: str = ""
 
     @property
@@ -114,7 +114,7 @@ def model_kernels(mod, params: Mapping[str, np.ndarray] | None, target: "str | T
 
 def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
                   target: "str | Target" = "llvm", include_all: bool = False,
-                  template: str = "rule") -> list[TaskInfo]:
+                  template: str = "rule", algorithms: bool = True) -> list[TaskInfo]:
     """The distinct tunable workloads of ``mod`` for ``target``, heaviest (total FLOPs) first.
     With ``template="rule"`` (the default) a kernel whose default schedule rule exposes knobs
     (``ember.tir.schedule.rules.rule_knobs``: the GEMM rule's register tile, loop order,
@@ -122,6 +122,12 @@ def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
     ``tile`` tasks; ``template="tile"`` makes every tunable kernel a ``tile`` task.
     With ``include_all``, every kernel with loops is listed (elementwise, softmax...: the
     template-free search can still parallelize and vectorize them); their ``task`` is ``None``.
+    With ``algorithms`` (the default), each distinct Winograd-eligible convolution also
+    becomes a ``conv_algo`` task (``ember.tune.strategy``: direct vs F(2x2) vs F(4x4); op
+    ``"conv_algo"``, ``func`` ``None``, FLOPs those of the direct convolution), listed after
+    the kernel tasks (heaviest first among themselves). The kernel tasks
+    are those of the algorithms the ``WinogradConv`` pass picks now: the heuristic's, or a
+    recorded choice inside ``apply_history_best``.
 
     Raises:
         TuningError: the model has no tunable kernel. Lowering errors propagate as from
@@ -129,8 +135,25 @@ def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
     """
     target = Target(target)
     found: dict[str, TaskInfo] = {}
+    from ..graph.passes.winograd import algorithm_scope, current_chooser
     from .features import count_flops
-    for func in model_kernels(mod, params, target):
+    convs: list[list] = []
+    outer = current_chooser()
+
+    def collect(workload, default, tgt):
+        convs.append(workload)
+        return outer(workload, default, tgt) if outer is not None else None
+    with algorithm_scope(collect):
+        kernels = model_kernels(mod, params, target)
+    algos: dict[str, TaskInfo] = {}
+    for wl in convs if algorithms else ():
+        task = Task("conv_algo", wl, target)
+        if task.key in algos:
+            algos[task.key].count += 1
+            algos[task.key].flops += task.flop
+        else:
+            algos[task.key] = TaskInfo(task, "conv_algo", 1, task.flop, None, task.key)
+    for func in kernels:
         key = register_workload(func)
         if key in found:
             found[key].count += 1
@@ -147,4 +170,5 @@ def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
     if not found:
         raise TuningError("the model has no tunable kernel (no convolution, matmul, dense or "
                           "pooling)")
-    return sorted(found.values(), key=lambda t: -t.flops)
+    return sorted(found.values(), key=lambda t: -t.flops) + \
+        sorted(algos.values(), key=lambda t: -t.flops)

@@ -62,6 +62,7 @@ class BuildResult:
     error_no: int = MeasureErrorNo.NO_ERROR
     error_msg: str = ""
     time_cost: float = 0.0
+    program: str = "kernel"   # "kernel": ``lib`` exports ember_kernel; "model": an artifact
 
 
 @dataclass
@@ -155,6 +156,8 @@ class LocalBuilder:
         t0 = time.perf_counter()
         try:
             func = inp.task.instantiate(inp.config)
+            if hasattr(func, "files"):  # a whole program (an algorithm choice): a small model
+                return self._build_model(func, inp, t0)
             specs, n_in = kernel_specs(func)
             layouts = kernel_layouts(func)
             src = kernel_source(func, inp.task.target)
@@ -175,6 +178,21 @@ class LocalBuilder:
                                time_cost=time.perf_counter() - t0)
         return BuildResult(lib=lib, ref=ref, specs=specs, num_inputs=n_in, layouts=layouts,
                            time_cost=time.perf_counter() - t0)
+
+    def _build_model(self, program, inp: MeasureInput, t0: float) -> BuildResult:
+        """Build a candidate that is a whole compiled model (``program.files(target) ->
+        (artifact, reference npz)``, e.g. ``ember.tune.strategy.ConvAlgorithm``)."""
+        try:
+            art, ref = program.files(inp.task.target)
+        except EmberError as e:
+            return BuildResult(error_no=MeasureErrorNo.COMPILE_HOST, error_msg=str(e)[:2000],
+                               time_cost=time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
+            return BuildResult(error_no=MeasureErrorNo.INSTANTIATION_ERROR,
+                               error_msg=f"{type(e).__name__}: {e}",
+                               time_cost=time.perf_counter() - t0)
+        return BuildResult(lib=art, ref=ref, time_cost=time.perf_counter() - t0,
+                           program="model")
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         """Build every candidate (errors are reported in the results)."""
@@ -221,7 +239,7 @@ class LocalRunner:
     def request(self, build: BuildResult, target=None) -> dict:
         """The worker request for one built candidate."""
         threads = self.num_threads or getattr(target, "num_threads", None)
-        return {"kind": "measure", "lib": build.lib,
+        return {"kind": "measure", "lib": build.lib, "program": build.program,
                 "ref": build.ref if self.check_correctness else None,
                 "specs": build.specs, "num_inputs": build.num_inputs, "seed": self.seed,
                 "layouts": build.layouts,

@@ -9,6 +9,11 @@ to ``records`` and returns a ``TuneSummary`` whose ``table()`` is the per-task s
 it again with the same records resumes: measured candidates are skipped and count toward each
 task's budget. Then ``with apply_history_best(records): ember.compile(model)`` builds the tuned
 model.
+
+With a template tuner, the algorithm tasks (``conv_algo``: direct vs Winograd F(2x2) vs F(4x4)
+per eligible convolution, ``ember.tune.strategy``) run first, each over its whole (small)
+space, on top of ``trials`` (the kernels' budget); the kernel tasks are then extracted again
+under the recorded choices, so the kernels tuned are those the tuned model runs.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from ..errors import TuningError
 from ..target import Target
 from .callbacks import log_to_file, progress_bar
 from .extract import TaskInfo, extract_tasks
-from .measure import (LocalBuilder, LocalRunner, MeasureInput, measure_option,
-                      measure_reference)
+from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult,
+                      measure_option, measure_reference)
 from .records import best_paired_speedup, load_records, paired_speedups, save_records
 
 
@@ -147,6 +152,36 @@ def confirm_best(tuner, option: dict, records: str, top: int = 3, rounds: int = 
                 tuner.best_cost, tuner.best_config = res.mean, inp.config
 
 
+def _tune_task(info: TaskInfo, n: int, k: int, num_tasks: int, tuner: str, option: dict,
+               history: list, records: str, deadline: float | None, trials_left: int,
+               seed: int, per_call: bool, confirm: int, confirm_rounds: int,
+               early_stopping: int | None, progress: bool) -> tuple[int, int, float]:
+    """Tune one task with ``n`` trials (the ``k``-th of ``num_tasks``), taking its share of the
+    time left before ``deadline`` in proportion to ``n`` over ``trials_left``; returns
+    ``(trials, errors, best cost)``."""
+    from .tuner import TUNERS
+    kw = {} if tuner == "grid" else {"seed": seed}
+    if tuner == "xgb":  # refit often enough for the model to steer small budgets
+        kw["plan_size"] = min(32, max(8, n // 4))
+    tnr = TUNERS[tuner](info.task, **kw)
+    done = tnr.load_history(history)
+    task_deadline = deadline
+    if deadline is not None:  # the time left is shared like the trials
+        share = max(0, n - done) / max(1, trials_left - done)
+        task_deadline = time.monotonic() + (deadline - time.monotonic()) * share
+    cbs = [log_to_file(records)]
+    if progress:
+        cbs.append(progress_bar(prefix=f"[{k + 1}/{num_tasks}] {info.op[:28]}"))
+    with_default = info.task.name in ("rule", "conv_algo")  # configuration 0 is the default
+    initial = [info.task.config_space.get(0)] if with_default else []
+    anchor = initial[0] if initial and per_call else None
+    tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
+             deadline=task_deadline, initial=initial, anchor=anchor)
+    if with_default and confirm:
+        confirm_best(tnr, option, records, top=confirm, rounds=confirm_rounds)
+    return tnr.trials + done, tnr.errors, tnr.best_cost
+
+
 def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                tuner: str = "xgb", records: "str | os.PathLike | None" = None,
                dask: Any = None, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -155,7 +190,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                seed: int = 0, time_budget: float | None = None, number: int = 2,
                log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
                confirm_rounds: int = 2, cache_flush: bool = True,
-               measure_threads: int | None = None) -> TuneSummary:
+               measure_threads: int | None = None, algorithms: bool = True) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -188,6 +223,9 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             configurations and the default (configuration 0) are measured again,
             interleaved, ``confirm_rounds`` times, so the default and the candidates are
             compared under the same machine load (0: no confirmation).
+        algorithms: also tune the algorithm of each Winograd-eligible convolution (direct,
+            F(2x2), F(4x4): ``conv_algo`` tasks, tuned first, their candidates on top of
+            ``trials``); ``False`` keeps the ``WinogradConv`` heuristic's choices.
 
     Returns:
         A ``TuneSummary`` (``.table()`` prints the per-task table).
@@ -206,9 +244,11 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                    if isinstance(model, (str, os.PathLike)) else "tune.jsonl")
     records = os.fspath(records)
     mod, params = load_model(model, shapes)
-    tasks = extract_tasks(mod, params, target, include_all=tuner == "search", template=template)
-    if max_tasks:
-        tasks = tasks[:max_tasks]
+    tasks = extract_tasks(mod, params, target, include_all=tuner == "search", template=template,
+                          algorithms=algorithms and tuner != "search")
+    if max_tasks:  # the heaviest kernel tasks (algorithm tasks are few and all kept)
+        tasks = [t for t in tasks if t.op != "conv_algo"][:max_tasks] + \
+            [t for t in tasks if t.op == "conv_algo"]
     option = _make_option(target, dask, timeout, repeat, number, per_call, cache_flush,
                           measure_threads)
     deadline = time.monotonic() + time_budget if time_budget else None
@@ -224,37 +264,43 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                                         target=target, deadline=deadline)
         else:
             results = []
-            alloc = allocate_trials(tasks, trials, min_trials)
-            for k, (info, n) in enumerate(zip(tasks, alloc)):
-                kw = {} if tuner == "grid" else {"seed": seed}
-                if tuner == "xgb":  # refit often enough for the model to steer small budgets
-                    kw["plan_size"] = min(32, max(8, n // 4))
-                tnr = TUNERS[tuner](info.task, **kw)
-                done = tnr.load_history(history)
-                task_deadline = deadline
-                if deadline is not None:  # the time left is shared like the trials
-                    share = max(0, n - done) / max(1, sum(alloc[k:]) - done)
-                    task_deadline = time.monotonic() + (deadline - time.monotonic()) * share
-                cbs = [log_to_file(records)]
-                if progress:
-                    cbs.append(progress_bar(prefix=f"[{k + 1}/{len(tasks)}] {info.op[:28]}"))
-                initial = [info.task.config_space.get(0)] if info.task.name == "rule" else []
-                anchor = initial[0] if initial and per_call else None
-                tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
-                         deadline=task_deadline, initial=initial, anchor=anchor)
-                if info.task.name == "rule" and confirm:
-                    confirm_best(tnr, option, records, top=confirm, rounds=confirm_rounds)
-                results.append((tnr.trials + done, tnr.errors, tnr.best_cost))
+            algos = [t for t in tasks if t.task.name == "conv_algo"]
+            kernels = [t for t in tasks if t.task.name != "conv_algo"]
+            if algos:  # algorithms first: the kernel tasks are those of the chosen algorithms
+                n_algo = [len(t.task.config_space) for t in algos]
+                # a few candidates each, each a whole convolution: not held to a trial share
+                results = [_tune_task(info, n, k, len(tasks), tuner, option, history, records,
+                                      deadline, n, seed, per_call, confirm, confirm_rounds,
+                                      early_stopping, progress)
+                           for k, (info, n) in enumerate(zip(algos, n_algo))]
+                from .dispatch import ApplyHistoryBest
+                with ApplyHistoryBest(list(load_records(records))):
+                    kernels = extract_tasks(mod, params, target, template=template,
+                                            algorithms=False)
+                if max_tasks:
+                    kernels = kernels[:max_tasks]
+            else:
+                kernels = tasks
+            alloc = allocate_trials(kernels, trials, min_trials)
+            for k, (info, n) in enumerate(zip(kernels, alloc)):
+                results.append(_tune_task(info, n, len(algos) + k, len(algos) + len(kernels),
+                                          tuner, option, history, records, deadline,
+                                          sum(alloc[k:]), seed, per_call, confirm,
+                                          confirm_rounds, early_stopping, progress))
+            # the summary lists the kernel tasks first, as extract_tasks does
+            tasks = kernels + algos
+            results = results[len(algos):] + results[:len(algos)]
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task
             if ref_task is None:
                 from .search import SearchTask
                 ref_task = SearchTask(info.func, target)
-            ref = measure_reference(ref_task, option)
+            ref = measure_reference(ref_task, option) if ref_task.name != "conv_algo" else \
+                MeasureResult([], MeasureErrorNo.UNKNOWN_ERROR)
             if ref.ok:
                 save_records(records, [(MeasureInput(target, ref_task, None), ref)])
             untuned = ref.mean
-            if ref_task.name == "rule":  # configuration 0 is the untuned schedule too
+            if ref_task.name in ("rule", "conv_algo"):  # configuration 0 is the untuned one
                 recs = [r for r in load_records(records) if r.task_key == ref_task.key]
                 untuned = min([untuned] + [r.cost for r in recs if r.ok and r.kind == "config"
                                            and r.config["index"] == 0])

@@ -58,7 +58,7 @@ def get_template(name: str) -> Template:
 
 
 def _load_builtin_templates():
-    from . import templates  # noqa: F401  (registers the built-in templates)
+    from . import strategy, templates  # noqa: F401  (registers the built-in templates)
 
 
 def task_key(name: str, args: Sequence[Any]) -> str:

@@ -177,9 +177,70 @@ def _flush_cache(nbytes: int) -> None:
     _flush_buf += 1
 
 
+def _prepare_model(req: dict):
+    """``_prepare`` of a whole compiled model (``req["program"] == "model"``: ``lib`` is an
+    artifact, ``ref`` an ``.npz`` with its input ``x`` and expected output ``y``): ``(fn, [])``
+    with ``fn()`` one run of its ahead-of-time entry, or an error reply."""
+    from ember.runtime.artifact import load_artifact
+    model = _libs.get(req["lib"])
+    if model is None:
+        model = _libs[req["lib"]] = load_artifact(req["lib"], req.get("num_threads"))
+    ex = model._executor
+    if req.get("ref"):
+        ref = np.load(req["ref"])
+        x = ref["x"]
+        arrays = ex._bind_inputs([x])
+        try:
+            (got,) = ex._run_locked(arrays)
+        except Exception as e:  # noqa: BLE001 - a failing kernel is a runtime error
+            return {"error": "runtime", "msg": f"{type(e).__name__}: {e}"}
+        bad = _mismatch(0, got, ref["y"], req)
+        if bad:
+            return bad
+    else:
+        arrays = ex._bind_inputs(list(model.random_inputs(req.get("seed", 0)).values()))
+
+    if ex.use_aot:  # one native call per run, inputs bound once (no Python per kernel)
+        for d, a in zip(ex.input_specs, arrays):
+            ex._ext[d["slot"]] = a.ctypes.data if a.nbytes else ex.arena.ctypes.data
+        aot, arena, ext = ex._aot, ex.arena.ctypes.data, ex._ext
+
+        def fn():
+            if aot(arena, ext) != 0:
+                raise RuntimeError("the model's entry point failed")
+        return fn, []
+
+    def fn():  # noqa: F811 - no AOT entry: the kernels one by one
+        ex._run_locked(arrays)
+    return fn, []
+
+
+def _mismatch(k: int, got: np.ndarray, want: np.ndarray, req: dict) -> dict | None:
+    """The ``wrong_answer`` reply when output ``k`` differs from the reference (tolerances
+    of ``measure_kernel``), else ``None``."""
+    atol = req.get("atol", 1e-4)
+    if np.issubdtype(want.dtype, np.floating) and want.size:
+        with np.errstate(invalid="ignore"):
+            scale = float(np.nanmax(np.abs(np.where(np.isfinite(want), want, 0))))
+        atol += req.get("scale_tol", 1e-4) * scale
+    if got.shape != want.shape:
+        return {"error": "wrong_answer",
+                "msg": f"output {k} has shape {got.shape}, the reference {want.shape}"}
+    if not np.allclose(got, want, rtol=req.get("rtol", 1e-3), atol=atol, equal_nan=True):
+        with np.errstate(invalid="ignore"):
+            diff = np.nanmax(np.abs(got.astype(np.float64) - want)) \
+                if np.isfinite(got).any() else float("nan")
+        return {"error": "wrong_answer",
+                "msg": f"output {k} differs from the reference kernel's (max abs "
+                       f"diff {diff:.3g}, {int(np.isnan(got).sum())} NaN)"}
+    return None
+
+
 def _prepare(req: dict):
     """Load ``req``'s kernel, make its arguments and check it against the reference: ``(fn,
     args)``, or an error reply (see ``measure_kernel``)."""
+    if req.get("program") == "model":
+        return _prepare_model(req)
     specs, n_in = req["specs"], req["num_inputs"]
     lib, fn = _load(req["lib"])
     if req.get("num_threads"):
@@ -210,19 +271,9 @@ def _prepare(req: dict):
         if fn(*_ptrs(args)) != 0:
             return {"error": "runtime", "msg": "the kernel returned an error (allocation failed)"}
         for k, (got, want) in enumerate(zip(args[n_in:], expect)):
-            atol = req.get("atol", 1e-4)
-            if np.issubdtype(want.dtype, np.floating) and want.size:
-                with np.errstate(invalid="ignore"):
-                    scale = float(np.nanmax(np.abs(np.where(np.isfinite(want), want, 0))))
-                atol += req.get("scale_tol", 1e-4) * scale
-            if not np.allclose(got, want, rtol=req.get("rtol", 1e-3), atol=atol,
-                               equal_nan=True):
-                with np.errstate(invalid="ignore"):
-                    diff = np.nanmax(np.abs(got.astype(np.float64) - want)) \
-                        if np.isfinite(got).any() else float("nan")
-                return {"error": "wrong_answer",
-                        "msg": f"output {k} differs from the reference kernel's (max abs "
-                               f"diff {diff:.3g}, {int(np.isnan(got).sum())} NaN)"}
+            bad = _mismatch(k, got, want, req)
+            if bad:
+                return bad
     return fn, args
 
 

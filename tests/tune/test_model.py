@@ -52,15 +52,21 @@ def test_tune_model_resume_and_apply_history_best(tmp_path):
                          repeat=1, min_trials=2, log=lines.append)
     recs = list(load_records(log))
     n1 = sum(r.kind == "config" and r.result.error_no != 1 for r in recs)
-    assert n1 == sum(t.trials for t in s1.tasks) == 10
-    # the untuned kernel of each task is recorded for comparison
-    assert sum(r.kind == "default" for r in recs) == len(s1.tasks)
+    # the convolution's algorithm task (direct / F(2x2) / F(4x4)) measures its 3 candidates
+    # on top of the kernels' 10 trials
+    kernels = [t for t in s1.tasks if t.op != "conv_algo"]
+    assert [t.trials for t in s1.tasks if t.op == "conv_algo"] == [3]
+    assert n1 == sum(t.trials for t in s1.tasks) == 13
+    assert sum(t.trials for t in kernels) == 10
+    # the untuned kernel of each kernel task is recorded for comparison (an algorithm task's
+    # configuration 0 is its default)
+    assert sum(r.kind == "default" for r in recs) == len(kernels)
     assert "speed-up" in lines[-2] and "all tasks" in lines[-2]
     # resume with the same budget: nothing left to measure
     s2 = tune.tune_model(model, trials=10, tuner="random", records=log, progress=False,
                          repeat=1, min_trials=2, log=None)
     assert sum(r.kind == "config" and r.result.error_no != 1 for r in load_records(log)) == n1
-    assert sum(t.trials for t in s2.tasks) == 10
+    assert sum(t.trials for t in s2.tasks) == 13
 
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype("float32")
     base = ember.compile(model).run({"x": x})[0]

@@ -68,8 +68,10 @@ def optimize(mod: IRModule, target="llvm", params=None) -> tuple[IRModule, dict]
         ``(optimized module, params)`` ready for lowering.
     """
     from .bind_params import bind_params, lift_constants
+    from .winograd import algorithm_scope
     mod = bind_params(mod, params)
-    mod = build_pipeline(target)(mod)
+    with algorithm_scope(None, str(target)):  # what a recorded algorithm choice is keyed by
+        mod = build_pipeline(target)(mod)
     mod, lifted = lift_constants(mod)
     return mod, lifted
 

@@ -17,9 +17,19 @@ Which convolutions and which ``m`` (``choose_tile``) reflect measurements on AVX
 (default) chooses per convolution, ``-1`` keeps every convolution direct, ``2``/``4``/``6``
 forces that tile on every qualifying convolution. Disabling the pass
 (``PassContext(disabled_pass=["WinogradConv"])``) or ``opt_level < 2`` also keeps them direct.
+
+With ``winograd.tile = 0``, an algorithm chooser installed by ``algorithm_scope`` (tuning
+records: ``ember.tune.apply_history_best`` installs one) is asked first for each qualifying
+convolution, by its ``conv_workload``; it answers ``-1`` (direct), an ``m`` of ``POINTS``, or
+``None`` (no record: ``choose_tile``'s heuristic decides).
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from typing import Callable, Iterator
 
 from ...ops.winograd import POINTS, num_tiles, weight_transform
 from ..ir import Constant
@@ -73,6 +83,54 @@ def padded_rows(tiles: int, k: int, lanes: int = 16) -> int:
     return best
 
 
+_CHOOSER: contextvars.ContextVar = contextvars.ContextVar("ember_conv_algorithm", default=None)
+_TARGET: contextvars.ContextVar = contextvars.ContextVar("ember_winograd_target", default="")
+
+
+@contextlib.contextmanager
+def algorithm_scope(chooser: "Callable[[list, int, str], int | None] | None",
+                    target: str | None = None) -> Iterator[None]:
+    """Install ``chooser(workload, default, target) -> tile | None`` for the ``WinogradConv``
+    passes run inside (``workload``: ``conv_workload`` of the convolution; ``default``: the
+    heuristic's tile, -1 for direct; ``target``: the build's target string, "" when unknown).
+    ``target`` (when given) is the target passed on to the chooser; ``chooser=None`` keeps the
+    current one and only sets the target. Scopes nest; the innermost wins."""
+    tokens = []
+    if chooser is not None:
+        tokens.append((_CHOOSER, _CHOOSER.set(chooser)))
+    if target is not None:
+        tokens.append((_TARGET, _TARGET.set(str(target))))
+    try:
+        yield
+    finally:
+        for var, tok in reversed(tokens):
+            var.reset(tok)
+
+
+def current_chooser():
+    """The innermost chooser installed by ``algorithm_scope`` (``None`` when none)."""
+    return _CHOOSER.get()
+
+
+def conv_workload(call, out_type) -> list:
+    """``[op, attrs, [input types], [output type]]`` (types as ``[shape, dtype]``; JSON-able)
+    of a qualifying convolution ``call`` (data and weight only: a bias is added after either
+    algorithm) with output type ``out_type``: the identity an algorithm choice is recorded
+    under (the ``tile`` template's operator-workload form)."""
+    attrs = json.loads(json.dumps(dict(call.attrs), sort_keys=True, default=list))
+    types = [[list(a.type.shape), a.type.dtype] for a in call.args[:2]]
+    return [call.op, attrs, types, [[list(out_type.shape), out_type.dtype]]]
+
+
+def default_tile(workload: list) -> int:
+    """The heuristic's choice (``choose_tile``) for a ``conv_workload``: ``m``, or -1 for the
+    direct convolution."""
+    (xs, _), (ws, _) = workload[2][0], workload[2][1]
+    nb, oh, ow, k = workload[3][0][0]
+    m = choose_tile(xs[3], k, oh, ow, nb)
+    return -1 if m is None else m
+
+
 def _qualifies(call) -> bool:
     if call.op != "nn.conv" or len(call.args) < 2:
         return False
@@ -91,6 +149,7 @@ def winograd_function(func, tile: int = 0):
     ``tile`` as the ``winograd.tile`` config."""
     if tile < 0:
         return func
+    chooser = _CHOOSER.get()
 
     def visit(b, args, rw: Rewriter):
         call = b.call
@@ -101,6 +160,10 @@ def winograd_function(func, tile: int = 0):
         nb, oh, ow, k = out.type.shape
         c = x.type.shape[3]
         m = tile if tile in POINTS else choose_tile(c, k, oh, ow, nb)
+        if tile == 0 and chooser is not None:
+            got = chooser(conv_workload(call, out.type), -1 if m is None else m, _TARGET.get())
+            if got is not None:
+                m = got if got in POINTS else None
         if m is None:
             return None
         p = list(call.attrs.get("pads") or (0, 0, 0, 0))
@@ -126,4 +189,5 @@ def WinogradConv(func, mod, ctx):
     return winograd_function(func, ctx.get_config(WINOGRAD_TILE, 0))
 
 
-__all__ = ["WinogradConv", "winograd_function", "choose_tile", "padded_rows", "WINOGRAD_TILE"]
+__all__ = ["WinogradConv", "winograd_function", "choose_tile", "padded_rows", "WINOGRAD_TILE",
+           "algorithm_scope", "conv_workload", "default_tile", "current_chooser"]

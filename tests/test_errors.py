@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember
-from ember.errors import (ArtifactError, EmberError, InputError, ModelLoadError, ToolchainError,
-                          UnsupportedOpError)
+from ember.errors import (ArtifactError, EmberError, InputError, ModelLoadError,
+                          ShapeMismatchError, ToolchainError, UnsupportedOpError)
 from ember.testing import models as M
 
 
@@ -105,6 +105,24 @@ def test_unsupported_attribute_value_is_typed():
     with pytest.raises(UnsupportedOpError, match="storage_order") as e:
         ember.compile(model)
     assert e.value.op == "MaxPool" and e.value.node == "the_node"
+
+
+@pytest.mark.parametrize("op,wshape", [("Conv", (2, 2, 1, 1)), ("ConvTranspose", (2, 2, 1, 1)),
+                                       ("Gemm", (2, 2))])
+def test_weight_of_another_dtype_names_the_node(op, wshape):
+    # a float64 weight beside float32 data: the compute came out float64 while type inference
+    # said float32 (an internal LoweringError naming no ONNX node) instead of a typed error
+    xshape = [1, 2, 3, 3] if len(wshape) == 4 else [2, 2]
+    attrs = {"kernel_shape": [1, 1]} if len(wshape) == 4 else {}
+    node = helper.make_node(op, ["x", "w"], ["y"], name="the_node", **attrs)
+    g = helper.make_graph([node], "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          xshape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(np.ones(wshape, np.float64), "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ShapeMismatchError, match="dtypes differ.*cast") as e:
+        ember.compile(model)
+    assert "the_node" in str(e.value)
 
 
 # run-time inputs ------------------------------------------------------------------------------

@@ -113,7 +113,16 @@ def conv_out_dim(size: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
     return (size + pb + pe - d * (k - 1) - 1) // s + 1
 
 
+def same_dtypes(types, op: str) -> None:
+    """Raise ``ShapeMismatchError`` unless every input of ``op`` has the first one's dtype
+    (data, weight and bias of a convolution or GEMM: ONNX gives them one type ``T``)."""
+    if any(t.dtype != types[0].dtype for t in types[1:]):
+        raise ShapeMismatchError(f"{op}: input dtypes differ ({', '.join(t.dtype for t in types)}); "
+                                 f"cast the weights/bias to the data's dtype")
+
+
 def _conv_type(types, attrs):
+    same_dtypes(types, "nn.conv")
     x, w = types[0], types[1]
     nsp = x.ndim - 2
     if nsp < 1 or w.ndim != x.ndim:
@@ -653,6 +662,7 @@ register_op("nn.layer_norm", infer_type=_ln_type, reference=_ln_ref, compute=_ln
 # dense products -------------------------------------------------------------------------------
 
 def _gemm_type(types, attrs):
+    same_dtypes(types, "nn.gemm")
     a, b = types[0], types[1]
     if a.ndim != 2 or b.ndim != 2:
         raise ShapeMismatchError(f"nn.gemm: A {a.shape} and B {b.shape} must be 2-D")

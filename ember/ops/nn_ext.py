@@ -12,7 +12,7 @@ import numpy as np
 from .. import te
 from ..errors import ShapeMismatchError
 from ..graph.ir import TensorType
-from .nn import _pool_geom, _pool_type, _sp, _window_attrs
+from .nn import _pool_geom, _pool_type, _sp, _window_attrs, same_dtypes
 from .registry import REQUIRED, OpPattern, normalize_axis, register_op
 
 
@@ -30,6 +30,7 @@ def _ct_geom(xshape, wshape, attrs):
 
 
 def _ct_type(types, attrs):
+    same_dtypes(types, "nn.conv_transpose")
     x, w = types[0], types[1]
     if x.ndim < 3 or w.ndim != x.ndim:
         raise ShapeMismatchError(f"nn.conv_transpose: input {x.shape} and weight {w.shape} must "

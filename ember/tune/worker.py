@@ -205,7 +205,7 @@ def _prepare_model(req: dict):
             ex._ext[d["slot"]] = a.ctypes.data if a.nbytes else ex.arena.ctypes.data
         aot, arena, ext = ex._aot, ex.arena.ctypes.data, ex._ext
 
-        def fn():
+        def fn(_keep=arrays):  # the inputs stay alive while ext points at them
             if aot(arena, ext) != 0:
                 raise RuntimeError("the model's entry point failed")
         return fn, []

@@ -125,9 +125,9 @@ def conv_workload(call, out_type) -> list:
 def default_tile(workload: list) -> int:
     """The heuristic's choice (``choose_tile``) for a ``conv_workload``: ``m``, or -1 for the
     direct convolution."""
-    (xs, _), (ws, _) = workload[2][0], workload[2][1]
+    c = workload[2][0][0][3]
     nb, oh, ow, k = workload[3][0][0]
-    m = choose_tile(xs[3], k, oh, ow, nb)
+    m = choose_tile(c, k, oh, ow, nb)
     return -1 if m is None else m
 
 

@@ -47,34 +47,53 @@ def test_every_index_runs_once(lib, partition, threads):
     lib.ember_set_num_threads(ctypes.c_int(2))
 
 
+def _conv_model(cin, cout, h, w, seed=0):
+    """A one-Conv model (3x3, pads 1) and its float64 im2col reference ``ref(x)``; shapes that no
+    other test uses give it a library of its own, whose pool has started no workers yet."""
+    wt = (np.random.default_rng(seed).standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+        "share", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(wt, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+
+    def ref(x):
+        xp = np.pad(x[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+        cols = np.stack([xp[:, i:i + h, j:j + w] for i in range(3) for j in range(3)], 1)
+        return np.einsum("ckhw,mck->mhw", cols, wt.reshape(cout, cin, 9).astype(np.float64))[None]
+    return model, ref
+
+
+def _tasks():
+    return len(os.listdir("/proc/self/task"))
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
 def test_models_sharing_a_library_keep_their_own_thread_count():
     """Two models with the same kernels share one library (content-hash cache), and the thread
     count lives in the library: the 1-thread model must not run on the pool that the 3-thread
     model (compiled after it) asked for, and the 3-thread model must still get its workers."""
-    rng = np.random.default_rng(0)
-    # shapes no other test uses, so this library's pool has started no workers yet
-    w = (rng.standard_normal((13, 5, 3, 3)) * 0.3).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
-        "share", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 37, 29])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
+    model, ref = _conv_model(5, 13, 37, 29)
     one = ember.compile(model, target="llvm -num-threads=1")
     three = ember.compile(model, target="llvm -num-threads=3")
     assert one.lib_path == three.lib_path  # the premise: one shared library
-    x = rng.standard_normal((1, 5, 37, 29)).astype(np.float32)
-    # independent reference: the convolution as an im2col matmul in float64
-    xp = np.pad(x[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
-    cols = np.stack([xp[:, i:i + 37, j:j + 29] for i in range(3) for j in range(3)], 1)
-    ref = np.einsum("ckhw,mck->mhw", cols, w.reshape(13, 5, 9).astype(np.float64))[None]
+    x = np.random.default_rng(1).standard_normal((1, 5, 37, 29)).astype(np.float32)
+    before = _tasks()
+    np.testing.assert_allclose(one.run({"x": x})[0], ref(x), rtol=1e-4, atol=1e-5)
+    assert _tasks() == before, "the 1-thread model started pool workers"
+    np.testing.assert_allclose(three.run({"x": x})[0], ref(x), rtol=1e-4, atol=1e-5)
+    assert _tasks() == before + 2, "the 3-thread model did not get its two workers"
 
-    def tasks():
-        return len(os.listdir("/proc/self/task"))
-    before = tasks()
-    np.testing.assert_allclose(one.run({"x": x})[0], ref, rtol=1e-4, atol=1e-5)
-    assert tasks() == before, "the 1-thread model started pool workers"
-    np.testing.assert_allclose(three.run({"x": x})[0], ref, rtol=1e-4, atol=1e-5)
-    assert tasks() == before + 2, "the 3-thread model did not get its two workers"
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_loaded_artifact_keeps_the_saved_targets_thread_count(tmp_path):
+    # ember.load without num_threads ran a "-num-threads=1" model on all CPUs
+    model, ref = _conv_model(6, 11, 31, 23)
+    ember.compile(model, target="llvm -num-threads=1").save(tmp_path / "m.ember")
+    loaded = ember.load(tmp_path / "m.ember")
+    x = np.random.default_rng(2).standard_normal((1, 6, 31, 23)).astype(np.float32)
+    before = _tasks()
+    np.testing.assert_allclose(loaded.run({"x": x})[0], ref(x), rtol=1e-4, atol=1e-5)
+    assert _tasks() == before, "the loaded 1-thread model started pool workers"

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.build import install_library
-from ..errors import ArtifactError
+from ..errors import ArtifactError, TargetError
 
 FORMAT_VERSION = 2  # 2: one .npy member per weight, read straight into aligned memory
 READABLE_VERSIONS = (1, 2)
@@ -107,7 +107,8 @@ def _read_aligned(z: zipfile.ZipFile, name: str) -> np.ndarray:
 
 
 def load_artifact(path, num_threads: int | None = None):
-    """Load a ``CompiledModel`` saved by ``save``.
+    """Load a ``CompiledModel`` saved by ``save``. ``num_threads``: the kernels' thread count
+    (``None``: the saved target's ``-num-threads``, else all online CPUs).
 
     Raises:
         ArtifactError: missing, truncated or incompatible file.
@@ -144,5 +145,12 @@ def load_artifact(path, num_threads: int | None = None):
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError) as e:
         raise ArtifactError(f"{path} is not a readable ember artifact (truncated or corrupted): "
                             f"{type(e).__name__}: {e}") from None
-    return CompiledModel(lib, manifest["plan"], params, graph, manifest.get("target", "llvm"),
+    target = manifest.get("target", "llvm")
+    if num_threads is None:
+        from ..target import Target
+        try:
+            num_threads = Target(target).num_threads
+        except TargetError:
+            pass
+    return CompiledModel(lib, manifest["plan"], params, graph, target,
                          manifest.get("info"), source, num_threads)

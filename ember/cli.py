@@ -386,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--repeat", type=_positive_int, default=5)
     d.set_defaults(fn=cmd_demo)
 
-    pr = sub.add_parser("profile", help="per-kernel time, GFLOP/s and % of peak")
+    pr = sub.add_parser("profile", help="per-kernel time, GFLOP/s and %% of peak")
     pr.add_argument("model")
     pr.add_argument("--input", action="append", help="NAME=file.npy (random seeded if omitted)")
     pr.add_argument("--target", default="llvm")

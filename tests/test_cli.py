@@ -114,3 +114,16 @@ def test_tune_and_conformance_are_wired():
     assert args.trials == 4 and args.tuner == "random"
     args = parser.parse_args(["compile", "m.onnx", "--records", "r.jsonl"])
     assert args.records == "r.jsonl"
+
+
+def test_help_of_every_subcommand_prints(capsys):
+    # "% of peak" in a help string made `ember --help` raise TypeError (argparse %-formats help)
+    from ember.cli import build_parser
+    import argparse
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for argv in [["--help"]] + [[name, "--help"] for name in subs.choices]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 0, argv
+        assert "usage:" in capsys.readouterr().out

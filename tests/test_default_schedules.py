@@ -247,6 +247,13 @@ def test_channels_first_output_of_a_channels_last_convolution_is_a_typed_error()
     with pytest.raises(ShapeMismatchError, match="out_layout"):  # not a layout of a 4-d tensor
         _op_kernel("nn.conv", [(1, 3, 6, 6), (8, 3, 3, 3)],
                    {"data_layout": "NCHW", "out_layout": "NHWCX"})
+    # spatial letters out of order were read as NHWC / NCHW: a transposed image, silently
+    for lay in ("NWHC", "NCWH"):
+        with pytest.raises(ShapeMismatchError, match="out_layout.*'NHWC'"):
+            _op_kernel("nn.conv", [(1, 3, 6, 7), (8, 3, 3, 3)],
+                       {"data_layout": "NCHW", "out_layout": lay})
+        with pytest.raises(ShapeMismatchError, match=lay):
+            _op_kernel("nn.conv", [(1, 3, 6, 7), (8, 3, 3, 3)], {"data_layout": lay})
 
 
 def test_aot_entry_and_step_executor_agree_and_profile_reports_kernels(tmp_path):

@@ -49,7 +49,10 @@ def channels_last(attrs, ndim: int, op: str = "") -> bool:
     lay = attrs.get("data_layout")
     if lay is None:
         return False
-    if len(lay) != ndim or lay[0] != "N" or ("C" not in lay) or lay.index("C") not in (1, ndim - 1):
+    sp = "DHW"[3 - (ndim - 2):] if 2 <= ndim <= 5 else None  # the spatial letters, in order
+    if (len(lay) != ndim or lay[0] != "N" or ("C" not in lay)
+            or lay.index("C") not in (1, ndim - 1)
+            or (sp is not None and lay not in ("NC" + sp, "N" + sp + "C"))):
         raise ShapeMismatchError(f"{op}: data_layout {lay!r} does not fit a rank-{ndim} input "
                                  f"(use e.g. 'NCHW' or 'NHWC')")
     return lay.index("C") == ndim - 1 and ndim > 2

@@ -61,7 +61,7 @@ def test_tune_model_resume_and_apply_history_best(tmp_path):
     # the untuned kernel of each kernel task is recorded for comparison (an algorithm task's
     # configuration 0 is its default)
     assert sum(r.kind == "default" for r in recs) == len(kernels)
-    assert "speed-up" in lines[-2] and "all tasks" in lines[-2]
+    assert "speed-up" in lines[-2] and "all kernel tasks" in lines[-2]
     # resume with the same budget: nothing left to measure
     s2 = tune.tune_model(model, trials=10, tuner="random", records=log, progress=False,
                          repeat=1, min_trials=2, log=None)

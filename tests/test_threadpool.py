@@ -22,6 +22,11 @@ void cov_run(int64_t n, int64_t chunk, int32_t* hits, int64_t reps) {
   cov_ctx c = {hits};
   for (int64_t r = 0; r < reps; ++r) ember_parallel_for(n, chunk, cov_task, &c);
 }
+static void tid_task(int64_t lo, int64_t hi, void* p) {
+  for (int64_t i = lo; i < hi; ++i) ((uint64_t*)p)[i] = (uint64_t)pthread_self();
+  usleep(300);  /* long enough for every awake thread to claim chunks */
+}
+void tid_run(int64_t n, uint64_t* ids) { ember_parallel_for(n, 1, tid_task, ids); }
 """
 
 
@@ -44,6 +49,22 @@ def test_every_index_runs_once(lib, partition, threads):
         np.testing.assert_array_equal(hits, np.full(n, reps, np.int32),
                                       err_msg=f"n={n} chunk={chunk}")
     lib.ember_set_pool_partition(ctypes.c_int(1))
+    lib.ember_set_num_threads(ctypes.c_int(2))
+
+
+def test_workers_beyond_a_lowered_thread_count_stay_out(lib):
+    # workers started for 6 threads kept claiming chunks after ember_set_num_threads(2)
+    lib.ember_set_pool_partition(ctypes.c_int(1))
+    ids = np.zeros(96, np.uint64)
+    lib.ember_set_num_threads(ctypes.c_int(6))
+    lib.tid_run(ctypes.c_int64(ids.size), ids.ctypes.data_as(ctypes.c_void_p))
+    assert len(set(ids.tolist())) <= 6
+    for _ in range(3):
+        ids[:] = 0
+        lib.ember_set_num_threads(ctypes.c_int(2))
+        lib.tid_run(ctypes.c_int64(ids.size), ids.ctypes.data_as(ctypes.c_void_p))
+        assert np.all(ids != 0)
+        assert len(set(ids.tolist())) <= 2, "more threads than ember_set_num_threads(2) ran"
     lib.ember_set_num_threads(ctypes.c_int(2))
 
 

@@ -43,7 +43,8 @@ static struct {
   _Atomic uint32_t seq;            /* current job sequence number */
   ember_task_fn fn; void* ctx; int64_t n, chunk;
   int nranges;                     /* ranges of the current job (1: one shared counter) */
-  int started, nthreads, want, partition;
+  int nthreads;                    /* threads of the current job: workers 1..nthreads-1 */
+  int started, want, partition;
 } ember_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, .partition = 1};
 
 /* chunk indices [first, end) of range r when nc chunks are split into nr ranges */
@@ -105,10 +106,11 @@ static void* ember_pool_worker(void* arg) {
     pthread_mutex_lock(&ember_pool.mu);
     ember_task_fn fn = ember_pool.fn; void* ctx = ember_pool.ctx;
     int64_t n = ember_pool.n, chunk = ember_pool.chunk;
-    int nr = ember_pool.nranges;
+    int nr = ember_pool.nranges, nt = ember_pool.nthreads;
     uint32_t cur = atomic_load_explicit(&ember_pool.seq, memory_order_acquire);
     pthread_mutex_unlock(&ember_pool.mu);
     if (cur != s) continue;  /* a newer loop already: pick it up next round */
+    if (self >= nt) continue;  /* started for a larger thread count than this job's */
     ember_pool_run_chunks(s, self % nr, fn, ctx, n, chunk, nr);
   }
   return NULL;
@@ -148,6 +150,7 @@ void ember_parallel_for(int64_t n, int64_t chunk, ember_task_fn fn, void* ctx) {
   int nr = ember_pool.partition ? (nt < nc ? nt : (int)nc) : 1;
   ember_pool.fn = fn; ember_pool.ctx = ctx; ember_pool.n = n; ember_pool.chunk = chunk;
   ember_pool.nranges = nr;
+  ember_pool.nthreads = nt;
   atomic_store_explicit(&ember_pool.done, 0, memory_order_relaxed);
   for (int r = 0; r < nr; ++r)
     atomic_store_explicit(&ember_pool.range[r].claim,

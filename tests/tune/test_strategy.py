@@ -207,3 +207,16 @@ def test_tune_model_tunes_the_algorithm_first(tmp_path):
     with tune.apply_history_best(log):
         m = ember.compile(model, target=TARGET)
     np.testing.assert_allclose(m.run({"x": x})[0], _ort(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_candidate_with_a_large_input_is_measured_in_the_worker():
+    # a 1 MB input is allocated by mmap: the worker must keep it alive while the AOT entry
+    # points at it (it once freed it and the call crashed the worker)
+    task = _algo_task(_conv_model(c=64, k=16, size=64)).task
+    runner = LocalRunner(number=2, repeat=1, per_call=True, num_threads=1)
+    try:
+        inputs = [MeasureInput(TARGET, task, task.config_space.get(0))]
+        (res,) = create_measure_batch(measure_option(LocalBuilder(), runner))(inputs)
+    finally:
+        runner.close()
+    assert res.ok, res.error_msg

@@ -118,3 +118,12 @@ def test_a_crashing_pass_is_named_with_the_way_around_it():
         return {}["missing"]
     with pytest.raises(PassError, match=r"pass Crashes failed: KeyError.*disabled_pass"):
         crashes()(IRModule.from_text(MOD))
+
+
+def test_a_misspelt_pass_name_is_a_pass_error():
+    # disabled_pass=["FuseInvertedResiduals"] disabled nothing, silently
+    for kw in ({"disabled_pass": ["FuseInvertedResiduals"]}, {"required_pass": ["FoldConstants"]}):
+        with pytest.raises(PassError, match="unknown pass name.*known passes:.*FoldConstant"):
+            PassContext(**kw)
+    assert "FuseInvertedResidual" in PassContext(
+        disabled_pass=["FuseInvertedResidual"]).disabled_pass

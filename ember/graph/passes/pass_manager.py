@@ -198,7 +198,8 @@ class PassContext:
         instruments: ``PassInstrument`` objects (timing, IR dumps...).
         config: ``{key: value}`` options of individual passes (``CONFIG_KEYS`` lists them).
     Raises:
-        PassError: unknown config key or a value of the wrong type.
+        PassError: unknown config key, a value of the wrong type, or an unknown pass name in
+            ``disabled_pass`` / ``required_pass``.
     """
 
     _stack = threading.local()
@@ -213,6 +214,10 @@ class PassContext:
         self.config = dict(config or {})
         from . import _load_all
         _load_all()
+        unknown = sorted((self.disabled_pass | self.required_pass) - set(_PASSES))
+        if unknown:  # a misspelt name would silently disable (or require) nothing
+            raise PassError(f"unknown pass name(s) {unknown} in PassContext disabled_pass/"
+                            f"required_pass; known passes: {', '.join(sorted(_PASSES))}")
         for k, v in self.config.items():
             if k not in CONFIG_KEYS:
                 raise PassError(f"unknown PassContext config key {k!r}; known keys: "

@@ -204,8 +204,11 @@ def _prepare_model(req: dict):
         for d, a in zip(ex.input_specs, arrays):
             ex._ext[d["slot"]] = a.ctypes.data if a.nbytes else ex.arena.ctypes.data
         aot, arena, ext = ex._aot, ex.arena.ctypes.data, ex._ext
+        set_threads, threads = ex._set_threads, ex.num_threads
 
         def fn(_keep=arrays):  # the inputs stay alive while ext points at them
+            if set_threads is not None:  # as the executor does before every run
+                set_threads(threads)
             if aot(arena, ext) != 0:
                 raise RuntimeError("the model's entry point failed")
         return fn, []

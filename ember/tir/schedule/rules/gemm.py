@@ -410,6 +410,7 @@ def _spatial_loops(sch: Schedule, block: str, g) -> list | None:
 KBLOCK_TILE_BYTES = 40 * 1024  # the accumulators of one output-channel tile of a whole image
 KBLOCK_MIN_K = 1024
 PREFETCH_MIN_B_BYTES = 2 << 20
+KBLOCK_PREFETCH = 1  # K-blocked schedules' default (next kc x nr weight slice into L2)
 
 
 def _panel_split_prefetch(g, mr: int, serial: int) -> bool:
@@ -433,7 +434,9 @@ def _default_prefetch(g, kblocked: bool, panel_split: bool = False) -> int:
     ResNet-18/50, 6-15 % faster per kernel on 1 and 2 threads); else ``0``. Plain GEMMs
     (BERT, classifiers) keep ``0``: not measured there. ``panel_split`` (``1``): the case of
     ``_panel_split_prefetch``."""
-    if kblocked or panel_split:
+    if kblocked:
+        return KBLOCK_PREFETCH
+    if panel_split:
         return 1
     if not any(iv.extent != 1 for iv in g["sp"] if iv is not g["m"] and iv is not g["n"]):
         return 0

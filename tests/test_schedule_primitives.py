@@ -141,17 +141,24 @@ def test_preconditions_raise_named_errors_and_leave_the_schedule_unchanged(step,
     assert emit_c_function(sch.func) == before and len(sch.trace) == 0
 
 
-def test_tensorize_gemm_micro_kernel_matches_numpy():
-    f = _mm_relu(m=16, n=32, k=24)
-    ins = _data(f)
+def _tiled_mm_relu(f, nr: int) -> Schedule:
+    """``f`` (``_mm_relu``) with 4 x ``nr`` register tiles of ``mm`` computed at the relu's
+    column tiles and the reduction loop outside the tile loops: ready to tensorize."""
     sch = Schedule(f)
     i, j = sch.get_loops("relu")
     io, ii = sch.split(i, [None, 4])
-    jo, ji = sch.split(j, [None, 32])
+    jo, ji = sch.split(j, [None, nr])
     sch.reorder(io, jo, ii, ji)
     sch.compute_at("mm", jo)
     loops = sch.get_loops("mm")
     sch.reorder(loops[-1], loops[-3], loops[-2])
+    return sch
+
+
+def test_tensorize_gemm_micro_kernel_matches_numpy():
+    f = _mm_relu(m=16, n=32, k=24)
+    ins = _data(f)
+    sch = _tiled_mm_relu(f, nr=32)
     sch.tensorize(sch.get_loops("mm")[2], "gemm.scalar.f32")
     src = emit_c_function(sch.func)
     assert "ember_ukr_gemm_scalar_f32_4x32_r1" in src
@@ -168,14 +175,7 @@ def test_tensorize_pfnext_option_prefetches_the_next_block_and_matches_numpy(isa
         pytest.skip(f"host has no {isa}")
     f = _mm_relu(m=16, n=32, k=24)
     ins = _data(f)
-    sch = Schedule(f)
-    i, j = sch.get_loops("relu")
-    io, ii = sch.split(i, [None, 4])
-    jo, ji = sch.split(j, [None, 16])
-    sch.reorder(io, jo, ii, ji)
-    sch.compute_at("mm", jo)
-    loops = sch.get_loops("mm")
-    sch.reorder(loops[-1], loops[-3], loops[-2])
+    sch = _tiled_mm_relu(f, nr=16)
     sch.tensorize(sch.get_loops("mm")[2], f"gemm.{isa}.f32.pfnext")
     assert f"ember_ukr_gemm_{isa}_f32_4x16_r1_pn" in emit_c_function(sch.func)
     mk = microkernel_source("k", ("gemm", isa, "float32", 4, 16, 1, 0, None, 1))

@@ -252,6 +252,22 @@ def _hoist_guards(s: Stmt) -> Stmt:
     return s
 
 
+def _map_compound(s: Stmt, fn) -> Stmt:
+    """``s`` with ``fn`` applied to the statements directly inside a ``Seq``, ``Allocate`` or
+    ``IfThenElse`` (``s`` itself when nothing changed, or when ``s`` is another kind)."""
+    if isinstance(s, Seq):
+        xs = [fn(x) for x in s.stmts]
+        return s if all(a is b for a, b in zip(xs, s.stmts)) else seq(xs)
+    if isinstance(s, Allocate):
+        b = fn(s.body)
+        return s if b is s.body else Allocate(s.buffer, b)
+    if isinstance(s, IfThenElse):
+        t = fn(s.then)
+        e = fn(s.else_) if s.else_ is not None else None
+        return s if (t is s.then and e is s.else_) else IfThenElse(s.cond, t, e)
+    return s
+
+
 def _expand(s: Stmt, bounds: dict) -> Stmt:
     if isinstance(s, For):
         inner_bounds = {**bounds, s.var: (0, s.extent - 1)}
@@ -263,17 +279,7 @@ def _expand(s: Stmt, bounds: dict) -> Stmt:
             return seq(copies)
         body = _expand(s.body, inner_bounds)
         return s if body is s.body else For(s.var, s.extent, body, s.kind, dict(s.annotations))
-    if isinstance(s, Seq):
-        xs = [_expand(x, bounds) for x in s.stmts]
-        return s if all(a is b for a, b in zip(xs, s.stmts)) else seq(xs)
-    if isinstance(s, Allocate):
-        b = _expand(s.body, bounds)
-        return s if b is s.body else Allocate(s.buffer, b)
-    if isinstance(s, IfThenElse):
-        t = _expand(s.then, bounds)
-        e = _expand(s.else_, bounds) if s.else_ is not None else None
-        return s if (t is s.then and e is s.else_) else IfThenElse(s.cond, t, e)
-    return s
+    return _map_compound(s, lambda x: _expand(x, bounds))
 
 
 def expand_unrolled(func: PrimFunc) -> PrimFunc:
@@ -366,17 +372,7 @@ def _partition(s: Stmt, bounds: dict) -> Stmt:
             b = simplify_stmt(_resolve_stmt(f.body, {f.var: start}, pb), pb)
             parts.append(_hoist_guards(For(nv, hi - lo, b, f.kind, dict(f.annotations))))
         return seq(parts)
-    if isinstance(s, Seq):
-        xs = [_partition(x, bounds) for x in s.stmts]
-        return s if all(a is b for a, b in zip(xs, s.stmts)) else seq(xs)
-    if isinstance(s, Allocate):
-        b = _partition(s.body, bounds)
-        return s if b is s.body else Allocate(s.buffer, b)
-    if isinstance(s, IfThenElse):
-        t = _partition(s.then, bounds)
-        e = _partition(s.else_, bounds) if s.else_ is not None else None
-        return s if (t is s.then and e is s.else_) else IfThenElse(s.cond, t, e)
-    return s
+    return _map_compound(s, lambda x: _partition(x, bounds))
 
 
 def partition_loops(func: PrimFunc) -> PrimFunc:

@@ -119,6 +119,71 @@ def transpose(ctx, node):
                                                     else None})]
 
 
+def _block_size(node, x) -> int:
+    """The ``blocksize`` attribute of a DepthToSpace/SpaceToDepth node on a 4-D NCHW input.
+
+    Raises:
+        ShapeMismatchError: the input is not 4-D or the block size is below 1."""
+    b = int(node.attr("blocksize", 0))
+    if x.type.ndim != 4:
+        raise ShapeMismatchError(f"{node.op_type}: input must be 4-D NCHW, got {x.type.shape}")
+    if b < 1:
+        raise ShapeMismatchError(f"{node.op_type}: blocksize must be >= 1, got {b}")
+    return b
+
+
+@converter("DepthToSpace", since=1)
+def depth_to_space(ctx, node):
+    """ONNX DepthToSpace: ``(N, C, H, W) -> (N, C / b^2, H * b, W * b)`` as reshape -> transpose
+    -> reshape; ``mode`` DCR (default: depth is split as ``(b, b, C / b^2)``) or CRD (as
+    ``(C / b^2, b, b)``), as in the ONNX operator spec.
+
+    Raises:
+        ShapeMismatchError: C is not a multiple of ``blocksize ** 2``, a bad mode or input rank."""
+    x = node.input(0)
+    b = _block_size(node, x)
+    n, c, h, w = x.type.shape
+    mode = node.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if c % (b * b):
+        raise ShapeMismatchError(f"DepthToSpace: {c} channels are not a multiple of "
+                                 f"blocksize^2 = {b * b}")
+    if mode == "DCR":
+        split, perm = [n, b, b, c // (b * b), h, w], [0, 3, 4, 1, 5, 2]
+    elif mode == "CRD":
+        split, perm = [n, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
+    else:
+        raise ShapeMismatchError(f"DepthToSpace: mode must be DCR or CRD, got {mode!r}")
+    t = ctx.call("transpose", [ctx.call("reshape", [x], {"newshape": split})], {"perm": perm})
+    return [ctx.call("reshape", [t], {"newshape": [n, c // (b * b), h * b, w * b]})]
+
+
+@converter("SpaceToDepth", since=1)
+def space_to_depth(ctx, node):
+    """ONNX SpaceToDepth: ``(N, C, H, W) -> (N, C * b^2, H / b, W / b)`` as reshape ->
+    transpose -> reshape; ``mode`` (opset 28) DCR, the default and the inverse of DepthToSpace
+    DCR (output channel ``(bh * b + bw) * C + c``), or CRD (``(c * b + bh) * b + bw``), as in
+    the ONNX operator spec.
+
+    Raises:
+        ShapeMismatchError: H or W is not a multiple of ``blocksize``, a bad mode or input
+            rank."""
+    x = node.input(0)
+    b = _block_size(node, x)
+    n, c, h, w = x.type.shape
+    mode = node.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if h % b or w % b:
+        raise ShapeMismatchError(f"SpaceToDepth: spatial size {h}x{w} is not a multiple of "
+                                 f"blocksize {b}")
+    perms = {"DCR": [0, 3, 5, 1, 2, 4], "CRD": [0, 1, 3, 5, 2, 4]}
+    if mode not in perms:
+        raise ShapeMismatchError(f"SpaceToDepth: mode must be DCR or CRD, got {mode!r}")
+    t = ctx.call("reshape", [x], {"newshape": [n, c, h // b, b, w // b, b]})
+    t = ctx.call("transpose", [t], {"perm": perms[mode]})
+    return [ctx.call("reshape", [t], {"newshape": [n, c * b * b, h // b, w // b]})]
+
+
 @converter("Concat", since=1)
 def concat(ctx, node):
     """ONNX Concat: ``concatenate`` of the present inputs along ``axis`` (default 1 before opset

@@ -46,6 +46,9 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure-threads", type=int, metavar="N",
                    help="time candidates with N threads (default: the target's; 1 is robust "
                    "on a machine shared with other busy processes)")
+    p.add_argument("--no-algorithms", action="store_true",
+                   help="keep the Winograd heuristic's choice per 3x3 convolution instead of "
+                   "tuning it (direct / F(2x2) / F(4x4) conv_algo tasks)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -69,7 +72,7 @@ def run_tune(args: argparse.Namespace) -> int:
                          max_tasks=args.max_tasks, progress=not args.no_progress,
                          template=args.template, confirm=args.confirm, per_call=True,
                          repeat=1, number=10, measure_threads=args.measure_threads,
-                         log=lambda s: print(s, file=sys.stdout))
+                         algorithms=not args.no_algorithms, log=lambda s: print(s, file=sys.stdout))
     return 0 if summary.tasks else 1
 
 

@@ -133,3 +133,10 @@ def test_tune_cli_functions(tmp_path, capsys):
     assert ctx.best
     with records_context(None):
         pass
+    # the convolution's algorithm is tuned unless --no-algorithms
+    assert any(r.task_name == "conv_algo" for r in load_records(tmp_path / "r.jsonl"))
+    args = p.parse_args([str(path), "--trials", "2", "--tuner", "grid", "--max-tasks", "1",
+                         "--records", str(tmp_path / "n.jsonl"), "--no-progress",
+                         "--no-algorithms"])
+    assert run_tune(args) == 0
+    assert not any(r.task_name == "conv_algo" for r in load_records(tmp_path / "n.jsonl"))

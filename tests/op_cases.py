@@ -478,8 +478,10 @@ def inverted_residual(draw, op):
     stride = draw(st.sampled_from([1, 2]), label="stride")
     pads = [draw(st.integers(0, 1)) for _ in range(4)]
     h, w = (draw(st.integers(3 - pads[i] - pads[i + 2], 9)) for i in (0, 1))
-    cin = draw(st.integers(1, 5))
-    ce = draw(st.integers(1, 12)) if expand else cin
+    # at least 2 channels in and expanded: a one-element 1x1 weight (Cin = Ce = 1 or
+    # Ce = Cout = 1) is a typed LoweringError of the op (FuseInvertedResidual never makes one)
+    cin = draw(st.integers(2, 5))
+    ce = draw(st.integers(2, 12)) if expand else cin
     oh, ow = (h + pads[0] + pads[2] - 3) // stride + 1, (w + pads[1] + pads[3] - 3) // stride + 1
     residual = (oh, ow) == (h, w) and draw(st.booleans(), label="residual")
     cout = cin if residual else draw(st.integers(1, 6))

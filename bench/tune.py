@@ -250,7 +250,9 @@ def main(argv=None) -> int:
 
 def report(rows, args) -> list[str]:
     L = [f"# python bench/tune.py --models {args.models} --tuner {args.tuner} --template "
-         f"{args.template} --trials {args.trials} --time-budget {args.time_budget:g}",
+         f"{args.template} --trials {args.trials} --time-budget {args.time_budget:g}"
+         f" --measure-threads {args.measure_threads} --rounds {args.rounds} --repeat "
+         f"{args.repeat}" + (" --no-algorithms" if args.no_algorithms else ""),
          f"# tuning benchmark ({args.threads} threads, batch 1); timings taken on a machine "
          f"shared with other work (load average now {os.getloadavg()[0]:.1f}): noisy", "",
          f"{'model':10} {'untuned ms':>11} {'tuned ms':>9} {'ORT ms':>8} {'untuned/ORT':>11} "

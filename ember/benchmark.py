@@ -226,9 +226,10 @@ def ablation(onnx_model, inputs: dict, threads: int = 2, repeat: int = 10,
 def format_ablation(steps: list[AblationStep], title: str = "") -> str:
     """A text table of an ablation."""
     lines = [title] if title else []
-    lines.append(f"{'step':72} {'median ms':>10} {'x prev':>7} {'x naive':>8} {'kernels':>8}")
+    w = max([len("step")] + [len(s.label) for s in steps])
+    lines.append(f"{'step':{w}} {'median ms':>10} {'x prev':>7} {'x naive':>8} {'kernels':>8}")
     for s in steps:
-        lines.append(f"{s.label[:72]:72} {s.median_ms:10.2f} {s.speedup_vs_previous:7.2f} "
+        lines.append(f"{s.label:{w}} {s.median_ms:10.2f} {s.speedup_vs_previous:7.2f} "
                      f"{s.speedup_vs_naive:8.1f} {s.num_kernels:8d}")
     return "\n".join(lines)
 

@@ -118,3 +118,20 @@ def test_loaded_artifact_keeps_the_saved_targets_thread_count(tmp_path):
     before = _tasks()
     np.testing.assert_allclose(loaded.run({"x": x})[0], ref(x), rtol=1e-4, atol=1e-5)
     assert _tasks() == before, "the loaded 1-thread model started pool workers"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_profile_runs_kernels_at_the_models_thread_count():
+    # the profiler called the kernels one by one without setting the model's thread count:
+    # a 1-thread model profiled after a 3-thread model with the same library ran on 3 threads
+    from ember.runtime.profiler import profile
+    model, ref = _conv_model(7, 9, 33, 19)
+    one = ember.compile(model, target="llvm -num-threads=1")
+    three = ember.compile(model, target="llvm -num-threads=3")  # leaves the library at 3
+    assert one.lib_path == three.lib_path
+    x = np.random.default_rng(3).standard_normal((1, 7, 33, 19)).astype(np.float32)
+    before = _tasks()
+    report = profile(one, {"x": x}, repeat=1, warmup=1)
+    assert _tasks() == before, "profiling the 1-thread model started pool workers"
+    assert len(report.to_dict()["kernels"]) >= 1
+    np.testing.assert_allclose(one.run({"x": x})[0], ref(x), rtol=1e-4, atol=1e-5)

@@ -220,13 +220,24 @@ class GraphExecutor:
         with self._run_lock:
             return self._run_locked(arrays)
 
-    def _run_locked(self, arrays) -> list[np.ndarray]:
+    def apply_num_threads(self) -> None:
+        """Set this model's thread count on its library (shared by every model with the same
+        kernels, so each run sets it again; 0: the pool's default, all online CPUs)."""
         if self._set_threads is not None:
             self._set_threads(self.num_threads)
+
+    def bind_pointers(self, table, arrays) -> None:
+        """Write the addresses of the bound input ``arrays`` (from ``_bind_inputs``) into the
+        slot pointer ``table`` (the AOT ``_ext`` array or a list for the kernel-by-kernel path);
+        an empty input points at the arena (any valid address)."""
+        for d, a in zip(self.input_specs, arrays):
+            table[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
+
+    def _run_locked(self, arrays) -> list[np.ndarray]:
+        self.apply_num_threads()
         if self.use_aot:
             ext = self._ext
-            for d, a in zip(self.input_specs, arrays):
-                ext[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
+            self.bind_pointers(ext, arrays)
             rc = self._aot(self.arena.ctypes.data, ext)
             if rc != 0:
                 from ..codegen.aot import decode_status
@@ -234,8 +245,7 @@ class GraphExecutor:
                 raise kernel_failure(self.plan["steps"][step], status)
             return [self._read(o["slot"], arrays) for o in self.output_specs]
         ptr = list(self._ptr)
-        for d, a in zip(self.input_specs, arrays):
-            ptr[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
+        self.bind_pointers(ptr, arrays)
         for fn, args, st in self._steps:
             rc = fn(*[ptr[a] for a in args])
             if rc != 0:
@@ -261,10 +271,8 @@ class GraphExecutor:
         """Per-kernel median time in ms over ``repeat`` runs: ``[{"op", "name", "ms"}]``."""
         arrays = self._bind_inputs(inputs)
         ptr = list(self._ptr)
-        for d, a in zip(self.input_specs, arrays):
-            ptr[d["slot"]] = a.ctypes.data if a.nbytes else self.arena.ctypes.data
-        if self._set_threads is not None:
-            self._set_threads(self.num_threads)
+        self.bind_pointers(ptr, arrays)
+        self.apply_num_threads()
         times = [[] for _ in self._steps]
         for _ in range(repeat):
             for k, (fn, args, st) in enumerate(self._steps):

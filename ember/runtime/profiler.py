@@ -169,8 +169,8 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2) -> ProfileReport:
     plan = model.plan
     arrays = ex._bind_inputs(inputs)
     ptr = list(ex._ptr)
-    for d, a in zip(ex.input_specs, arrays):
-        ptr[d["slot"]] = a.ctypes.data if a.nbytes else ex.arena.ctypes.data
+    ex.bind_pointers(ptr, arrays)
+    ex.apply_num_threads()  # the library may be shared with a model of another thread count
     calls = [(fn, [ptr[a] for a in args]) for fn, args, _ in ex._steps]
     for _ in range(warmup):
         for fn, a in calls:

@@ -201,14 +201,12 @@ def _prepare_model(req: dict):
         arrays = ex._bind_inputs(list(model.random_inputs(req.get("seed", 0)).values()))
 
     if ex.use_aot:  # one native call per run, inputs bound once (no Python per kernel)
-        for d, a in zip(ex.input_specs, arrays):
-            ex._ext[d["slot"]] = a.ctypes.data if a.nbytes else ex.arena.ctypes.data
+        ex.bind_pointers(ex._ext, arrays)
         aot, arena, ext = ex._aot, ex.arena.ctypes.data, ex._ext
-        set_threads, threads = ex._set_threads, ex.num_threads
+        apply_num_threads = ex.apply_num_threads
 
         def fn(_keep=arrays):  # the inputs stay alive while ext points at them
-            if set_threads is not None:  # as the executor does before every run
-                set_threads(threads)
+            apply_num_threads()  # as the executor does before every run
             if aot(arena, ext) != 0:
                 raise RuntimeError("the model's entry point failed")
         return fn, []

@@ -365,7 +365,7 @@ def _default_serial(g, nr: int, order_kind: str | None, n_outer: int = 2) -> int
         return 0
     if g["n"].extent // nr < MIN_PANELS_PER_TASK_SPLIT:
         return 0
-    image = [iv for iv in g["sp"] if iv is not g["m"] and iv is not g["n"] and iv.extent != 1]
+    image = _image_ivs(g)
     bivs = _plain_ivs(g["B"].indices, g["R"].iter_vars)
     if image and (bivs is None or any(id(iv) in {id(b) for b in bivs} for iv in image)):
         return 0  # a batched GEMM (each batch element has its own B)
@@ -418,8 +418,7 @@ def _panel_split_prefetch(g, mr: int, serial: int) -> bool:
     convolution: each call streams one whole weight panel, reused from L1/L2 by the task's
     other row tiles; ``serial`` = all outer loops but the panel loop, see ``_default_serial``)
     with ``mr > 1`` row tiles."""
-    n_outer = sum(1 for iv in g["sp"] if iv is not g["m"] and iv is not g["n"]
-                  and iv.extent != 1)
+    n_outer = len(_image_ivs(g))
     return bool(PANEL_PREFETCH_NEXT and g["m"] is not None and mr > 1 and n_outer > 0
                 and all(iv.extent == 1 for iv in g["rd"][:-1])
                 and serial > 0 and serial == n_outer + 1)
@@ -438,12 +437,9 @@ def _default_prefetch(g, kblocked: bool, panel_split: bool = False) -> int:
         return KBLOCK_PREFETCH
     if panel_split:
         return 1
-    if not any(iv.extent != 1 for iv in g["sp"] if iv is not g["m"] and iv is not g["n"]):
+    if not _image_ivs(g):
         return 0
-    n = 4
-    for d in g["B"].src.shape:
-        n *= int(d)
-    return 1 if n >= PREFETCH_MIN_B_BYTES else 0
+    return 1 if _buffer_bytes(g["B"].src) >= PREFETCH_MIN_B_BYTES else 0
 
 
 def _prefetch(cfg: dict, g, kblocked: bool, panel_split: bool = False) -> bool:
@@ -478,10 +474,7 @@ def _default_order(g) -> str:
     b = _b_bytes(g)
     if b <= SMALL_B_BYTES:
         return "rows"
-    a = 4
-    for d in g["A"].src.shape:
-        a *= int(d)
-    return "rows" if b <= ROWS_MAX_B_BYTES and a >= ROWS_MIN_A_BYTES else "panels"
+    return "rows" if b <= ROWS_MAX_B_BYTES and _a_bytes(g) >= ROWS_MIN_A_BYTES else "panels"
 
 
 def _b_bytes(g) -> int:
@@ -499,10 +492,21 @@ def _b_bytes(g) -> int:
 
 def _a_bytes(g) -> int:
     """Bytes of the reduction's A operand (the activation) as a whole buffer."""
-    n = 1
-    for d in g["A"].src.shape:
-        n *= d
-    return 4 * n
+    return _buffer_bytes(g["A"].src)
+
+
+def _buffer_bytes(buf) -> int:
+    """Bytes of a whole float32 buffer (the rule only handles float32 GEMMs)."""
+    n = 4
+    for d in buf.shape:
+        n *= int(d)
+    return n
+
+
+def _image_ivs(g) -> list:
+    """The output iter vars besides ``m`` and ``n`` with extent > 1: batch or image dims
+    (empty for a plain GEMM)."""
+    return [iv for iv in g["sp"] if iv is not g["m"] and iv is not g["n"] and iv.extent != 1]
 
 
 def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None):

@@ -119,17 +119,23 @@ def transpose(ctx, node):
                                                     else None})]
 
 
-def _block_size(node, x) -> int:
-    """The ``blocksize`` attribute of a DepthToSpace/SpaceToDepth node on a 4-D NCHW input.
+def _block_args(node, x) -> tuple[int, str]:
+    """``(blocksize, mode)`` of a DepthToSpace/SpaceToDepth node on a 4-D NCHW input (``mode``
+    ``"DCR"`` when absent, as in the ONNX operator spec).
 
     Raises:
-        ShapeMismatchError: the input is not 4-D or the block size is below 1."""
+        ShapeMismatchError: the input is not 4-D, the block size is below 1 or the mode is not
+            DCR or CRD."""
     b = int(node.attr("blocksize", 0))
     if x.type.ndim != 4:
         raise ShapeMismatchError(f"{node.op_type}: input must be 4-D NCHW, got {x.type.shape}")
     if b < 1:
         raise ShapeMismatchError(f"{node.op_type}: blocksize must be >= 1, got {b}")
-    return b
+    mode = node.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("DCR", "CRD"):
+        raise ShapeMismatchError(f"{node.op_type}: mode must be DCR or CRD, got {mode!r}")
+    return b, mode
 
 
 @converter("DepthToSpace", since=1)
@@ -141,19 +147,15 @@ def depth_to_space(ctx, node):
     Raises:
         ShapeMismatchError: C is not a multiple of ``blocksize ** 2``, a bad mode or input rank."""
     x = node.input(0)
-    b = _block_size(node, x)
+    b, mode = _block_args(node, x)
     n, c, h, w = x.type.shape
-    mode = node.attr("mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     if c % (b * b):
         raise ShapeMismatchError(f"DepthToSpace: {c} channels are not a multiple of "
                                  f"blocksize^2 = {b * b}")
     if mode == "DCR":
         split, perm = [n, b, b, c // (b * b), h, w], [0, 3, 4, 1, 5, 2]
-    elif mode == "CRD":
+    else:  # CRD
         split, perm = [n, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
-    else:
-        raise ShapeMismatchError(f"DepthToSpace: mode must be DCR or CRD, got {mode!r}")
     t = ctx.call("transpose", [ctx.call("reshape", [x], {"newshape": split})], {"perm": perm})
     return [ctx.call("reshape", [t], {"newshape": [n, c // (b * b), h * b, w * b]})]
 
@@ -169,16 +171,12 @@ def space_to_depth(ctx, node):
         ShapeMismatchError: H or W is not a multiple of ``blocksize``, a bad mode or input
             rank."""
     x = node.input(0)
-    b = _block_size(node, x)
+    b, mode = _block_args(node, x)
     n, c, h, w = x.type.shape
-    mode = node.attr("mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     if h % b or w % b:
         raise ShapeMismatchError(f"SpaceToDepth: spatial size {h}x{w} is not a multiple of "
                                  f"blocksize {b}")
     perms = {"DCR": [0, 3, 5, 1, 2, 4], "CRD": [0, 1, 3, 5, 2, 4]}
-    if mode not in perms:
-        raise ShapeMismatchError(f"SpaceToDepth: mode must be DCR or CRD, got {mode!r}")
     t = ctx.call("reshape", [x], {"newshape": [n, c, h // b, b, w // b, b]})
     t = ctx.call("transpose", [t], {"perm": perms[mode]})
     return [ctx.call("reshape", [t], {"newshape": [n, c * b * b, h // b, w // b]})]

@@ -131,7 +131,7 @@ class WorkerProcess:
 
 # child side --------------------------------------------------------------------------------------
 
-_libs: dict[str, ctypes.CDLL] = {}
+_libs: dict = {}  # kernel libraries by path; candidate models by path and thread count
 _ref_cache: dict[tuple, list[np.ndarray]] = {}
 _flush_buf: np.ndarray | None = None
 
@@ -182,9 +182,11 @@ def _prepare_model(req: dict):
     artifact, ``ref`` an ``.npz`` with its input ``x`` and expected output ``y``): ``(fn, [])``
     with ``fn()`` one run of its ahead-of-time entry, or an error reply."""
     from ember.runtime.artifact import load_artifact
-    model = _libs.get(req["lib"])
+    # keyed by the thread count too: the loaded model sets its count before every run
+    key = f"{req['lib']}#threads={req.get('num_threads')}"
+    model = _libs.get(key)
     if model is None:
-        model = _libs[req["lib"]] = load_artifact(req["lib"], req.get("num_threads"))
+        model = _libs[key] = load_artifact(req["lib"], req.get("num_threads"))
     ex = model._executor
     if req.get("ref"):
         ref = np.load(req["ref"])

@@ -220,3 +220,23 @@ def test_a_candidate_with_a_large_input_is_measured_in_the_worker():
     finally:
         runner.close()
     assert res.ok, res.error_msg
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"),
+                    reason="counts threads in /proc")
+def test_worker_runs_a_cached_candidate_at_each_requests_thread_count():
+    # the worker caches a loaded candidate by path: a second request for the same artifact
+    # with another thread count ran at the first request's count
+    import os
+    from ember.tune import worker
+    task = _algo_task(_conv_model(c=12, k=20, size=23)).task  # a library no other test starts
+    art, ref = task.instantiate(task.config_space.get(0)).files(task.target)
+
+    def run(threads):
+        fn, _ = worker._prepare({"program": "model", "lib": art, "ref": ref,
+                                 "num_threads": threads})
+        fn()
+    run(1)
+    before = len(os.listdir("/proc/self/task"))
+    run(3)
+    assert len(os.listdir("/proc/self/task")) == before + 2, "ran at the first request's count"

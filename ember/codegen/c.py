@@ -3,7 +3,8 @@
 ``emit_c_function(func)`` prints one ``PrimFunc`` as a C99 function ``void name(T* restrict ...)``
 over flat row-major buffers; ``C_PRELUDE`` holds the headers and the small inline helpers
 (floor division, NaN-propagating min/max, ...) that the functions use. Loops marked ``parallel``
-become ``#pragma omp parallel for``, ``vectorized`` ones ``#pragma omp simd``. Names of variables
+are outlined into a function that ``ember_parallel_for`` runs on the thread pool
+(``ember.codegen.threadpool``), ``vectorized`` ones get ``#pragma omp simd``. Names of variables
 and buffers are assigned in order of appearance, so equal PrimFuncs print equal text (which is
 what the build cache and kernel de-duplication key on).
 """

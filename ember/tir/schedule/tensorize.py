@@ -53,8 +53,9 @@ def parse_intrin(name: str) -> tuple[str, str, str]:
 
 # Options of the gemm intrinsic (dot-separated after the dtype):
 # pfnext: also prefetch (into L2) the B block one whole call ahead, i.e. ``B + k * sb`` of the
-#   innermost reduction loop: in the K-blocked convolution the next ``kc x nr`` weight slice,
-#   fetched while the current one is reused by every output row (the weights stream from memory).
+#   innermost reduction loop, fetched while the current block is reused by other output rows
+#   (the weights stream from memory): in a K-blocked convolution the next ``kc x nr`` weight
+#   slice, elsewhere the next weight panel (``rules/gemm._default_prefetch``).
 GEMM_OPTIONS = ("pfnext",)
 
 

@@ -55,8 +55,7 @@ def microkernel_source(name: str, key: tuple) -> str:
     a_vec = bool(key[6]) if len(key) > 6 else False
     epi = key[7] if len(key) > 7 else None
     kw = {"pf_next": True} if len(key) > 8 and key[8] else {}
-    return gen(name, mr, nr, nred, a_vec, epi, **kw) if epi else gen(name, mr, nr, nred, a_vec,
-                                                                      **kw)
+    return gen(name, mr, nr, nred, a_vec, epi, **kw)
 
 
 def _signature(name: str, nred: int, epi=None) -> str:

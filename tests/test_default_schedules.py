@@ -87,8 +87,10 @@ def test_gemm_rule_splits_weight_panels_of_small_image_large_weight_convs():
     g = G.analyze(f)
     assert G._b_bytes(g) > G._a_bytes(g)
     sch, out = _run_scheduled(f, xs)
-    mr, nr = G.choose_tile(3, 512, ember.Target("llvm").vector_lanes, 28)
-    src = emit_c_function(sch, target=ember.Target("llvm"))
+    from ember.tir.schedule.tensorize import MAX_ACCUMULATORS
+    target = ember.Target("llvm")
+    mr, nr = G.choose_tile(3, 512, target.vector_lanes, MAX_ACCUMULATORS[target.isa])
+    src = emit_c_function(sch, target=target)
     assert f"ember_parallel_for({512 // nr}," in src  # one task per panel
     assert "_pn(" in src  # each call prefetches the next weight panel (PANEL_PREFETCH_NEXT)
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
@@ -120,7 +122,7 @@ def test_default_loop_order_streams_a_large_activation_once(hw, cin, order):
         np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
-def test_streamed_weights_of_a_batched_matmul_are_prefetched_a_panel_ahead():
+def test_streamed_weights_of_a_batched_matmul_are_prefetched_a_panel_ahead(monkeypatch):
     """A batched matmul (Winograd's products) whose constant weights total at least
     ``PREFETCH_MIN_B_BYTES`` prefetches the next panel (``pfnext``) by default, a plain GEMM
     does not; both compute the NumPy reference."""
@@ -128,14 +130,10 @@ def test_streamed_weights_of_a_batched_matmul_are_prefetched_a_panel_ahead():
     f, xs, ref = _op_kernel("matmul", [(16, 12, 256), (16, 256, 64)], {}, RELU)
     g_small = schedule_default(f, "llvm")
     assert "_pn(" not in emit_c_function(g_small, "k")  # 1 MB of weights < 2 MB
-    old = G.PREFETCH_MIN_B_BYTES
-    G.PREFETCH_MIN_B_BYTES = 1 << 20
-    try:
-        g = schedule_default(f, "llvm")
-        f2, xs2, ref2 = _op_kernel("nn.gemm", [(12, 1024), (1024, 512)], {}, RELU)
-        g2 = schedule_default(f2, "llvm")
-    finally:
-        G.PREFETCH_MIN_B_BYTES = old
+    monkeypatch.setattr(G, "PREFETCH_MIN_B_BYTES", 1 << 20)
+    g = schedule_default(f, "llvm")
+    f2, xs2, ref2 = _op_kernel("nn.gemm", [(12, 1024), (1024, 512)], {}, RELU)
+    g2 = schedule_default(f2, "llvm")
     assert "_pn(" in emit_c_function(g, "k") and "_pn(" not in emit_c_function(g2, "k")
     for gg, x, r in ((g, xs, ref), (g2, xs2, ref2)):
         out = compile_prim_func(gg, "llvm").run(_packed(gg, x))[0]

@@ -123,6 +123,7 @@ class ConvAlgorithm:
         return art, ref
 
     def to_json(self) -> dict:
+        """``{"workload", "tile"}`` of the candidate (JSON-able)."""
         return {"workload": self.workload, "tile": self.tile}
 
 

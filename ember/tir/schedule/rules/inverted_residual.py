@@ -82,10 +82,15 @@ class IRGeometry:
     band: int = 0
 
     def to_attrs(self) -> dict:
+        """The geometry as a JSON-able dict (``func.attrs["inverted_residual"]``)."""
         return asdict(self)
 
     @staticmethod
     def from_attrs(d: dict) -> "IRGeometry":
+        """The geometry of a ``to_attrs`` dict (lists from JSON become tuples again).
+
+        Raises:
+            TypeError: ``d`` lacks a field or has an unknown one."""
         d = dict(d)
         for k in ("pads", "act_expand", "act_dw"):
             d[k] = tuple(d[k])

@@ -64,11 +64,20 @@ def intrin_options(name: str) -> tuple[str, ...]:
     return tuple(name.split(".")[3:])
 
 
+def dtype_short(dtype: str) -> str:
+    """The short name of a micro-kernel dtype in intrinsic and symbol names (``"float32"`` ->
+    ``"f32"``, the inverse of ``DTYPES``).
+
+    Raises:
+        KeyError: a dtype without micro-kernels."""
+    return {v: k for k, v in DTYPES.items()}[dtype]
+
+
 def microkernel_name(isa: str, dtype: str, mr: int, nr: int, nred: int,
                      a_vec: bool = False, pf_next: bool = False) -> str:
     """The C symbol of a gemm micro-kernel (``_av``: lane-aligned ``A``; ``_pn``: prefetches
     the next call's ``B`` block, option ``pfnext``)."""
-    short = {v: k for k, v in DTYPES.items()}[dtype]
+    short = dtype_short(dtype)
     return (f"ember_ukr_gemm_{isa}_{short}_{mr}x{nr}_r{nred}{'_av' if a_vec else ''}"
             f"{'_pn' if pf_next else ''}")
 

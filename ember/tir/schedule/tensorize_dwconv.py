@@ -30,9 +30,6 @@ from ..arith import flat_index, linear_terms, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Select
 from ..stmt import Block, For, KernelCall
 
-DTYPE_SHORT = {"float32": "f32"}
-
-
 def _split_update(blk: Block, where: str):
     """``(store, x_load, guard | None, w_load)`` of ``C = C + X' * Wt``."""
     from ..stmt import Store
@@ -102,7 +99,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         ScheduleError: the nest is not a depthwise-convolution block as described, the block
             has a predicate, or the register block is too large for ``isa``.
     """
-    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs,
+    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs, dtype_short,
                             check_reduction_loops, replace_nest, tensorize_nest)
     f, path, chain, blk, where = tensorize_nest(sch, loop, f"dwconv.{isa}")
     st, lx, guard, lw = _split_update(blk, where)
@@ -179,7 +176,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
                               AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
                               AddressOf(lw.src, [at0(i) for i in widx]),
                               at0(xidx[1]), at0(xidx[2]), accumulate)
-    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{DTYPE_SHORT[dtype]}")
+    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
 
 
 def dwconv_kernel_call(isa: str, dtype: str, params: tuple, c: AddressOf, x: AddressOf,
@@ -192,12 +189,12 @@ def dwconv_kernel_call(isa: str, dtype: str, params: tuple, c: AddressOf, x: Add
     ``ih0``/``iw0``: input coordinates of tap (0, 0) of the block's first pixel (int64
     expressions or ints); ``epi``/``epi_args``: a register epilogue as ``gemm_kernel_call``'s.
     Used by ``tensorize_dwconv`` and ``rules/inverted_residual``."""
-    from .tensorize import as_index
+    from .tensorize import as_index, dtype_short
     params = tuple(params) + ((tuple(epi),) if epi else ())
     key = ("dwconv", isa, dtype) + params
     digest = hashlib.sha1(repr(params).encode()).hexdigest()[:8]
     wr, nr, kh, kw = params[:4]
-    name = f"ember_ukr_dwconv_{isa}_{DTYPE_SHORT[dtype]}_{wr}x{nr}_k{kh}x{kw}_{digest}"
+    name = f"ember_ukr_dwconv_{isa}_{dtype_short(dtype)}_{wr}x{nr}_k{kh}x{kw}_{digest}"
     args = [c, x, wt, as_index(ih0), as_index(iw0),
             accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32")]
     reads = [x.src, wt.src]

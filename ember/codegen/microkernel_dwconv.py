@@ -32,8 +32,9 @@ _FIELDS = ("wr", "nr", "kh", "kw", "sw", "dh", "dw", "H", "W", "sxh", "sxw", "sw
 
 
 def dwconv_params(key: tuple) -> dict:
-    """The named shape parameters of a ``dwconv`` micro-kernel key (see the module doc)."""
-    return dict(zip(_FIELDS, key[3:]))
+    """The named parameters of a whole ``dwconv`` micro-kernel key (see the module doc),
+    ``epi`` included (``_params``)."""
+    return _params(key[3:])
 
 
 def _signature(name: str, epi=None) -> str:

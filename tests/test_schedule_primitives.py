@@ -185,6 +185,16 @@ def test_tensorize_pfnext_option_prefetches_the_next_block_and_matches_numpy(isa
     np.testing.assert_allclose(_run(sch.func, ins), _ref(ins), rtol=1e-5, atol=1e-5)
 
 
+def test_tensorize_too_large_a_register_block_names_the_loop():
+    # 4 x 32 on AVX2 needs 16 accumulators (12 fit): the error names the tensorized loop and
+    # the intrinsic, as every tensorize error does
+    f = _mm_relu(m=16, n=32, k=24)
+    sch = _tiled_mm_relu(f, nr=32)
+    with pytest.raises(ScheduleError, match=r"tensorize of loop .* gemm\.avx2\.f32.*16 "
+                                            r"accumulators"):
+        sch.tensorize(sch.get_loops("mm")[2], "gemm.avx2.f32")
+
+
 def test_trace_replays_through_json():
     f = _mm_relu(inline=False)
     sch = Schedule(f)

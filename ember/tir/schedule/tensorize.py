@@ -273,14 +273,14 @@ def tensorize(sch, loop, intrin: str) -> None:
         AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
         cc.get(id(ml.var), 0) if ml else 0, ca.get(id(ml.var), 0) if ml else 0,
         [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red],
-        accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin))
+        accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin), where=where)
     replace_nest(sch, f, blk, chain, call, intrin)
 
 
 def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: AddressOf,
                      b: AddressOf, ldc, lda, red, accumulate, a_vec: bool = False,
                      epi: tuple | None = None, epi_args: tuple = (),
-                     pf_next: bool = False) -> KernelCall:
+                     pf_next: bool = False, where: str = "gemm micro-kernel") -> KernelCall:
     """The ``KernelCall`` of the ``gemm`` micro-kernel (``ember.codegen.microkernel``) for one
     ``mr x nr`` register block: ``C[i*ldc + j] (+)= sum A[i*lda + sum r_t*sa_t] * B[j + sum
     r_t*sb_t]`` with ``red`` the reduction loops ``[(extent, sa, sb), ...]`` (element strides)
@@ -290,14 +290,15 @@ def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: Ad
     arguments ``epi_args = (bias address, residual address, ldr)`` (an unused address may
     repeat another). Used by ``tensorize`` and by kernels built directly from micro-kernels
     (``rules/inverted_residual``). ``pf_next`` also prefetches the ``B`` block of the next
-    call (``B + extent * sb`` of the last reduction loop) into L2 (key position 8).
+    call (``B + extent * sb`` of the last reduction loop) into L2 (key position 8). ``where``
+    starts error messages (``tensorize`` passes the loop and intrinsic).
 
     Raises:
         ScheduleError: the block needs more accumulators than ``isa`` has registers for.
     """
     lanes = ISAS[isa]
     if mr * -(-nr // lanes) > MAX_ACCUMULATORS[isa]:
-        raise ScheduleError(f"gemm micro-kernel: register block {mr}x{nr} needs "
+        raise ScheduleError(f"{where}: register block {mr}x{nr} needs "
                             f"{mr * -(-nr // lanes)} accumulators; {isa} has room for "
                             f"{MAX_ACCUMULATORS[isa]}")
     args: list[Expr] = [c, a, b, as_index(ldc), as_index(lda)]

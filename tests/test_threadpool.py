@@ -135,3 +135,22 @@ def test_profile_runs_kernels_at_the_models_thread_count():
     assert _tasks() == before, "profiling the 1-thread model started pool workers"
     assert len(report.to_dict()["kernels"]) >= 1
     np.testing.assert_allclose(one.run({"x": x})[0], ref(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2,
+                    reason="counts threads in /proc; needs 2 CPUs for a default pool worker")
+def test_tune_worker_kernel_without_a_thread_count_runs_at_the_default():
+    # the worker set the kernel library's thread count only when the request named one: a
+    # request without one ran at whatever an earlier request on the same library had set
+    from ember.tune import worker
+    src = _SRC + r"""
+int32_t ember_kernel(uint64_t* ids) { ember_parallel_for(64, 1, tid_task, ids); return 0; }
+"""
+    path = build_library(src)
+    req = {"lib": path, "specs": [[[64], "uint64"]], "num_inputs": 0, "seed": 0}
+    fn, args = worker._prepare({**req, "num_threads": 1})
+    fn(*worker._ptrs(args))
+    before = _tasks()
+    fn, args = worker._prepare(req)
+    fn(*worker._ptrs(args))
+    assert _tasks() > before, "the default (all CPUs) started no pool worker"

@@ -246,11 +246,10 @@ def _prepare(req: dict):
         return _prepare_model(req)
     specs, n_in = req["specs"], req["num_inputs"]
     lib, fn = _load(req["lib"])
-    if req.get("num_threads"):
-        try:
-            lib.ember_set_num_threads(int(req["num_threads"]))
-        except AttributeError:
-            pass
+    try:  # every request sets it (0: the default): the library may have run another count
+        lib.ember_set_num_threads(int(req.get("num_threads") or 0))
+    except AttributeError:
+        pass
     args = make_args(specs, n_in, req.get("seed", 0))
     if req.get("layouts"):  # re-laid-out (packed) parameters: the kernel takes them packed
         from ember.tir.schedule.layout import IndexMap

@@ -38,8 +38,8 @@ def register_microkernel(family: str, isa: str, dtype: str):
 
 def microkernel_source(name: str, key: tuple) -> str:
     """C definition of micro-kernel ``name`` for ``key = (family, isa, dtype, mr, nr, nred[,
-    a_vec[, epi or None[, pf_next]]])`` (``gemm``) or ``(family, isa, dtype, *params)`` (other families, e.g. ``dwconv``:
-    ``ember.codegen.microkernel_dwconv``).
+    a_vec[, epi or None[, pf_next]]])`` (``gemm``) or ``(family, isa, dtype, *params)`` (other
+    families, e.g. ``dwconv``: ``ember.codegen.microkernel_dwconv``).
 
     Raises:
         LoweringError: no generator is registered for the family, ISA and dtype.

@@ -141,7 +141,8 @@ def fuse_inverted_residual_function(func, mode: int = 0, band: int = 0):
                          name_hint=_hint(b, "bias"))]
         da = d_b.call.attrs
         y = rw.emit(OP, ins, {"stride": int((da.get("strides") or (1, 1))[0]),
-                              "pads": [int(p) for p in da.get("pads") or (0, 0, 0, 0)], "expand": expand,
+                              "pads": [int(p) for p in da.get("pads") or (0, 0, 0, 0)],
+                              "expand": expand,
                               "residual": False, "act_expand": act_e if expand else (None, None),
                               "act_dw": act_dw, "band": band}, name=b.outputs[0].name)
         for dead in ([ea_b, e_b] if expand else []) + [da_b, d_b]:

@@ -27,8 +27,8 @@ from .winograd import winograd_rule
 ScheduleRule = Callable[[PrimFunc, Target], "Schedule | None"]
 
 RULES: dict[str, list] = {
-    "llvm": [inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule, row_reduction_rule,
-             generic_rule],
+    "llvm": [inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule,
+             row_reduction_rule, generic_rule],
 }
 
 

@@ -24,8 +24,8 @@ Structure of the kernel (``inverted_residual_body``), for an ``(N, H, W, Cin)`` 
   register epilogue.
 
 A band's working set is three expanded rows plus one depthwise row (MobileNetV2's largest:
-3 x 114 x 96 + 56 x 96 floats = 153 KB), whatever the band's height, so the band count is chosen for the
-threads alone (``BANDS_PER_THREAD``).
+3 x 114 x 96 + 56 x 96 floats = 153 KB), whatever the band's height, so the band count is
+chosen for the threads alone (``BANDS_PER_THREAD``).
 
 Without the expand convolution (MobileNetV2's first block) the depthwise micro-kernel reads the
 input image directly (guarded path at the borders) and ``E`` does not exist.

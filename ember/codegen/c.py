@@ -23,8 +23,8 @@ from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc,
 from ..tir.arith import flat_index
 from .threadpool import THREADPOOL_C
 from ..tir.transform import expand_unrolled, lower_blocks, partition_loops
-from ..dtypes import EXT_DTYPES, EXT_FLOAT, EXT_INT, itemsize
-from .dtype_support import ROUND_MODES, compute_dtype, storage_ctype, support_source
+from ..dtypes import EXT_DTYPES, EXT_FLOAT, itemsize
+from .dtype_support import compute_dtype, storage_ctype, support_source
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "_Float16",

@@ -22,7 +22,7 @@ from ....target import Target
 from ...arith import linear_terms, flat_index, simplify
 from ...expr import Var
 from ...stmt import Block, For, PrimFunc
-from ..analysis import block_reads, block_writes, blocks_in, find_path
+from ..analysis import block_reads, blocks_in
 from ..layout import IndexMap
 from ..schedule import Schedule
 from ..tensorize import ISAS, MAX_ACCUMULATORS, _match_update

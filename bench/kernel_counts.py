@@ -10,11 +10,11 @@ by default).
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
-import os
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run from a checkout without installing ember

@@ -32,10 +32,10 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run from a checkout without installing ember

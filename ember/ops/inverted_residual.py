@@ -19,6 +19,8 @@ the expanded and depthwise activations in per-thread scratch that stays in L2.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import LoweringError, ShapeMismatchError
@@ -121,7 +123,7 @@ def _compute(inputs, attrs, out_types):
         raise LoweringError(f"{OP}: a one-element weight (Cin = Ce = 1 or Ce = Cout = 1) is "
                             f"an immediate constant, not a kernel parameter; keep such a block "
                             f"as separate convolutions (FuseInvertedResidual does not fuse it)")
-    gb = g if g.band else type(g)(**{**g.to_attrs(), "band": choose_band(g)})
+    gb = g if g.band else dataclasses.replace(g, band=choose_band(g))
 
     def body(k):
         return inverted_residual_body(gb, *kernel_buffers(k.params + k.outputs, gb), "scalar")

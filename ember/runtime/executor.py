@@ -132,7 +132,7 @@ class GraphExecutor:
         if self._set_threads is not None:
             self._set_threads.argtypes = [ctypes.c_int]
             self._set_threads.restype = None
-            self._set_threads(self.num_threads)
+        self.apply_num_threads()
         self.arena = aligned_empty(max(int(plan["arena_bytes"]), ALIGN))
         self._params = {}
         self._ptr: list[int | None] = []

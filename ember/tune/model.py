@@ -33,6 +33,10 @@ from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, M
 from .records import best_paired_speedup, load_records, paired_speedups, save_records
 
 
+#: templates whose configuration 0 is the untuned program (measured first, the baseline)
+DEFAULT_FIRST = ("rule", "conv_algo")
+
+
 @dataclass
 class TaskSummary:
     """Outcome of tuning one task (times in seconds; ``nan`` when unknown)."""
@@ -176,7 +180,7 @@ def _tune_task(info: TaskInfo, n: int, k: int, num_tasks: int, tuner: str, optio
     cbs = [log_to_file(records)]
     if progress:
         cbs.append(progress_bar(prefix=f"[{k + 1}/{num_tasks}] {info.op[:28]}"))
-    with_default = info.task.name in ("rule", "conv_algo")  # configuration 0 is the default
+    with_default = info.task.name in DEFAULT_FIRST
     initial = [info.task.config_space.get(0)] if with_default else []
     anchor = initial[0] if initial and per_call else None
     tnr.tune(max(0, n - done), option, early_stopping=early_stopping, callbacks=cbs,
@@ -304,7 +308,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             if ref.ok:
                 save_records(records, [(MeasureInput(target, ref_task, None), ref)])
             untuned = ref.mean
-            if ref_task.name in ("rule", "conv_algo"):  # configuration 0 is the untuned one
+            if ref_task.name in DEFAULT_FIRST:  # configuration 0 is the untuned one
                 recs = [r for r in load_records(records) if r.task_key == ref_task.key]
                 untuned = min([untuned] + [r.cost for r in recs if r.ok and r.kind == "config"
                                            and r.config["index"] == 0])

@@ -76,11 +76,10 @@ def _signature(name: str, nred: int, epi=None) -> str:
 EPI_PARAMS = ", const float* restrict bias, const float* restrict R, int64_t ldr"
 
 
-def epilogue_lines(epi, acc, nv, lanes, vt, load, loadm, tail, row_off, pad="  ",
-                   add=None, vmax=None, vmin=None, set1=None) -> list[str]:
+def epilogue_lines(epi, acc, nv, lanes, vt, load, loadm, tail, add, vmax, vmin,
+                   set1) -> list[str]:
     """C lines applying register epilogue ``epi`` (see ``EPI_PARAMS``) to accumulators
-    ``acc[i][j]`` (row ``i``, vector ``j``); ``row_off(i)``: the C expression of row ``i``'s
-    element offset in ``R`` (``i * ldr``)."""
+    ``acc[i][j]`` (row ``i``, vector ``j``; row ``i`` of ``R`` starts at ``i * ldr``)."""
     if not epi:
         return []
     has_bias, has_res, lo, hi = epi
@@ -88,22 +87,22 @@ def epilogue_lines(epi, acc, nv, lanes, vt, load, loadm, tail, row_off, pad="  "
     if has_bias:
         for j in range(nv):
             ld = loadm if (tail and j == nv - 1) else load
-            L.append(f"{pad}const {vt} bias{j} = {ld(f'bias + {j * lanes}')};")
+            L.append(f"  const {vt} bias{j} = {ld(f'bias + {j * lanes}')};")
     if lo is not None:
-        L.append(f"{pad}const {vt} vlo = {set1(repr(float(lo)) + 'f')};")
+        L.append(f"  const {vt} vlo = {set1(repr(float(lo)) + 'f')};")
     if hi is not None:
-        L.append(f"{pad}const {vt} vhi = {set1(repr(float(hi)) + 'f')};")
+        L.append(f"  const {vt} vhi = {set1(repr(float(hi)) + 'f')};")
     for i, row in enumerate(acc):
         for j, a in enumerate(row):
             if has_bias:
-                L.append(f"{pad}{a} = {add(a, f'bias{j}')};")
+                L.append(f"  {a} = {add(a, f'bias{j}')};")
             if has_res:
                 ld = loadm if (tail and j == nv - 1) else load
-                L.append(f"{pad}{a} = {add(a, ld(f'R + {row_off(i)} + {j * lanes}'))};")
+                L.append(f"  {a} = {add(a, ld(f'R + {i} * ldr + {j * lanes}'))};")
             if lo is not None:  # constant first: x86 max/min return the second operand on NaN
-                L.append(f"{pad}{a} = {vmax('vlo', a)};")
+                L.append(f"  {a} = {vmax('vlo', a)};")
             if hi is not None:
-                L.append(f"{pad}{a} = {vmin('vhi', a)};")
+                L.append(f"  {a} = {vmin('vhi', a)};")
     return L
 
 
@@ -164,8 +163,8 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
             L.append(f"      {acc[i][j]} = {fma(f'a{i}', f'b{j}', acc[i][j])};")
         L.append("    }")
     L.append(close)
-    L += epilogue_lines(epi, acc, nv, lanes, vt, load, loadm, tail, lambda i: f"{i} * ldr",
-                        add=add, vmax=vmax, vmin=vmin, set1=set1)
+    L += epilogue_lines(epi, acc, nv, lanes, vt, load, loadm, tail, add=add, vmax=vmax,
+                        vmin=vmin, set1=set1)
     for i in range(mr):
         for j in range(nv):
             st = storem if (tail and j == nv - 1) else store
@@ -225,7 +224,7 @@ def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False, epi=
                       **SIMD_ISAS["avx2"])
 
 
-def scalar_epilogue(epi, rows: int, cols: int, row_off: str = "i * ldr") -> list[str]:
+def scalar_epilogue(epi, rows: int, cols: int) -> list[str]:
     """C lines applying register epilogue ``epi`` to a scalar ``float c[rows][cols]`` tile."""
     if not epi:
         return []
@@ -234,7 +233,7 @@ def scalar_epilogue(epi, rows: int, cols: int, row_off: str = "i * ldr") -> list
     if has_bias:
         ops.append("v += bias[j];")
     if has_res:
-        ops.append(f"v += R[{row_off} + j];")
+        ops.append("v += R[i * ldr + j];")
     if lo is not None:
         ops.append(f"if (v < {float(lo)!r}f) v = {float(lo)!r}f;")
     if hi is not None:

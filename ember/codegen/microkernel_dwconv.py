@@ -114,8 +114,8 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
         L.append("      }")
         L.append("    }")
     L.append("  }")
-    L += epilogue_lines(p["epi"], acc, nv, lanes, vt, load, loadm, tail,
-                        lambda i: f"{i} * ldr", add=add, vmax=vmax, vmin=vmin, set1=set1)
+    L += epilogue_lines(p["epi"], acc, nv, lanes, vt, load, loadm, tail, add=add, vmax=vmax,
+                        vmin=vmin, set1=set1)
     for i in range(wr):
         for j in range(nv):
             ptr = f"C + {i * ldc + j * lanes}"

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ....errors import ScheduleError
 from ....target import Target
@@ -285,8 +285,7 @@ def inverted_residual_rule(func: PrimFunc, target: Target) -> Schedule | None:
     g = IRGeometry.from_attrs(geo)
     if not g.band:
         threads = target.num_threads or os.cpu_count() or 1
-        g = IRGeometry(**{**g.to_attrs(),
-                          "band": choose_band(g, min_bands=BANDS_PER_THREAD * threads)})
+        g = replace(g, band=choose_band(g, min_bands=BANDS_PER_THREAD * threads))
     body = inverted_residual_body(g, *kernel_buffers(func.params, g), target.isa)
     return Schedule(PrimFunc(func.name, list(func.params), body, dict(func.attrs)))
 

@@ -304,21 +304,30 @@ def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: Ad
     args: list[Expr] = [c, a, b, as_index(ldc), as_index(lda)]
     for ext, sa, sb in red:
         args += [as_index(ext), as_index(sa), as_index(sb)]
-    args.append(accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32"))
+    tail, epi_reads = call_tail(accumulate, epi, epi_args)
+    args += tail
     pf_next = bool(pf_next and red)
     name = microkernel_name(isa, dtype, mr, nr, len(red), a_vec, pf_next)
     key = ("gemm", isa, dtype, mr, nr, len(red), int(a_vec))
-    reads = [a.src, b.src]
     if epi:
         epi = tuple(epi)
         key += (epi,)
         name += "_e" + hashlib.sha1(repr(epi).encode()).hexdigest()[:8]
-        bias, res, ldr = epi_args
-        args += [bias, res, as_index(ldr)]
-        reads += [bias.src, res.src]
     if pf_next:
         key = key + (() if epi else (None,)) + (1,)
-    return KernelCall(name, args, key, reads=reads, writes=[c.src])
+    return KernelCall(name, args, key, reads=[a.src, b.src] + epi_reads, writes=[c.src])
+
+
+def call_tail(accumulate, epi, epi_args: tuple) -> tuple[list, list]:
+    """The last arguments of a micro-kernel call, ``accumulate`` (an int32 expression, or 0/1)
+    then with a register epilogue ``epi`` its ``epi_args = (bias address, residual address,
+    ldr)`` (``EPI_PARAMS``); and the buffers those addresses read. Shared by
+    ``gemm_kernel_call`` and ``tensorize_dwconv.dwconv_kernel_call``."""
+    args = [accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32")]
+    if not epi:
+        return args, []
+    bias, res, ldr = epi_args
+    return args + [bias, res, as_index(ldr)], [bias.src, res.src]
 
 
 def as_index(v) -> Expr:

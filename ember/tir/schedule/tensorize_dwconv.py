@@ -189,17 +189,12 @@ def dwconv_kernel_call(isa: str, dtype: str, params: tuple, c: AddressOf, x: Add
     ``ih0``/``iw0``: input coordinates of tap (0, 0) of the block's first pixel (int64
     expressions or ints); ``epi``/``epi_args``: a register epilogue as ``gemm_kernel_call``'s.
     Used by ``tensorize_dwconv`` and ``rules/inverted_residual``."""
-    from .tensorize import as_index, dtype_short
+    from .tensorize import as_index, call_tail, dtype_short
     params = tuple(params) + ((tuple(epi),) if epi else ())
     key = ("dwconv", isa, dtype) + params
     digest = hashlib.sha1(repr(params).encode()).hexdigest()[:8]
     wr, nr, kh, kw = params[:4]
     name = f"ember_ukr_dwconv_{isa}_{dtype_short(dtype)}_{wr}x{nr}_k{kh}x{kw}_{digest}"
-    args = [c, x, wt, as_index(ih0), as_index(iw0),
-            accumulate if isinstance(accumulate, Expr) else Const(int(accumulate), "int32")]
-    reads = [x.src, wt.src]
-    if epi:
-        bias, res, ldr = epi_args
-        args += [bias, res, as_index(ldr)]
-        reads += [bias.src, res.src]
-    return KernelCall(name, args, key, reads=reads, writes=[c.src])
+    tail, epi_reads = call_tail(accumulate, epi, epi_args)
+    return KernelCall(name, [c, x, wt, as_index(ih0), as_index(iw0)] + tail, key,
+                      reads=[x.src, wt.src] + epi_reads, writes=[c.src])

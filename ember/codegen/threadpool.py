@@ -50,18 +50,17 @@ static struct {
 /* chunk indices [first, end) of range r when nc chunks are split into nr ranges */
 static inline int64_t ember_range_first(int64_t nc, int nr, int r) { return nc * r / nr; }
 
-/* claim and run chunks of range r until it is used up; returns 1 if it ran any */
-static int ember_pool_run_range(uint32_t seq, int r, ember_task_fn fn, void* ctx, int64_t n,
+/* claim and run chunks of range r until it is used up */
+static void ember_pool_run_range(uint32_t seq, int r, ember_task_fn fn, void* ctx, int64_t n,
                                 int64_t chunk, int nr) {
-  int worked = 0;
   int64_t nc = (n + chunk - 1) / chunk;
   int64_t end = ember_range_first(nc, nr, r + 1);
   _Atomic uint64_t* claim = &ember_pool.range[r].claim;
   for (;;) {
     uint64_t c = atomic_load_explicit(claim, memory_order_acquire);
-    if ((uint32_t)(c >> 40) != (seq & 0xFFFFFF)) return worked;
+    if ((uint32_t)(c >> 40) != (seq & 0xFFFFFF)) return;
     int64_t k = (int64_t)(c & ((1ULL << 40) - 1));
-    if (k >= end) return worked;
+    if (k >= end) return;
     uint64_t nk = ((uint64_t)(seq & 0xFFFFFF) << 40) | (uint64_t)(k + 1);
     if (!atomic_compare_exchange_weak_explicit(claim, &c, nk,
                                                memory_order_acq_rel, memory_order_acquire))
@@ -69,17 +68,14 @@ static int ember_pool_run_range(uint32_t seq, int r, ember_task_fn fn, void* ctx
     int64_t lo = k * chunk, hi = lo + chunk < n ? lo + chunk : n;
     fn(lo, hi, ctx);
     atomic_fetch_add_explicit(&ember_pool.done, hi - lo, memory_order_release);
-    worked = 1;
   }
 }
 
 /* thread `self`: its own range first, then steal from the others in order */
-static int ember_pool_run_chunks(uint32_t seq, int self, ember_task_fn fn, void* ctx,
-                                 int64_t n, int64_t chunk, int nr) {
-  int worked = 0;
+static void ember_pool_run_chunks(uint32_t seq, int self, ember_task_fn fn, void* ctx,
+                                  int64_t n, int64_t chunk, int nr) {
   for (int i = 0; i < nr; ++i)
-    worked |= ember_pool_run_range(seq, (self + i) % nr, fn, ctx, n, chunk, nr);
-  return worked;
+    ember_pool_run_range(seq, (self + i) % nr, fn, ctx, n, chunk, nr);
 }
 
 static void* ember_pool_worker(void* arg) {

@@ -132,7 +132,6 @@ def _block_args(node, x) -> tuple[int, str]:
     if b < 1:
         raise ShapeMismatchError(f"{node.op_type}: blocksize must be >= 1, got {b}")
     mode = node.attr("mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode not in ("DCR", "CRD"):
         raise ShapeMismatchError(f"{node.op_type}: mode must be DCR or CRD, got {mode!r}")
     return b, mode

@@ -82,9 +82,10 @@ def save_artifact(model, path) -> None:
         raise
 
 
-def _read_aligned(z: zipfile.ZipFile, name: str) -> np.ndarray:
+def _read_aligned(z: zipfile.ZipFile, name: str, dest: np.ndarray | None = None) -> np.ndarray:
     """A ``.npy`` member read straight into a 64-byte aligned array (one copy of the data in
-    memory, and the one the kernels use)."""
+    memory, and the one the kernels use): into ``dest`` (a uint8 slice of the weight arena,
+    ``GraphExecutor`` then uses it in place) when it is given and large enough."""
     from .executor import aligned_empty
     with z.open(name) as f:
         major, _ = np.lib.format.read_magic(f)
@@ -95,7 +96,7 @@ def _read_aligned(z: zipfile.ZipFile, name: str) -> np.ndarray:
         if fortran or dtype.hasobject:
             raise ValueError(f"{name}: unsupported array layout")
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        buf = aligned_empty(max(n, 1))
+        buf = dest if dest is not None and dest.nbytes >= n else aligned_empty(max(n, 1))
         view = memoryview(buf)[:n]
         got = 0
         while got < n:
@@ -104,6 +105,17 @@ def _read_aligned(z: zipfile.ZipFile, name: str) -> np.ndarray:
                 raise ValueError(f"{name}: truncated")
             got += k
         return buf[:n].view(dtype).reshape(shape) if n else np.empty(shape, dtype)
+
+
+def _weight_arena(plan: dict, names: list) -> dict:
+    """``{param name: uint8 slice}`` of one huge-page weight arena laid out as
+    ``GraphExecutor`` lays it out (``param_layout``), for the params the plan reads."""
+    from .executor import hugepage_empty, param_layout
+    layout, total = param_layout(plan)
+    if not total:
+        return {}
+    arena = hugepage_empty(total)
+    return {n: arena[layout[n][0]:sum(layout[n])] for n in names if n in layout}
 
 
 def load_artifact(path, num_threads: int | None = None):
@@ -134,8 +146,9 @@ def load_artifact(path, num_threads: int | None = None):
                 with np.load(io.BytesIO(z.read("params.npz"))) as npz:
                     raw = {f"p{k}": npz[f"p{k}"] for k in range(len(manifest["param_names"]))}
             else:
-                raw = {f"p{k}": _read_aligned(z, f"params/p{k}.npy")
-                       for k in range(len(manifest["param_names"]))}
+                dest = _weight_arena(manifest["plan"], manifest["param_names"])
+                raw = {f"p{k}": _read_aligned(z, f"params/p{k}.npy", dest.get(n))
+                       for k, n in enumerate(manifest["param_names"])}
             for k, n in enumerate(manifest["param_names"]):
                 a = raw.pop(f"p{k}")
                 if f"p{k}" in ext:

@@ -8,14 +8,16 @@ An execution plan is plain data (JSON-able, stored in artifacts)::
      "steps":   [{"symbol", "args": [slot, ...], "op", "name"}],
      "arena_bytes": int}
 
-Params are bound once (64-byte aligned copies); every intermediate lives in one arena at its
-planned offset; inputs are passed by pointer (no copy when already contiguous and of the right
+Params are bound once, copied into one weight arena in the order the steps read them; the
+weight arena and the arena holding every intermediate (at its planned offset) are advised onto
+transparent huge pages (``hugepage_empty``); inputs are passed by pointer (no copy when already contiguous and of the right
 dtype); outputs are copied out of the arena.
 """
 
 from __future__ import annotations
 
 import ctypes
+import mmap
 import threading
 import time
 from typing import Mapping
@@ -45,6 +47,60 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     out = buf[:a.nbytes].view(a.dtype).reshape(a.shape) if a.nbytes else np.empty(a.shape, a.dtype)
     out[...] = a
     return out
+
+
+# Transparent huge pages (Linux): the arena and the weights are read by every run; on 4 KiB pages
+# ResNet-50's 112 MB of weights span 28k pages, and the TLB misses of streaming them (two-level
+# page walks inside a VM) stalled the weight-bound kernels (stage-4 convolutions 1.2 -> 0.96 ms;
+# docs/performance.md). Buffers of at least HUGEPAGE_MIN_BYTES are mapped privately and
+# advised MADV_HUGEPAGE, which THP's "madvise" mode (the common default) honours.
+HUGEPAGE_BYTES = 2 << 20
+HUGEPAGE_MIN_BYTES = 1 << 20
+
+
+def hugepage_empty(nbytes: int) -> np.ndarray:
+    """A uint8 array of ``nbytes``, 2 MiB aligned and advised to live on transparent huge pages
+    (a private anonymous ``mmap`` + ``madvise(MADV_HUGEPAGE)``, zero-filled). Falls back to
+    ``aligned_empty`` (64-byte aligned, ordinary pages) below ``HUGEPAGE_MIN_BYTES`` or where
+    the platform has no ``MADV_HUGEPAGE`` or refuses the mapping; never raises for that."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    if nbytes < HUGEPAGE_MIN_BYTES or advice is None or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return aligned_empty(nbytes)
+    try:
+        mm = mmap.mmap(-1, nbytes + HUGEPAGE_BYTES, flags=flags)
+        mm.madvise(advice)
+    except (OSError, ValueError):
+        return aligned_empty(nbytes)
+    raw = np.frombuffer(mm, dtype=np.uint8)  # keeps the mapping alive while any view is
+    off = (-raw.ctypes.data) % HUGEPAGE_BYTES
+    return raw[off:off + nbytes]
+
+
+def on_hugepage_buffer(a: np.ndarray) -> bool:
+    """Whether ``a`` is a view into a ``hugepage_empty`` mapping (so it is not copied again)."""
+    base = a
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+def param_layout(plan: dict) -> tuple[dict[str, tuple[int, int]], int]:
+    """The weight arena of ``plan``: ``({param name: (byte offset, bytes)}, total bytes)`` with
+    the parameters the steps read in the order they first read them (the weight stream of one
+    run is then sequential in memory), each one 64-byte aligned."""
+    slots = plan["slots"]
+    layout: dict[str, tuple[int, int]] = {}
+    total = 0
+    for st in plan["steps"]:
+        for a in st["args"]:
+            s = slots[a]
+            if s["kind"] != "param" or s["param"] in layout:
+                continue
+            n = int(np.prod(s["shape"], dtype=np.int64)) * _dtype(s["dtype"]).itemsize
+            layout[s["param"]] = (total, n)
+            total += -(-n // ALIGN) * ALIGN
+    return layout, total
 
 
 def check_plan(plan: dict, params: Mapping[str, np.ndarray], lib=None) -> None:
@@ -133,24 +189,15 @@ class GraphExecutor:
             self._set_threads.argtypes = [ctypes.c_int]
             self._set_threads.restype = None
         self.apply_num_threads()
-        self.arena = aligned_empty(max(int(plan["arena_bytes"]), ALIGN))
-        self._params = {}
+        self.arena = hugepage_empty(max(int(plan["arena_bytes"]), ALIGN))
+        self._params = self._bind_params(params)
         self._ptr: list[int | None] = []
         base = self.arena.ctypes.data
         for s in plan["slots"]:
             if s["kind"] == "arena":
                 self._ptr.append(base + int(s["offset"]))
             elif s["kind"] == "param":
-                arr = params.get(s["param"])
-                if arr is None:
-                    raise EmberError(f"no value for parameter {s['param']!r}")
-                if s["param"] in self._params:  # one weight, several slots: one copy
-                    arr = self._params[s["param"]]
-                else:
-                    arr = np.asarray(arr, dtype=_dtype(s["dtype"])).reshape(s["shape"])
-                    if not (arr.flags.c_contiguous and arr.ctypes.data % ALIGN == 0):
-                        arr = aligned_copy(arr)  # kernels assume 64-byte aligned weights
-                self._params[s["param"]] = arr
+                arr = self._params[s["param"]]
                 self._ptr.append(arr.ctypes.data if arr.nbytes else base)
             else:
                 self._ptr.append(None)
@@ -172,6 +219,35 @@ class GraphExecutor:
         self.input_specs = plan["inputs"]
         self.output_specs = plan["outputs"]
         self._input_index = {d["name"]: k for k, d in enumerate(self.input_specs)}
+
+    def _bind_params(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The weights the kernels read: one weight arena on huge pages (``param_layout``:
+        first-use order, 64-byte aligned) holding a copy of every parameter, except those that
+        already live in a ``hugepage_empty`` mapping, 64-byte aligned (an artifact is read
+        straight into its arena), which are used in place."""
+        slots = {s["param"]: s for s in self.plan["slots"] if s["kind"] == "param"}
+        layout, total = param_layout(self.plan)
+        out: dict[str, np.ndarray] = {}
+        arena = None
+        for name in list(layout) + [n for n in slots if n not in layout]:  # then: never read
+            s, arr = slots[name], params.get(name)
+            if arr is None:
+                raise EmberError(f"no value for parameter {name!r}")
+            arr = np.asarray(arr, dtype=_dtype(s["dtype"])).reshape(s["shape"])
+            aligned = arr.flags.c_contiguous and arr.ctypes.data % ALIGN == 0
+            if name not in layout or not arr.nbytes:
+                out[name] = arr if aligned else aligned_copy(arr)
+                continue
+            if aligned and on_hugepage_buffer(arr):
+                out[name] = arr
+                continue
+            if arena is None:
+                arena = hugepage_empty(max(total, ALIGN))
+            off = layout[name][0]
+            dst = arena[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+            dst[...] = arr
+            out[name] = dst
+        return out
 
     # inputs ----------------------------------------------------------------------------------
     def _bind_inputs(self, inputs) -> list[np.ndarray]:
@@ -296,4 +372,5 @@ def benchmark(fn, number: int = 20, warmup: int = 3) -> dict:
             "min_ms": float(np.min(ts)), "runs": number}
 
 
-__all__ = ["GraphExecutor", "aligned_copy", "aligned_empty", "benchmark"]
+__all__ = ["GraphExecutor", "aligned_copy", "aligned_empty", "benchmark", "hugepage_empty",
+           "on_hugepage_buffer", "param_layout"]

@@ -8,8 +8,9 @@ AddressSanitizer. Importing this module (``python -m pytest -p ember.testing.exa
 
 - ``aligned_empty`` returns a buffer that ends exactly at the end of its own ``posix_memalign``
   allocation (64-byte aligned start);
-- every ``GraphExecutor`` gives each arena slot its own such allocation and runs step by step
-  (the AOT entry has the arena offsets compiled in), reading outputs from those slots.
+- every ``GraphExecutor`` gives each arena slot and each weight its own such allocation (not
+  one shared weight arena on huge pages) and runs step by step (the AOT entry has the arena
+  offsets compiled in), reading outputs from those slots.
 
 Results are unchanged (slots share bytes only between tensors whose lifetimes are disjoint);
 it only makes overruns visible. Use it together with ``EMBER_CFLAGS=-fsanitize=address`` (see
@@ -48,6 +49,17 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
 
 _orig_init = _ex.GraphExecutor.__init__
+_orig_bind_params = _ex.GraphExecutor._bind_params
+
+
+def _bind_params(self, params):
+    out = {}
+    for name, a in _orig_bind_params(self, params).items():
+        b = aligned_empty(a.nbytes)
+        out[name] = b.view(a.dtype).reshape(a.shape) if a.nbytes else a
+        out[name][...] = a
+    return out
+
 _orig_read = _ex.GraphExecutor._read
 
 
@@ -73,4 +85,5 @@ def _read(self, slot, arrays):
 
 _ex.aligned_empty = aligned_empty
 _ex.GraphExecutor.__init__ = _init
+_ex.GraphExecutor._bind_params = _bind_params
 _ex.GraphExecutor._read = _read

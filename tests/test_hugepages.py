@@ -1,0 +1,137 @@
+"""The weight arena and the activation arena on transparent huge pages (``hugepage_empty``):
+buffers are what they claim (size, alignment, zero-filled, a huge-page-advised mapping), the
+weights lie in one arena in the order the steps first read them, an artifact is read straight
+into its arena (no second copy), and results match onnxruntime whichever memory backs them."""
+
+import os
+import re
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import ember
+from ember.runtime import executor as ex
+from ember.testing import assert_close
+from ember.testing import models as M
+
+
+def _model():
+    return M.mobilenet_v2(seed=4, image_size=32)
+
+
+def _feeds(seed=0):
+    return {"input": np.random.default_rng(seed).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+
+
+def _reference(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _thp_mode() -> str | None:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    m = re.search(r"\[(\w+)\]", text)
+    return m.group(1) if m else None
+
+
+def test_hugepage_empty_is_an_aligned_zeroed_mapping():
+    n = ex.HUGEPAGE_MIN_BYTES + 12345
+    buf = ex.hugepage_empty(n)
+    assert buf.dtype == np.uint8 and buf.shape == (n,) and buf.flags.writeable
+    if not hasattr(__import__("mmap"), "MADV_HUGEPAGE"):
+        pytest.skip("this platform has no MADV_HUGEPAGE (the fallback is tested below)")
+    assert ex.on_hugepage_buffer(buf)
+    assert buf.ctypes.data % ex.HUGEPAGE_BYTES == 0
+    assert not buf.any()
+    buf[-1] = 7  # the whole range is writable
+    assert buf[-1] == 7
+
+
+def test_small_buffers_fall_back_to_ordinary_aligned_memory():
+    buf = ex.hugepage_empty(1000)
+    assert buf.shape == (1000,) and buf.ctypes.data % ex.ALIGN == 0
+    assert not ex.on_hugepage_buffer(buf)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps (Linux)")
+def test_the_kernel_marks_the_arena_huge_page_eligible():
+    if _thp_mode() in (None, "never"):
+        pytest.skip(f"transparent huge pages are unavailable here (mode {_thp_mode()!r})")
+    buf = ex.hugepage_empty(8 * ex.HUGEPAGE_BYTES)
+    buf[::4096] = 1  # fault the pages in
+    addr = buf.ctypes.data
+    vma = None
+    for line in open("/proc/self/smaps"):
+        m = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if m:
+            lo, hi = int(m.group(1), 16), int(m.group(2), 16)
+            vma = (lo <= addr < hi)
+        elif vma and line.startswith("THPeligible:"):
+            assert line.split()[1] == "1", line
+            return
+    pytest.fail("no smaps entry with THPeligible for the arena's mapping")
+
+
+def test_weights_lie_in_one_arena_in_first_use_order(monkeypatch):
+    monkeypatch.setattr(ex, "HUGEPAGE_MIN_BYTES", 0)  # a small model's arena still uses THP
+    model = _model()
+    cm = ember.compile(model)
+    plan, params = cm.plan, cm._executor._params
+    layout, total = ex.param_layout(plan)
+    assert set(layout) <= set(params) and total >= sum(n for _, n in layout.values())
+    base = min(params[n].ctypes.data for n in layout)
+    for name, (off, nbytes) in layout.items():
+        a = params[name]
+        assert ex.on_hugepage_buffer(a), name
+        assert a.ctypes.data - base == off and a.nbytes == nbytes, name
+        assert off % ex.ALIGN == 0
+    first_use = []
+    for st in plan["steps"]:
+        for k in st["args"]:
+            s = plan["slots"][k]
+            if s["kind"] == "param" and s["param"] not in first_use:
+                first_use.append(s["param"])
+    offs = [layout[n][0] for n in first_use]
+    assert offs == sorted(offs) and first_use == list(layout)
+    assert ex.on_hugepage_buffer(cm._executor.arena)
+    feeds = _feeds(1)
+    for got, want in zip(cm.run(feeds), _reference(model, feeds)):
+        assert_close(got, want, 1e-4, 1e-5, "huge-page arenas vs onnxruntime")
+
+
+def test_a_loaded_artifact_is_read_straight_into_its_arena(tmp_path, monkeypatch):
+    monkeypatch.setattr(ex, "HUGEPAGE_MIN_BYTES", 0)
+    model = _model()
+    path = os.path.join(tmp_path, "m.ember")
+    ember.compile(model).save(path)
+    copies = []
+    orig = ex.GraphExecutor._bind_params
+
+    def spy(self, params):
+        out = orig(self, params)
+        copies.extend(n for n in out if out[n].ctypes.data != np.asarray(params[n]).ctypes.data)
+        return out
+    monkeypatch.setattr(ex.GraphExecutor, "_bind_params", spy)
+    cm = ember.load(path)
+    layout, _ = ex.param_layout(cm.plan)
+    assert layout and not [n for n in copies if n in layout]  # used in place, not copied
+    assert all(ex.on_hugepage_buffer(cm.params[n]) for n in layout)
+    feeds = _feeds(2)
+    for got, want in zip(cm.run(feeds), _reference(model, feeds)):
+        assert_close(got, want, 1e-4, 1e-5, "loaded artifact vs onnxruntime")
+
+
+def test_without_madvise_the_runtime_uses_ordinary_memory(monkeypatch):
+    monkeypatch.delattr("mmap.MADV_HUGEPAGE", raising=False)
+    model = _model()
+    cm = ember.compile(model)
+    assert not ex.on_hugepage_buffer(cm._executor.arena)
+    assert all(a.ctypes.data % ex.ALIGN == 0 for a in cm._executor._params.values())
+    feeds = _feeds(3)
+    for got, want in zip(cm.run(feeds), _reference(model, feeds)):
+        assert_close(got, want, 1e-4, 1e-5, "ordinary memory vs onnxruntime")

@@ -82,8 +82,8 @@ def ranking_quality(records: str, tasks, min_records: int = 12) -> dict:
     keep their fastest measurement."""
     from ember.tune import load_records
     from ember.tune.cost_model import XGBoostCostModel, pairwise_accuracy, top_k_recall
-    from ember.tune.records import paired_speedups
-    recs = list(load_records(records))
+    from ember.tune.records import is_in_model, paired_speedups
+    recs = [r for r in load_records(records) if not is_in_model(r)]
     paired = paired_speedups(recs)
     by_key: dict = {}
     for r in recs:
@@ -161,6 +161,7 @@ def bench_model(name: str, args) -> dict:
     import ember
     from ember import tune
     from ember.frontend.onnx import from_onnx
+    from ember.tune.model_check import format_results
 
     onnx_model = _model(name)
     target = f"llvm -num-threads={args.threads}"
@@ -182,7 +183,7 @@ def bench_model(name: str, args) -> dict:
                               confirm_rounds=2, timeout=5, min_trials=args.min_trials,
                               progress=not args.quiet, log=print, template=args.template,
                               measure_threads=args.measure_threads,
-                              algorithms=not args.no_algorithms)
+                              algorithms=not args.no_algorithms, model_check=args.model_check)
     tune_s = time.perf_counter() - t0
     with tune.apply_history_best(records, margin=args.margin) as ctx:
         tuned = ember.compile(onnx_model, target=target)
@@ -209,7 +210,8 @@ def bench_model(name: str, args) -> dict:
         "algorithms_changed": ctx.algorithms_applied,
         "algorithms": [t for t in outcomes if t["op"] == "conv_algo"], "kernel_sum_ms": kernels, "max_abs_diff_vs_ort": err,
         "tasks_applied": sum(t["applied"] for t in outcomes), "ablation": heavy,
-        "table": summary.table(), "ranking": ranking_quality(records, tasks)}
+        "table": summary.table(), "ranking": ranking_quality(records, tasks),
+        "in_model": format_results(summary.in_model) if args.model_check else ""}
 
 
 def main(argv=None) -> int:
@@ -233,6 +235,8 @@ def main(argv=None) -> int:
                     help="threads candidates are timed with (1: robust on a shared machine)")
     ap.add_argument("--no-algorithms", action="store_true",
                     help="keep the Winograd heuristic (no conv_algo tasks: direct / F2 / F4)")
+    ap.add_argument("--model-check", type=int, default=6,
+                    help="rounds of the in-model check of the tuned kernels (0: off)")
     ap.add_argument("--out", help="also write the report (and a JSON of it) to this path")
     ap.add_argument("--records-dir", default=os.path.join("bench", "records"))
     ap.add_argument("--quiet", action="store_true")
@@ -252,7 +256,8 @@ def report(rows, args) -> list[str]:
     L = [f"# python bench/tune.py --models {args.models} --tuner {args.tuner} --template "
          f"{args.template} --trials {args.trials} --time-budget {args.time_budget:g}"
          f" --measure-threads {args.measure_threads} --rounds {args.rounds} --repeat "
-         f"{args.repeat}" + (" --no-algorithms" if args.no_algorithms else ""),
+         f"{args.repeat} --model-check {args.model_check}"
+         + (" --no-algorithms" if args.no_algorithms else ""),
          f"# tuning benchmark ({args.threads} threads, batch 1); timings taken on a machine "
          f"shared with other work (load average now {os.getloadavg()[0]:.1f}): noisy", "",
          f"{'model':10} {'untuned ms':>11} {'tuned ms':>9} {'ORT ms':>8} {'untuned/ORT':>11} "
@@ -277,7 +282,8 @@ def report(rows, args) -> list[str]:
     for r in rows:
         L.append(f"\n## {r['model']}: five heaviest tasks, default schedule -> best tuned "
                  f"(ms per run at {args.measure_threads} thread(s); speed-up: median "
-                 f"side-by-side; applied when >= {1 + args.margin:.2f}x)")
+                 f"side-by-side, in the model where the in-model check timed it; applied "
+                 f"when >= {1 + args.margin:.2f}x)")
         for t in r["ablation"]:
             L.append(f"  {t['op'][:32]:32} x{t['count']}  trials {t['trials']:3d}  "
                      f"{t['default_ms']:7.3f} -> {t['best_ms']:7.3f} ({t['speedup']:.2f}x) "
@@ -290,6 +296,8 @@ def report(rows, args) -> list[str]:
             L.append(f"    x{t['count']}  default {t['default_ms']:7.3f} ms -> best "
                      f"{t['best_ms']:7.3f} ({t['speedup']:.2f}x) "
                      f"{'applied ' + str(t['config']) if t['applied'] else 'kept default'}")
+        if r["in_model"]:
+            L.append("  " + r["in_model"].replace("\n", "\n  "))
         q = r["ranking"]
         L.append(f"  cost model (xgboost, knob features) on held-out measured programs: pairwise "
                  f"accuracy {q['pairwise_accuracy']:.3f}, top-3 recall {q['top3_recall']:.3f} "

@@ -49,6 +49,10 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-algorithms", action="store_true",
                    help="keep the Winograd heuristic's choice per 3x3 convolution instead of "
                    "tuning it (direct / F(2x2) / F(4x4) conv_algo tasks)")
+    p.add_argument("--model-check", type=int, default=6, metavar="R",
+                   help="time the tuned kernels inside the running model against the "
+                   "defaults for R interleaved rounds and keep only the tasks that are faster "
+                   "there (default 6; 0 = off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -72,7 +76,8 @@ def run_tune(args: argparse.Namespace) -> int:
                          max_tasks=args.max_tasks, progress=not args.no_progress,
                          template=args.template, confirm=args.confirm, per_call=True,
                          repeat=1, number=10, measure_threads=args.measure_threads,
-                         algorithms=not args.no_algorithms, log=lambda s: print(s, file=sys.stdout))
+                         algorithms=not args.no_algorithms, model_check=args.model_check,
+                         log=lambda s: print(s, file=sys.stdout))
     return 0 if summary.tasks else 1
 
 

@@ -10,9 +10,13 @@ it replaced in the builds it served.
 
 The context also decides algorithms: each Winograd-eligible convolution with a ``conv_algo``
 record (``ember.tune.strategy``) runs as its recorded algorithm (direct, F(2x2) or F(4x4)) when
-that measured at least ``margin`` faster than the heuristic's choice (configuration 0), side by
-side when the records have interleaved evidence; ``algorithms_applied`` counts the convolutions
+that measured at least ``margin`` faster than the heuristic's choice (configuration 0), side by side when the records have interleaved evidence; ``algorithms_applied`` counts the convolutions
 whose algorithm it changed.
+
+In-model evidence (``ember.tune.model_check``: a task's tuned kernels and its default timed
+inside the running model, interleaved) overrides the evidence of candidates timed alone: such a
+task runs its tuned configuration only when that was at least ``margin`` faster in the model.
+``ApplyHistoryBest.replaced`` lists ``(kernel name, record)`` of every kernel it replaced.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from typing import Iterable, Sequence
 
 from ..errors import TuningError
 from ..target import Target
-from .records import Record, best_paired_speedup, best_records, load_records, paired_speedups
+from .records import (Record, best_paired_speedup, best_records, is_in_model, load_records,
+                      paired_speedups)
 
 logger = logging.getLogger("ember.tune")
 _current: contextvars.ContextVar = contextvars.ContextVar("ember_tune_dispatch", default=None)
@@ -43,7 +48,8 @@ class ApplyHistoryBest:
         # the fastest measurement of each workload's default schedule: a "default" record or
         # configuration 0 of its rule task (both are the untuned schedule)
         self.defaults: dict[tuple[str, str], float] = {}
-        for r in records:
+        alone = [r for r in records if not is_in_model(r)]
+        for r in alone:
             if r.ok and r.result.costs and (r.kind == "default" or _is_default_config(r)):
                 k = (str(r.task_args[0]), r.target)
                 self.defaults[k] = min(self.defaults.get(k, float("inf")), r.cost)
@@ -52,20 +58,25 @@ class ApplyHistoryBest:
         self.paired: dict[tuple[str, str], tuple[Record | None, float]] = {}
         configs = {(r.task_key, r.target, r.config.get("index")): r for r in records
                    if r.ok and r.kind == "config" and isinstance(r.config, dict)}
-        for k, per in paired_speedups(records).items():
-            best = best_paired_speedup(per, min_evidence)
-            if best is None:
-                continue
-            idx, s = best
-            self.paired[k] = (configs.get((k[0], k[1], idx)) if s >= 1 + margin else None, s)
+        # in-model evidence (``model_check``: the task's kernels timed inside the running
+        # model, tuned vs default) is decisive where it exists
+        for in_model in (False, True):
+            for k, per in paired_speedups(records, in_model=in_model).items():
+                best = best_paired_speedup(per, min_evidence)
+                if best is None:
+                    continue
+                idx, s = best
+                self.paired[k] = (configs.get((k[0], k[1], idx)) if s >= 1 + margin else None,
+                                  s)
         # configuration 0 (the default) of tasks that have one (rule, conv_algo): fastest cost
         self.config0: dict[tuple[str, str], float] = {}
-        for r in records:
+        for r in alone:
             if r.ok and r.result.costs and r.kind == "config" and isinstance(r.config, dict) \
                     and r.config.get("index") == 0:
                 k = (r.task_key, r.target)
                 self.config0[k] = min(self.config0.get(k, float("inf")), r.cost)
         self.applied = 0
+        self.replaced: list[tuple[str, Record]] = []  # (kernel name, record) of each build
         self.algorithms_applied = 0
         self._token = None
 
@@ -189,6 +200,7 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
         tuned.name = func.name
         out.append(tuned)
         ctx.applied += 1
+        ctx.replaced.append((func.name, rec))
     return out
 
 

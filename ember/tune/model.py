@@ -30,7 +30,8 @@ from .callbacks import log_to_file, progress_bar
 from .extract import TaskInfo, extract_tasks
 from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult,
                       measure_option, measure_reference)
-from .records import best_paired_speedup, load_records, paired_speedups, save_records
+from .records import (best_paired_speedup, is_in_model, load_records, paired_speedups,
+                      save_records)
 
 
 #: templates whose configuration 0 is the untuned program (measured first, the baseline)
@@ -62,6 +63,7 @@ class TuneSummary:
     tasks: list = field(default_factory=list)
     wall_s: float = 0.0
     records: str = ""
+    in_model: list = field(default_factory=list)  # model_check.InModelResult per tuned task
 
     def rows(self) -> list[list[str]]:
         """One row of text per task, in the order of ``HEADER``: index, op, count, GFLOP (x count),
@@ -198,7 +200,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                seed: int = 0, time_budget: float | None = None, number: int = 2,
                log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
                confirm_rounds: int = 2, cache_flush: bool = True,
-               measure_threads: int | None = None, algorithms: bool = True) -> TuneSummary:
+               measure_threads: int | None = None, algorithms: bool = True,
+               model_check: int = 6) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -234,6 +237,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         algorithms: also tune the algorithm of each Winograd-eligible convolution (direct,
             F(2x2), F(4x4): ``conv_algo`` tasks, tuned first, their candidates on top of
             ``trials``); ``False`` keeps the ``WinogradConv`` heuristic's choices.
+        model_check: rounds of the in-model check (``ember.tune.model_check``): the kernels
+            the records replace are timed inside the running model against the defaults,
+            and a tuned task that is not faster there keeps its default schedule; 0 skips
+            it. ``TuneSummary.in_model`` holds its results.
 
     Returns:
         A ``TuneSummary`` (``.table()`` prints the per-task table).
@@ -311,7 +318,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             if ref_task.name in DEFAULT_FIRST:  # configuration 0 is the untuned one
                 recs = [r for r in load_records(records) if r.task_key == ref_task.key]
                 untuned = min([untuned] + [r.cost for r in recs if r.ok and r.kind == "config"
-                                           and r.config["index"] == 0])
+                                           and r.config["index"] == 0 and not is_in_model(r)])
                 paired = best_paired_speedup(
                     paired_speedups(recs).get((ref_task.key, str(target)), {}))
                 if paired:  # side-by-side evidence: the best median speed-up over the default
@@ -322,9 +329,15 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         close = getattr(option["runner"], "close", None)
         if close:
             close()
+    if model_check:
+        from .model_check import check_in_model
+        summary.in_model = check_in_model(mod, params, target, records, rounds=model_check)
     summary.wall_s = time.perf_counter() - t0
     if log:
         log(summary.table())
+        if model_check:
+            from .model_check import format_results
+            log(format_results(summary.in_model))
         log(f"tuned in {summary.wall_s:.1f} s; build with "
             f"`with ember.tune.apply_history_best({records!r}): ember.compile(...)`")
     return summary

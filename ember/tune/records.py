@@ -105,11 +105,23 @@ def save_records(path: "str | os.PathLike", pairs: Iterable[tuple[MeasureInput, 
             f.write(encode(inp, res) + "\n")
 
 
+#: group id prefix of in-model measurements (``ember.tune.model_check``): the summed in-model
+#: time of a task's kernels, tuned and default, interleaved; not comparable with candidates
+#: timed alone, so only ``paired_speedups(..., in_model=True)`` reads them
+MODEL_GROUP = "model:"
+
+
+def is_in_model(r: Record) -> bool:
+    """Whether ``r`` is an in-model measurement (``ember.tune.model_check``)."""
+    return r.result.group.startswith(MODEL_GROUP)
+
+
 def best_records(records: Iterable[Record]) -> dict[tuple[str, str], Record]:
-    """The fastest successful record of each ``(task key, target)``."""
+    """The fastest successful record of each ``(task key, target)`` (candidates timed alone;
+    in-model measurements are not comparable and are left out)."""
     best: dict[tuple[str, str], Record] = {}
     for r in records:
-        if not r.ok or not r.result.costs:
+        if not r.ok or not r.result.costs or is_in_model(r):
             continue
         k = (r.task_key, r.target)
         if k not in best or r.cost < best[k].cost:
@@ -117,14 +129,17 @@ def best_records(records: Iterable[Record]) -> dict[tuple[str, str], Record]:
     return best
 
 
-def paired_speedups(records: Iterable[Record]) -> dict[tuple[str, str], dict[int, list[float]]]:
+def paired_speedups(records: Iterable[Record], in_model: bool = False
+                    ) -> dict[tuple[str, str], dict[int, list[float]]]:
     """Side-by-side evidence: per ``(task key, target)`` and configuration index, the speed-ups
     over configuration 0 (the default schedule of a ``rule`` task; > 1 is faster), one per
     repeat of every interleaved measurement group that timed both (``default cost /
-    candidate cost`` of the same repeat)."""
+    candidate cost`` of the same repeat). ``in_model``: the groups of in-model measurements
+    (``MODEL_GROUP``) instead of those of candidates timed alone."""
     groups: dict[str, list[Record]] = {}
     for r in records:
-        if r.ok and r.result.group and r.kind == "config" and isinstance(r.config, dict):
+        if r.ok and r.result.group and r.kind == "config" and isinstance(r.config, dict) \
+                and is_in_model(r) == in_model:
             groups.setdefault(r.result.group, []).append(r)
     out: dict[tuple[str, str], dict[int, list[float]]] = {}
     for g in groups.values():

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 from ...errors import TuningError
 from ..measure import (MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch,
                        measure_option)
-from ..records import Record
+from ..records import Record, is_in_model
 from ..space import ConfigEntity
 
 logger = logging.getLogger("ember.tune")
@@ -81,7 +81,7 @@ class Tuner:
         inputs, results = [], []
         for r in records:
             if r.task_key != self.task.key or r.target != str(self.task.target) \
-                    or r.kind != "config":
+                    or r.kind != "config" or is_in_model(r):
                 continue
             try:
                 cfg = ConfigEntity.from_json(r.config, self.space)

@@ -45,6 +45,7 @@ class ApplyHistoryBest:
         records = list(records)
         self.best = best_records(records)
         self.margin = margin
+        self.min_evidence = min_evidence
         # the fastest measurement of each workload's default schedule: a "default" record or
         # configuration 0 of its rule task (both are the untuned schedule)
         self.defaults: dict[tuple[str, str], float] = {}

@@ -7,13 +7,16 @@ pages, and every core is busy. A configuration that won alone can lose there. On
 the tuned kernels were 1.02x faster summed over the tasks timed alone, but the model was 0.98x
 as fast end to end.
 
-``check_in_model`` builds the model twice, with the records applied and without them. It times
-every kernel inside each running model (the step-by-step executor, the two models alternating
-for ``rounds`` rounds). Then, for every ``rule`` task whose kernels the records replaced, it
-appends the task's summed in-model time, tuned and default, to the records. Each round is one
-repeat of one interleaved group whose id starts with ``records.MODEL_GROUP``.
-``ApplyHistoryBest`` treats that evidence as decisive: a task keeps its tuned configuration
-only when the configuration was at least ``margin`` faster inside the model.
+``check_in_model`` takes, for every ``rule`` task the records have side-by-side evidence for,
+up to ``top`` candidate configurations: the one ``apply_history_best`` would apply, then the
+next best timed alone. It builds the model without the records and once per candidate rank
+(variant ``j`` runs every task's ``j``-th candidate), times every kernel inside each running
+model (the step-by-step executor, the models alternating for ``rounds`` rounds), and appends,
+per task, the summed in-model time of its kernels for the default and for each candidate to the
+records: each round is one repeat of one interleaved group whose id starts with
+``records.MODEL_GROUP``. ``ApplyHistoryBest`` treats that evidence as decisive: a task runs
+the configuration that was fastest inside the model, and only when it was at least ``margin``
+faster than the default there.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 
 from ..target import Target
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult
-from .records import MODEL_GROUP, load_records, save_records
+from .records import MODEL_GROUP, is_in_model, load_records, paired_speedups, save_records
 
 logger = logging.getLogger("ember.tune")
 
@@ -42,8 +45,10 @@ class InModelResult:
         op: the operator of its kernels.
         kernels: how many kernel launches of the model run it.
         default_ms, tuned_ms: their summed in-model time per run (median over rounds, ms).
-        speedup: median over rounds of default / tuned (> 1: the tuned kernels are faster).
-        kept: whether ``apply_history_best`` now applies the tuned configuration.
+        speedup: median over rounds of default / tuned (> 1: the tuned kernels are faster),
+            for the configuration that was fastest in the model.
+        kept: whether ``apply_history_best`` now applies a tuned configuration.
+        candidates: how many configurations were timed in the model.
     """
 
     task_key: str
@@ -53,6 +58,7 @@ class InModelResult:
     tuned_ms: float
     speedup: float
     kept: bool
+    candidates: int = 1
 
 
 class _ConfigJSON:
@@ -65,11 +71,46 @@ class _ConfigJSON:
         return self.d
 
 
+def _candidates(records: list, ctx, target: str, top: int) -> dict[str, list]:
+    """Per ``rule`` task with side-by-side evidence from candidates timed alone: the records of
+    up to ``top`` configurations to time in the model, best first. The configuration ``ctx``
+    applies comes first; then come those with the best median speed-up over the default, for
+    configurations not slower than the default."""
+    configs = {}
+    for r in records:
+        if r.ok and r.kind == "config" and isinstance(r.config, dict) and r.target == target \
+                and r.task_name == "rule" and not is_in_model(r):
+            configs.setdefault((r.task_key, r.config.get("index")), r)
+    rule_keys = {k for k, _ in configs}
+    out: dict[str, list] = {}
+    for (key, tgt), per in paired_speedups(records).items():
+        if tgt != target or key not in rule_keys:
+            continue
+        chosen = ctx.paired.get((key, tgt), (None, 0.0))[0]
+        picked = [chosen] if chosen is not None else []
+        ranked = sorted(((float(np.median(v)), i) for i, v in per.items()
+                         if len(v) >= ctx.min_evidence and i != 0), reverse=True)
+        for speed, i in ranked:
+            if len(picked) >= top or speed < 1.0:
+                break
+            r = configs.get((key, i))
+            if r is not None and all(x.config.get("index") != i for x in picked):
+                picked.append(r)
+        if picked:
+            out[key] = picked
+    return out
+
+
 def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | Target",
                    records: str, rounds: int = 6, repeat: int = 5, margin: float = 0.02,
-                   seed: int = 0) -> list[InModelResult]:
-    """Time the kernels that the records in ``records`` replace inside the running model, tuned
-    vs default, and append the evidence to ``records`` (see the module doc).
+                   seed: int = 0, top: int = 3) -> list[InModelResult]:
+    """Time the tuned kernels of ``records`` inside the running model against the defaults and
+    append the evidence to ``records`` (see the module doc).
+
+    Up to ``top`` configurations of every tuned ``rule`` task are timed: the one
+    ``apply_history_best`` would apply, then the next best by their side-by-side speed-up
+    timed alone. Model variant ``j`` runs every task's ``j``-th candidate, so ``1 + top``
+    builds cover all the tasks.
 
     Args:
         mod, params: the model as ``ember.build`` takes it.
@@ -79,11 +120,13 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
         repeat: runs per round; each kernel's median over them counts.
         margin: the speed-up over the default that keeps a tuned configuration, as in
             ``apply_history_best``.
+        top: candidate configurations per task.
 
     Returns:
-        One ``InModelResult`` per tuned ``rule`` task. The list is empty when the records
-        replace no kernel, or when the tuned model's kernels do not line up one to one with
-        the default model's (an algorithm record changed the graph; nothing is written then).
+        One ``InModelResult`` per task timed, for its best configuration in the model. The
+        list is empty when no task has a candidate, or when a variant's kernels do not line up
+        one to one with the default model's (an algorithm record changed the graph; nothing is
+        written then).
 
     Raises:
         TuningError: a malformed records file. Build errors propagate as from ``ember.build``.
@@ -92,45 +135,62 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
     from .dispatch import ApplyHistoryBest
     from .task import Task
     target = Target(target)
+    tgt = str(target)
+    recs = list(load_records(records))
+    cands = _candidates(recs, ApplyHistoryBest(recs, margin=margin), tgt, top)
+    if not cands:
+        return []
     default = build(mod, target, params)
-    with ApplyHistoryBest(list(load_records(records)), margin=margin) as ctx:
-        tuned = build(mod, target, params)
-    groups: dict[str, list] = {}  # task key -> [(step index, record)]
-    for name, rec in ctx.replaced:
-        if rec.task_name == "rule" and name.startswith("k") and name[1:].isdigit():
-            groups.setdefault(rec.task_key, []).append((int(name[1:]), rec))
-    if not groups:
-        return []
-    steps_d, steps_t = default.plan["steps"], tuned.plan["steps"]
-    if [s["name"] for s in steps_d] != [s["name"] for s in steps_t]:
-        logger.warning("in-model check skipped: the tuned model's kernels differ from the "
-                       "default model's (an algorithm record changed the graph)")
-        return []
+    names = [s["name"] for s in default.plan["steps"]]
+    variants = []  # (model, {task key: (record, [step index])})
+    for j in range(max(len(v) for v in cands.values())):
+        ctx = ApplyHistoryBest(recs, margin=margin)
+        for key, picked in cands.items():  # this variant's candidate of every task, or none
+            ctx.paired[(key, tgt)] = (picked[j] if j < len(picked) else None, 0.0)
+        with ctx:
+            model = build(mod, target, params)
+        if [s["name"] for s in model.plan["steps"]] != names:
+            logger.warning("in-model check skipped: a tuned model's kernels differ from the "
+                           "default model's (an algorithm record changed the graph)")
+            return []
+        steps: dict[str, tuple] = {}
+        for name, rec in ctx.replaced:
+            if rec.task_key in cands and name.startswith("k") and name[1:].isdigit():
+                steps.setdefault(rec.task_key, (rec, []))[1].append(int(name[1:]))
+        variants.append((model, steps))
+    models = [default] + [m for m, _ in variants]
     inputs = default.random_inputs(seed)
-    times = {"default": [], "tuned": []}
-    models = {"default": default, "tuned": tuned}
+    times: list[list] = [[] for _ in models]
     for r in range(rounds):
-        for which in (("default", "tuned") if r % 2 == 0 else ("tuned", "default")):
-            per_step = models[which]._executor.time_steps(inputs, repeat=repeat)
-            times[which].append([s["ms"] for s in per_step])
+        for k in (range(len(models)) if r % 2 == 0 else reversed(range(len(models)))):
+            times[k].append([s["ms"] for s in models[k]._executor.time_steps(inputs, repeat)])
     out, pairs = [], []
-    group = f"{MODEL_GROUP}{uuid.uuid4().hex[:12]}"
+    run = f"{MODEL_GROUP}{uuid.uuid4().hex[:12]}"
     now = time.time()
-    for key, members in groups.items():
-        idx = sorted({k for k, _ in members})
-        rec = members[0][1]
-        d = [sum(t[k] for k in idx) / 1e3 for t in times["default"]]  # seconds per round
-        u = [sum(t[k] for k in idx) / 1e3 for t in times["tuned"]]
-        speed = float(np.median([a / b for a, b in zip(d, u) if b > 0]))
-        task = Task(rec.task_name, rec.task_args, target)
-        cfg0 = task.config_space.get(0).to_json()
-        for cfg, costs in ((cfg0, d), (rec.config, u)):
+    for n, key in enumerate(cands):
+        group = f"{run}:{n}"  # one group per task: paired_speedups pairs within a task
+        timed = [(rec, idx, j) for j, (_, steps) in enumerate(variants)
+                 for rec, idx in [steps[key]] if key in steps]
+        if not timed:
+            continue
+        task = Task(timed[0][0].task_name, timed[0][0].task_args, target)
+        idx = sorted(set(timed[0][1]))
+        d = [sum(t[k] for k in idx) / 1e3 for t in times[0]]  # seconds, per round
+        entries = [(task.config_space.get(0).to_json(), d)]
+        best = None
+        for rec, _, j in timed:
+            u = [sum(t[k] for k in idx) / 1e3 for t in times[j + 1]]
+            speed = float(np.median([a / b for a, b in zip(d, u) if b > 0]))
+            entries.append((rec.config, u))
+            if best is None or speed > best[0]:
+                best = (speed, u)
+        for cfg, costs in entries:
             pairs.append((MeasureInput(target, task, _ConfigJSON(cfg)),
                           MeasureResult(costs, MeasureErrorNo.NO_ERROR, all_cost=sum(costs),
                                         timestamp=now, group=group)))
-        out.append(InModelResult(key, steps_d[idx[0]]["op"], len(idx),
-                                 float(np.median(d)) * 1e3, float(np.median(u)) * 1e3, speed,
-                                 speed >= 1.0 + margin))
+        out.append(InModelResult(key, default.plan["steps"][idx[0]]["op"], len(idx),
+                                 float(np.median(d)) * 1e3, float(np.median(best[1])) * 1e3,
+                                 best[0], best[0] >= 1.0 + margin, len(timed)))
     save_records(records, pairs)
     return out
 
@@ -140,10 +200,10 @@ def format_results(results: list[InModelResult]) -> str:
     if not results:
         return "in-model check: no tuned kernel to check"
     kept = sum(r.kept for r in results)
-    lines = [f"in-model check: {kept} of {len(results)} tuned tasks kept (their kernels timed "
-             f"inside the running model, tuned vs default, interleaved)"]
+    lines = [f"in-model check: {kept} of {len(results)} tasks tuned (their kernels timed inside "
+             f"the running model against the default, interleaved; best of the candidates)"]
     for r in sorted(results, key=lambda r: -r.default_ms):
         lines.append(f"  {r.op[:32]:32s} x{r.kernels:<2d} {r.default_ms:7.3f} -> "
-                     f"{r.tuned_ms:7.3f} ms ({r.speedup:.2f}x) "
-                     f"{'kept' if r.kept else 'default restored'}")
+                     f"{r.tuned_ms:7.3f} ms ({r.speedup:.2f}x, best of {r.candidates}) "
+                     f"{'tuned' if r.kept else 'default kept'}")
     return "\n".join(lines)

@@ -65,7 +65,7 @@ def test_check_in_model_times_the_applied_task_and_records_it(tmp_path):
     assert sorted(x.config["index"] for x in model_recs) == [0, pick.index]
     assert len({x.result.group for x in model_recs}) == 1
     assert all(len(x.result.costs) == 3 and min(x.result.costs) > 0 for x in model_recs)
-    assert format_results(results).startswith(f"in-model check: {int(r.kept)} of 1")
+    assert format_results(results).startswith(f"in-model check: {int(r.kept)} of 1 tasks")
     # the in-model verdict decides what a build applies, and the result is the untuned one's
     x = np.random.default_rng(3).standard_normal((1, 16, 12, 12)).astype("float32")
     base = ember.compile(_small_model(), target=TARGET).run([x])[0]
@@ -81,3 +81,50 @@ def test_nothing_to_check_without_applied_records(tmp_path):
     save_records(log, _evidence(task, pick, 0.8, "g1"))  # alone: slower -> default kept
     assert check_in_model(mod, params, TARGET, str(log), rounds=2, repeat=1) == []
     assert not any(is_in_model(x) for x in load_records(log))
+
+
+def _two_conv_model():
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype("float32") * 0.2, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((32, 16, 1, 1)).astype("float32") * 0.2,
+                                 "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "two_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])], [w1, w2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_each_task_gets_its_own_in_model_evidence(tmp_path):
+    from ember.tune.records import paired_speedups
+    model = _two_conv_model()
+    mod, params = from_onnx(model)
+    tasks = [t.task for t in tune.extract_tasks(mod, params, TARGET, algorithms=False)
+             if t.task is not None and t.task.name == "rule"]
+    assert len(tasks) == 2
+    log = tmp_path / "r.jsonl"
+    picks = {}
+    for k, task in enumerate(tasks):
+        default = task.config_space.get(0).values()
+        picks[task.key] = [c for c in task.config_space if c.values() != default][:2]
+        for i, pick in enumerate(picks[task.key]):  # both candidates look faster alone
+            save_records(log, _evidence(task, pick, 1.5 - 0.1 * i, f"g{k}{i}"))
+    results = check_in_model(mod, params, TARGET, str(log), rounds=3, repeat=2, top=2)
+    assert sorted(r.task_key for r in results) == sorted(picks)
+    assert all(r.candidates == 2 for r in results)
+    evidence = paired_speedups(list(load_records(log)), in_model=True)
+    for task in tasks:  # every task's candidates were timed against its own default
+        per = evidence[(task.key, str(TARGET))]
+        assert sorted(per) == sorted(c.index for c in picks[task.key])
+        assert all(len(v) == 3 and min(v) > 0 for v in per.values())
+    x = np.random.default_rng(4).standard_normal((1, 8, 16, 16)).astype("float32")
+    base = ember.compile(model, target=TARGET).run([x])[0]
+    with tune.apply_history_best(log) as ctx:
+        tuned = ember.compile(model, target=TARGET)
+    assert ctx.applied == sum(r.kept for r in results)
+    np.testing.assert_allclose(tuned.run([x])[0], base, rtol=1e-4, atol=1e-4)

@@ -20,6 +20,10 @@ from ..errors import ArtifactError, TargetError
 
 FORMAT_VERSION = 2  # 2: one .npy member per weight, read straight into aligned memory
 READABLE_VERSIONS = (1, 2)
+#: bytes of a weight read from an artifact at once (``ZipExtFile.readinto`` reads into a
+#: temporary ``bytes`` of the requested size and copies it: one whole-weight read would hold a
+#: second copy of the weight at the peak)
+READ_CHUNK = 1 << 20
 
 
 def save_artifact(model, path) -> None:
@@ -99,8 +103,8 @@ def _read_aligned(z: zipfile.ZipFile, name: str, dest: np.ndarray | None = None)
         buf = dest if dest is not None and dest.nbytes >= n else aligned_empty(max(n, 1))
         view = memoryview(buf)[:n]
         got = 0
-        while got < n:
-            k = f.readinto(view[got:])
+        while got < n:  # in chunks: a zip member's readinto reads into a temporary of its size
+            k = f.readinto(view[got:got + READ_CHUNK])
             if not k:
                 raise ValueError(f"{name}: truncated")
             got += k

@@ -9,9 +9,11 @@ as fast end to end.
 
 ``check_in_model`` takes, for every ``rule`` task the records have side-by-side evidence for,
 up to ``top`` candidate configurations: the one ``apply_history_best`` would apply, then the
-next best timed alone. It builds the model without the records and once per candidate rank
-(variant ``j`` runs every task's ``j``-th candidate), times every kernel inside each running
-model (the step-by-step executor, the models alternating for ``rounds`` rounds), and appends,
+next best timed alone. It builds the model with the records but every such task on its
+default schedule (the algorithms and the other tasks as the records choose, so the graphs line
+up), and once per candidate rank (variant ``j`` runs every task's ``j``-th candidate), times
+every kernel inside each running model (the step-by-step executor, the models alternating for
+``rounds`` rounds), and appends,
 per task, the summed in-model time of its kernels for the default and for each candidate to the
 records: each round is one repeat of one interleaved group whose id starts with
 ``records.MODEL_GROUP``. ``ApplyHistoryBest`` treats that evidence as decisive: a task runs
@@ -131,8 +133,7 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
     Returns:
         One ``InModelResult`` per task timed, for its best configuration in the model. The
         list is empty when no task has a candidate, or when a variant's kernels do not line up
-        one to one with the default model's (an algorithm record changed the graph; nothing is
-        written then).
+        one to one with the default model's (nothing is written then).
 
     Raises:
         TuningError: a malformed records file. Build errors propagate as from ``ember.build``.
@@ -146,18 +147,27 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
     cands = _candidates(recs, ApplyHistoryBest(recs, margin=margin), tgt, top)
     if not cands:
         return []
-    default = build(mod, target, params)
+
+    def forced(j: int | None) -> ApplyHistoryBest:
+        """The records, with every candidate task running its ``j``-th candidate (``None``
+        or none left: its default); the rest (algorithm choices, other tasks) as recorded,
+        so every variant has the default model's graph and kernels."""
+        ctx = ApplyHistoryBest(recs, margin=margin)
+        for key, picked in cands.items():
+            ctx.paired[(key, tgt)] = (picked[j] if j is not None and j < len(picked) else None,
+                                      0.0)
+        return ctx
+
+    with forced(None):
+        default = build(mod, target, params)
     names = [s["name"] for s in default.plan["steps"]]
     variants = []  # (model, {task key: (record, [step index])})
     for j in range(max(len(v) for v in cands.values())):
-        ctx = ApplyHistoryBest(recs, margin=margin)
-        for key, picked in cands.items():  # this variant's candidate of every task, or none
-            ctx.paired[(key, tgt)] = (picked[j] if j < len(picked) else None, 0.0)
-        with ctx:
+        with forced(j) as ctx:
             model = build(mod, target, params)
         if [s["name"] for s in model.plan["steps"]] != names:
             logger.warning("in-model check skipped: a tuned model's kernels differ from the "
-                           "default model's (an algorithm record changed the graph)")
+                           "default model's")
             return []
         steps: dict[str, tuple] = {}
         for name, rec in ctx.replaced:

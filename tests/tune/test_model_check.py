@@ -128,3 +128,31 @@ def test_each_task_gets_its_own_in_model_evidence(tmp_path):
         tuned = ember.compile(model, target=TARGET)
     assert ctx.applied == sum(r.kept for r in results)
     np.testing.assert_allclose(tuned.run([x])[0], base, rtol=1e-4, atol=1e-4)
+
+
+def test_a_recorded_algorithm_choice_does_not_skip_the_check(tmp_path):
+    """An algorithm record (``conv_algo``) changes the graph the tuned kernels run in: the
+    default model of the check must be built under it too, or no kernel lines up."""
+    from .test_strategy import _stated
+    model = _two_conv_model()
+    mod, params = from_onnx(model)
+    algo = next(t.task for t in tune.extract_tasks(mod, params, TARGET) if t.op == "conv_algo")
+    log = tmp_path / "r.jsonl"
+    other = algo.config_space.get(1).values()["tile"]  # not the heuristic's algorithm
+    save_records(log, _stated(algo, other))
+    with tune.apply_history_best(log) as ctx:
+        tasks = [t.task for t in tune.extract_tasks(mod, params, TARGET, algorithms=False)
+                 if t.task is not None and t.task.name == "rule"]
+    assert ctx.algorithms_applied == 1 and tasks
+    task = tasks[0]
+    default = task.config_space.get(0).values()
+    pick = next(c for c in task.config_space if c.values() != default)
+    save_records(log, _evidence(task, pick, 1.5, "g1"))
+    results = check_in_model(mod, params, TARGET, str(log), rounds=2, repeat=1)
+    assert [r.task_key for r in results] == [task.key]
+    assert any(is_in_model(x) for x in load_records(log))
+    x = np.random.default_rng(6).standard_normal((1, 8, 16, 16)).astype("float32")
+    base = ember.compile(model, target=TARGET).run([x])[0]
+    with tune.apply_history_best(log):
+        tuned = ember.compile(model, target=TARGET)
+    np.testing.assert_allclose(tuned.run([x])[0], base, rtol=1e-4, atol=1e-4)

@@ -67,28 +67,41 @@ class TuneSummary:
 
     def rows(self) -> list[list[str]]:
         """One row of text per task, in the order of ``HEADER``: index, op, count, GFLOP (x count),
-        trials, errors, untuned and tuned ms, speed-up (``-`` when nothing was tuned)."""
+        trials, errors, untuned and tuned ms, speed-up (``-`` when nothing was tuned; marked when
+        the in-model check kept the default)."""
         rows = []
+        rejected = self.rejected_in_model()
         for k, t in enumerate(self.tasks):
             tuned = t.best_s < math.inf
             rows.append([str(k), t.op[:40], str(t.count), f"{t.gflop * t.count:.3f}",
                          str(t.trials), str(t.errors), f"{t.untuned_s * 1e3:.3f}",
                          f"{t.best_s * 1e3:.3f}" if tuned else "-",
-                         f"{t.speedup:.2f}x" if tuned else "-"])
+                         (f"{t.speedup:.2f}x" + (" (default kept in the model)"
+                                                 if t.name in rejected else "")) if tuned else "-"])
         return rows
+
+    def rejected_in_model(self) -> set[str]:
+        """Workload keys (``TaskSummary.name``) of the tasks the in-model check timed and that
+        keep their default schedule (not faster inside the running model)."""
+        return {r.workload for r in self.in_model if not r.kept}
 
     HEADER = ["#", "task", "count", "GFLOP", "trials", "errors", "untuned ms", "tuned ms",
               "speed-up"]
 
     def table(self) -> str:
-        """The summary as a plain-text table (one row per task, plus the weighted total)."""
+        """The summary as a plain-text table (one row per task, plus the weighted total: a
+        task counts its default time there when its tuned program was slower, alone or inside
+        the model)."""
         rows = self.rows()
         # kernel tasks only: an algorithm task (conv_algo) times a whole convolution, whose
         # kernels are tasks too; a task nothing measured has no time to add
         kern = [t for t in self.tasks if t.op != "conv_algo" and math.isfinite(t.untuned_s)]
         tot_u = sum(t.untuned_s * t.count for t in kern)
-        # a task whose best program is slower than its default keeps the default
-        tot_b = sum(min(t.best_s, t.untuned_s) * t.count for t in kern)
+        # a task whose best program is slower than its default keeps the default, and so
+        # does one that was not faster inside the running model (the in-model check)
+        rejected = self.rejected_in_model()
+        tot_b = sum((t.untuned_s if t.name in rejected else min(t.best_s, t.untuned_s)) * t.count
+                    for t in kern)
         rows.append(["", "all kernel tasks (x count)", "", "",
                      str(sum(t.trials for t in self.tasks)),
                      str(sum(t.errors for t in self.tasks)), f"{tot_u * 1e3:.3f}",

@@ -51,6 +51,7 @@ class InModelResult:
             for the configuration that was fastest in the model.
         kept: whether ``apply_history_best`` now applies a tuned configuration.
         candidates: how many configurations were timed in the model.
+        workload: the workload key of its kernels (``TaskSummary.name`` of the task).
     """
 
     task_key: str
@@ -61,6 +62,7 @@ class InModelResult:
     speedup: float
     kept: bool
     candidates: int = 1
+    workload: str = ""
 
 
 class _ConfigJSON:
@@ -205,7 +207,8 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
                                         timestamp=now, group=group)))
         out.append(InModelResult(key, default.plan["steps"][idx[0]]["op"], len(idx),
                                  float(np.median(d)) * 1e3, float(np.median(best[1])) * 1e3,
-                                 best[0], best[0] >= 1.0 + margin, len(timed)))
+                                 best[0], best[0] >= 1.0 + margin, len(timed),
+                                 str(task.args[0])))
     save_records(records, pairs)
     return out
 

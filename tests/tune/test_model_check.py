@@ -156,3 +156,18 @@ def test_a_recorded_algorithm_choice_does_not_skip_the_check(tmp_path):
     with tune.apply_history_best(log):
         tuned = ember.compile(model, target=TARGET)
     np.testing.assert_allclose(tuned.run([x])[0], base, rtol=1e-4, atol=1e-4)
+
+
+def test_the_summary_table_counts_a_task_the_check_rejected_as_untuned():
+    from ember.tune.model import TaskSummary, TuneSummary
+    from ember.tune.model_check import InModelResult
+    a = TaskSummary("conv:a", "conv", 2, 0.1, 10, 0, untuned_s=2e-3, best_s=1e-3)
+    b = TaskSummary("gemm:b", "gemm", 1, 0.1, 10, 0, untuned_s=4e-3, best_s=2e-3)
+    s = TuneSummary([a, b])
+    alone = s.table().splitlines()[-1].split()
+    assert alone[-1] == f"{(2 * 2 + 4) / (2 * 1 + 2):.2f}x"  # both tuned, timed alone
+    s.in_model = [InModelResult("rule-a", "conv", 2, 1.0, 1.1, 0.91, False, 1, "conv:a"),
+                  InModelResult("rule-b", "gemm", 1, 1.0, 0.8, 1.25, True, 1, "gemm:b")]
+    rows = s.table().splitlines()
+    assert "default kept in the model" in rows[2] and "default kept" not in rows[3]
+    assert rows[-1].split()[-1] == f"{(2 * 2 + 4) / (2 * 2 + 2):.2f}x"  # a: its default

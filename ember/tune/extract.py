@@ -143,8 +143,13 @@ def extract_tasks(mod, params: Mapping[str, np.ndarray] | None = None,
     def collect(workload, default, tgt):
         convs.append(workload)
         return outer(workload, default, tgt) if outer is not None else None
+    from .dispatch import current
+    records = current()
+    counted = records.algorithms_applied if records is not None else 0
     with algorithm_scope(collect):
         kernels = model_kernels(mod, params, target)
+    if records is not None:  # extracting is not a build: its choices count in the builds only
+        records.algorithms_applied = counted
     algos: dict[str, TaskInfo] = {}
     for wl in convs if algorithms else ():
         task = Task("conv_algo", wl, target)

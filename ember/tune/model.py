@@ -296,10 +296,11 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             kernels = [t for t in tasks if t.task.name != "conv_algo"]
             if algos:  # algorithms first: the kernel tasks are those of the chosen algorithms
                 n_algo = [len(t.task.config_space) for t in algos]
-                # a few candidates each, each a whole convolution: not held to a trial share
+                # a few candidates each, each a whole convolution: not held to a trial share,
+                # but to a share of the time (its candidates over those left, kernels' included)
                 results = [_tune_task(info, n, k, len(tasks), tuner, option, history, records,
-                                      deadline, n, seed, per_call, confirm, confirm_rounds,
-                                      early_stopping, progress)
+                                      deadline, sum(n_algo[k:]) + trials, seed, per_call,
+                                      confirm, confirm_rounds, early_stopping, progress)
                            for k, (info, n) in enumerate(zip(algos, n_algo))]
                 from .dispatch import ApplyHistoryBest
                 with ApplyHistoryBest(list(load_records(records))):

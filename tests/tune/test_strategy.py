@@ -240,3 +240,37 @@ def test_worker_runs_a_cached_candidate_at_each_requests_thread_count():
     before = len(os.listdir("/proc/self/task"))
     run(3)
     assert len(os.listdir("/proc/self/task")) == before + 2, "ran at the first request's count"
+
+
+def test_extracting_tasks_does_not_count_as_applying_an_algorithm(tmp_path):
+    model = _conv_model()
+    task = _algo_task(model).task
+    log = tmp_path / "a.jsonl"
+    save_records(log, _stated(task, -1))
+    mod, params = from_onnx(model)
+    with tune.apply_history_best(log) as ctx:
+        kernels = tune.extract_tasks(mod, params, TARGET, algorithms=False)
+        assert ctx.algorithms_applied == 0
+        m = ember.compile(model, target=TARGET)
+    assert ctx.algorithms_applied == 1  # one convolution, one build
+    assert "winograd" not in m.graph_text and kernels
+
+
+def test_an_algorithm_task_takes_its_share_of_the_time_budget(tmp_path, monkeypatch):
+    """With ``time_budget``, a ``conv_algo`` task (3 candidates on top of the kernels' 20
+    trials) may use 3/23 of the time left, not all of it."""
+    import time
+    from ember.tune.model import tune_model
+    from ember.tune.tuner.base import Tuner
+    seen = {}
+
+    def tune(self, n_trial, option=None, early_stopping=None, callbacks=(), batch_size=None,
+             deadline=None, initial=(), anchor=None):
+        seen.setdefault(self.task.name, (deadline - time.monotonic(), n_trial))
+        return None  # nothing measured: only the deadline each task gets is under test
+    monkeypatch.setattr(Tuner, "tune", tune)
+    budget = 1000.0
+    tune_model(_conv_model(), TARGET, trials=20, tuner="random", time_budget=budget,
+               records=str(tmp_path / "r.jsonl"), progress=False, log=None, model_check=0)
+    left, n = seen["conv_algo"]
+    assert n == 3 and left <= budget * 3 / 23 + 1.0, left

@@ -143,6 +143,7 @@ def test_a_recorded_algorithm_choice_does_not_skip_the_check(tmp_path):
     with tune.apply_history_best(log) as ctx:
         tasks = [t.task for t in tune.extract_tasks(mod, params, TARGET, algorithms=False)
                  if t.task is not None and t.task.name == "rule"]
+        ember.compile(model, target=TARGET)
     assert ctx.algorithms_applied == 1 and tasks
     task = tasks[0]
     default = task.config_space.get(0).values()

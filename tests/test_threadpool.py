@@ -154,3 +154,38 @@ int32_t ember_kernel(uint64_t* ids) { ember_parallel_for(64, 1, tid_task, ids); 
     fn, args = worker._prepare(req)
     fn(*worker._ptrs(args))
     assert _tasks() > before, "the default (all CPUs) started no pool worker"
+
+
+def test_each_kernel_function_runs_on_its_own_target_thread_count(monkeypatch):
+    """Two ``KernelFunction``s of the same code share one library and so its thread count:
+    the one built for ``-num-threads=1`` must not leave the other on 1 thread."""
+    from ember import te
+    from ember.runtime import kernel as K
+    calls = []
+
+    class Spy:  # the library, recording the thread counts set on it
+        def __init__(self, lib):
+            self._lib = lib
+
+        def __getattr__(self, name):
+            fn = getattr(self._lib, name)
+            if name != "ember_set_num_threads":
+                return fn
+
+            def set_threads(n):
+                calls.append(int(getattr(n, "value", n)))
+                fn(n)
+            return set_threads
+    real_load = K.load_library
+    monkeypatch.setattr(K, "load_library", lambda path: Spy(real_load(path)))
+    x = te.placeholder((64, 4096), "float32", "x")
+    y = te.compute((64, 4096), lambda i, j: x[i, j] + te.const(1.0, "float32"), name="y")
+    one = K.compile_prim_func(te.create_prim_func([x, y], "add1"), "llvm -num-threads=1")
+    auto = K.compile_prim_func(te.create_prim_func([x, y], "add1"), "llvm")
+    a = np.random.default_rng(0).standard_normal((64, 4096)).astype(np.float32)
+    out = np.empty_like(a)
+    one(a, out)
+    assert calls and calls[-1] == 1
+    auto(a, out)
+    assert calls[-1] == 0  # all online CPUs again, not the count the other kernel set
+    np.testing.assert_allclose(out, a + 1, rtol=1e-6)

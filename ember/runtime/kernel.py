@@ -44,7 +44,8 @@ def check_guard(raw: np.ndarray, off: int, nbytes: int) -> int:
 
 class KernelFunction:
     """A compiled ``PrimFunc``: ``f(*arrays)`` runs it in place on C-contiguous arrays (inputs
-    then outputs, of the parameters' shapes and dtypes).
+    then outputs, of the parameters' shapes and dtypes), on the target's ``-num-threads``
+    (default: all online CPUs), set on the library before every call.
 
     Raises (on call):
         InputError: wrong number, shape or dtype of arrays.
@@ -59,8 +60,13 @@ class KernelFunction:
         self._fn = getattr(self.lib, syms[0])
         self._fn.restype = ctypes.c_int32
         self._fn.argtypes = [ctypes.c_void_p] * len(func.params)
-        if self.target.num_threads and hasattr(self.lib, "ember_set_num_threads"):
-            self.lib.ember_set_num_threads(ctypes.c_int(self.target.num_threads))
+        # the thread count belongs to the library, and kernels of the same code share one
+        # (content-hash cache): every call sets this kernel's (0: all online CPUs)
+        self.num_threads = int(self.target.num_threads or 0)
+        self._set_threads = getattr(self.lib, "ember_set_num_threads", None)
+        if self._set_threads is not None:
+            self._set_threads.argtypes = [ctypes.c_int]
+            self._set_threads.restype = None
 
     def __call__(self, *arrays: np.ndarray) -> None:
         ps = self.func.params
@@ -72,6 +78,8 @@ class KernelFunction:
                                  f"got {a.shape} {a.dtype}")
             if not a.flags.c_contiguous:
                 raise InputError(f"{self.func.name} argument {k} is not C-contiguous")
+        if self._set_threads is not None:
+            self._set_threads(self.num_threads)
         rc = self._fn(*[a.ctypes.data for a in arrays])
         if rc != 0:
             raise EmberError(f"kernel {self.func.name} failed with code {rc}")

@@ -210,13 +210,19 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
                                  best[0], best[0] >= 1.0 + margin, len(timed),
                                  str(task.args[0])))
     save_records(records, pairs)
+    # what a build now applies: this check's evidence pooled with earlier checks', or, with
+    # fewer than ``min_evidence`` rounds in the model, the evidence of the candidates alone
+    final = ApplyHistoryBest(list(load_records(records)), margin=margin)
+    for r in out:
+        r.kept = final.paired.get((r.task_key, tgt), (None, 0.0))[0] is not None
     return out
 
 
 def format_results(results: list[InModelResult]) -> str:
     """The in-model check as text, one line per tuned task."""
     if not results:
-        return "in-model check: no tuned kernel to check"
+        return ("in-model check: no tuned kernel to check (it times rule tasks with "
+                "side-by-side evidence)")
     kept = sum(r.kept for r in results)
     lines = [f"in-model check: {kept} of {len(results)} tasks tuned (their kernels timed inside "
              f"the running model against the default, interleaved; best of the candidates)"]

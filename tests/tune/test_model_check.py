@@ -172,3 +172,27 @@ def test_the_summary_table_counts_a_task_the_check_rejected_as_untuned():
     rows = s.table().splitlines()
     assert "default kept in the model" in rows[2] and "default kept" not in rows[3]
     assert rows[-1].split()[-1] == f"{(2 * 2 + 4) / (2 * 2 + 2):.2f}x"  # a: its default
+
+
+def test_kept_says_what_a_build_applies_when_one_round_is_not_evidence(tmp_path, monkeypatch):
+    """One round in the model is below ``apply_history_best``'s ``min_evidence`` (2): the
+    build follows the evidence timed alone, and the result must say so."""
+    from ember.runtime.executor import GraphExecutor
+    mod, params, task, pick = _task_and_pick()
+    log = tmp_path / "r.jsonl"
+    save_records(log, _evidence(task, pick, 1.01, "g1"))  # alone: below the 2 % margin
+    orig, calls = GraphExecutor.time_steps, []
+
+    def time_steps(self, inputs, repeat=10):  # the default model first, then the tuned one
+        calls.append(self)
+        return [dict(s, ms=1.0 if len(calls) == 1 else 0.5) for s in orig(self, inputs, 1)]
+    monkeypatch.setattr(GraphExecutor, "time_steps", time_steps)
+    results = check_in_model(mod, params, TARGET, str(log), rounds=1, repeat=1)
+    assert len(calls) == 2 and len(results) == 1 and results[0].speedup == 2.0
+    with tune.apply_history_best(log) as ctx:
+        ember.compile(_small_model(), target=TARGET)
+    assert ctx.applied == 0 and not results[0].kept
+    save_records(log, _evidence(task, pick, 1.5, MODEL_GROUP + "y"))  # now 2+ rounds: decisive
+    with tune.apply_history_best(log) as ctx:
+        ember.compile(_small_model(), target=TARGET)
+    assert ctx.applied == 1

@@ -259,12 +259,16 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         A ``TuneSummary`` (``.table()`` prints the per-task table).
 
     Raises:
-        TuningError: unknown tuner, or a model without tunable kernels.
+        TuningError: unknown tuner, a negative ``model_check``, or a model without tunable
+            kernels.
     """
     from .tuner import TUNERS
     if tuner not in TUNERS and tuner != "search":
         raise TuningError(f"unknown tuner {tuner!r}: choose one of "
                           f"{sorted(TUNERS) + ['search']}")
+    if model_check < 0:  # refused before tuning, not after it
+        raise TuningError(f"model_check (--model-check) is {model_check}: give the rounds of the "
+                          f"in-model check (at least 2 to count as evidence), or 0 to skip it")
     target = Target(target)
     t0 = time.perf_counter()
     if records is None:

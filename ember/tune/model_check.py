@@ -31,6 +31,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..errors import TuningError
 from ..target import Target
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult
 from .records import MODEL_GROUP, is_in_model, load_records, paired_speedups, save_records
@@ -138,11 +139,15 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
         one to one with the default model's (nothing is written then).
 
     Raises:
-        TuningError: a malformed records file. Build errors propagate as from ``ember.build``.
+        TuningError: a malformed records file, or ``rounds`` / ``repeat`` below 1. Build
+            errors propagate as from ``ember.build``.
     """
     from ..driver import build
     from .dispatch import ApplyHistoryBest
     from .task import Task
+    if rounds < 1 or repeat < 1:
+        raise TuningError(f"the in-model check needs rounds >= 1 and repeat >= 1 (got rounds="
+                          f"{rounds}, repeat={repeat}); rounds >= 2 count as evidence")
     target = Target(target)
     tgt = str(target)
     recs = list(load_records(records))

@@ -196,3 +196,18 @@ def test_kept_says_what_a_build_applies_when_one_round_is_not_evidence(tmp_path,
     with tune.apply_history_best(log) as ctx:
         ember.compile(_small_model(), target=TARGET)
     assert ctx.applied == 1
+
+
+def test_bad_round_counts_are_refused_before_any_tuning(tmp_path):
+    from ember.errors import TuningError
+    from ember.tune.model import tune_model
+    mod, params, task, pick = _task_and_pick()
+    log = tmp_path / "r.jsonl"
+    with pytest.raises(TuningError, match="model_check"):
+        tune_model((mod, params), TARGET, trials=4, records=str(log), progress=False,
+                   log=None, model_check=-1)
+    assert not log.exists()  # nothing was measured
+    save_records(log, _evidence(task, pick, 1.5, "g1"))
+    with pytest.raises(TuningError, match="rounds >= 1"):
+        check_in_model(mod, params, TARGET, str(log), rounds=0)
+    assert not any(is_in_model(x) for x in load_records(log))

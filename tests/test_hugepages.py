@@ -146,7 +146,7 @@ def test_without_madvise_the_runtime_uses_ordinary_memory(monkeypatch):
         assert_close(got, want, 1e-4, 1e-5, "ordinary memory vs onnxruntime")
 
 
-_LOAD_PEAK = """
+_PEAK = """
 import sys
 import ember
 def hwm_kb():
@@ -154,27 +154,49 @@ def hwm_kb():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
 before = hwm_kb()
-cm = ember.load(sys.argv[1])
+cm = getattr(ember, sys.argv[1])(sys.argv[2])
 print(hwm_kb() - before, sum(a.nbytes for a in cm.params.values()) // 1024)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
-def test_loading_an_artifact_holds_one_copy_of_the_weights_at_the_peak(tmp_path):
+def _peak_kb(how: str, path: str) -> tuple[int, int]:
+    """``(VmHWM growth, weight bytes)`` in KiB of ``ember.<how>(path)`` in a fresh process."""
     import subprocess
+    env = dict(os.environ, EMBER_NO_MODEL_CACHE="1",
+               PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _PEAK, how, path], capture_output=True,
+                         text=True, env=env, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def _big_matmul(rows: int, cols: int):
     from onnx import TensorProto, helper, numpy_helper
-    w = np.random.default_rng(0).standard_normal((1024, 8192)).astype(np.float32)  # 32 MiB
+    w = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8192])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])],
         [numpy_helper.from_array(w, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
+def test_loading_an_artifact_holds_one_copy_of_the_weights_at_the_peak(tmp_path):
     path = os.path.join(tmp_path, "m.ember")
-    ember.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).save(path)
-    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", _LOAD_PEAK, path], capture_output=True,
-                         text=True, env=env, check=True).stdout.split()
-    peak_kb, weights_kb = int(out[0]), int(out[1])
+    ember.compile(_big_matmul(1024, 8192)).save(path)  # 32 MiB of weights
+    peak_kb, weights_kb = _peak_kb("load", path)
     assert weights_kb >= 32 << 10
     # the weights once (read straight into the arena), not once more for a read buffer
     assert peak_kb < 1.5 * weights_kb, (peak_kb, weights_kb)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
+def test_compiling_drops_the_onnx_model_before_the_weights_are_copied(tmp_path):
+    import onnx
+    path = os.path.join(tmp_path, "m.onnx")
+    onnx.save(_big_matmul(2048, 8192), path)  # 64 MiB of weights
+    peak_kb, weights_kb = _peak_kb("compile", path)
+    assert weights_kb >= 64 << 10
+    # the parsed model, the imported weights and the weight arena: 3 copies (4 when the
+    # parsed model was still alive while build copied the weights into the arena)
+    assert peak_kb < 3.5 * weights_kb, (peak_kb, weights_kb)

@@ -13,10 +13,9 @@ next best timed alone. It builds the model with the records but every such task 
 default schedule (the algorithms and the other tasks as the records choose, so the graphs line
 up), and once per candidate rank (variant ``j`` runs every task's ``j``-th candidate), times
 every kernel inside each running model (the step-by-step executor, the models alternating for
-``rounds`` rounds), and appends,
-per task, the summed in-model time of its kernels for the default and for each candidate to the
-records: each round is one repeat of one interleaved group whose id starts with
-``records.MODEL_GROUP``. ``ApplyHistoryBest`` treats that evidence as decisive: a task runs
+``rounds`` rounds), and appends, per task, the summed in-model time of its kernels for the
+default and for each candidate to the records: each round is one repeat of one interleaved
+group whose id starts with ``records.MODEL_GROUP``. ``ApplyHistoryBest`` treats that evidence as decisive: a task runs
 the configuration that was fastest inside the model, and only when it was at least ``margin``
 faster than the default there.
 """

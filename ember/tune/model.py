@@ -67,17 +67,19 @@ class TuneSummary:
 
     def rows(self) -> list[list[str]]:
         """One row of text per task, in the order of ``HEADER``: index, op, count, GFLOP (x count),
-        trials, errors, untuned and tuned ms, speed-up (``-`` when nothing was tuned; marked when
-        the in-model check kept the default)."""
+        trials, errors, untuned and tuned ms, speed-up (``-`` when nothing was tuned; then the
+        in-model check's speed-up and verdict where it timed the task)."""
         rows = []
-        rejected = self.rejected_in_model()
+        checked = {r.workload: r for r in self.in_model}
         for k, t in enumerate(self.tasks):
             tuned = t.best_s < math.inf
+            r = checked.get(t.name)
+            verdict = "" if r is None else \
+                f" (in the model {r.speedup:.2f}x: {'tuned' if r.kept else 'default kept'})"
             rows.append([str(k), t.op[:40], str(t.count), f"{t.gflop * t.count:.3f}",
                          str(t.trials), str(t.errors), f"{t.untuned_s * 1e3:.3f}",
                          f"{t.best_s * 1e3:.3f}" if tuned else "-",
-                         (f"{t.speedup:.2f}x" + (" (default kept in the model)"
-                                                 if t.name in rejected else "")) if tuned else "-"])
+                         f"{t.speedup:.2f}x{verdict}" if tuned else "-"])
         return rows
 
     def rejected_in_model(self) -> set[str]:

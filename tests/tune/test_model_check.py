@@ -170,7 +170,8 @@ def test_the_summary_table_counts_a_task_the_check_rejected_as_untuned():
     s.in_model = [InModelResult("rule-a", "conv", 2, 1.0, 1.1, 0.91, False, 1, "conv:a"),
                   InModelResult("rule-b", "gemm", 1, 1.0, 0.8, 1.25, True, 1, "gemm:b")]
     rows = s.table().splitlines()
-    assert "default kept in the model" in rows[2] and "default kept" not in rows[3]
+    assert rows[2].rstrip().endswith("(in the model 0.91x: default kept)")
+    assert rows[3].rstrip().endswith("(in the model 1.25x: tuned)")
     assert rows[-1].split()[-1] == f"{(2 * 2 + 4) / (2 * 2 + 2):.2f}x"  # a: its default
 
 

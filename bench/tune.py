@@ -183,7 +183,8 @@ def bench_model(name: str, args) -> dict:
                               confirm_rounds=2, timeout=5, min_trials=args.min_trials,
                               progress=not args.quiet, log=print, template=args.template,
                               measure_threads=args.measure_threads,
-                              algorithms=not args.no_algorithms, model_check=args.model_check)
+                              algorithms=not args.no_algorithms, model_check=args.model_check,
+                              margin=args.margin)
     tune_s = time.perf_counter() - t0
     with tune.apply_history_best(records, margin=args.margin) as ctx:
         tuned = ember.compile(onnx_model, target=target)

@@ -216,7 +216,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
                confirm_rounds: int = 2, cache_flush: bool = True,
                measure_threads: int | None = None, algorithms: bool = True,
-               model_check: int = 6) -> TuneSummary:
+               model_check: int = 6, margin: float = 0.02) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -256,6 +256,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             the records replace are timed inside the running model against the defaults,
             and a tuned task that is not faster there keeps its default schedule; 0 skips
             it. ``TuneSummary.in_model`` holds its results.
+        margin: the speed-up over the default the in-model check keeps a tuned task at (give
+            ``apply_history_best`` the same, so its report says what the build applies).
 
     Returns:
         A ``TuneSummary`` (``.table()`` prints the per-task table).
@@ -351,7 +353,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             close()
     if model_check:
         from .model_check import check_in_model
-        summary.in_model = check_in_model(mod, params, target, records, rounds=model_check)
+        summary.in_model = check_in_model(mod, params, target, records, rounds=model_check,
+                                          margin=margin)
     summary.wall_s = time.perf_counter() - t0
     if log:
         log(summary.table())

@@ -212,3 +212,15 @@ def test_bad_round_counts_are_refused_before_any_tuning(tmp_path):
     with pytest.raises(TuningError, match="rounds >= 1"):
         check_in_model(mod, params, TARGET, str(log), rounds=0)
     assert not any(is_in_model(x) for x in load_records(log))
+
+
+def test_tune_model_checks_with_the_margin_it_is_given(tmp_path, monkeypatch):
+    from ember.tune import model_check
+    from ember.tune.model import tune_model
+    seen = []
+    monkeypatch.setattr(model_check, "check_in_model",
+                        lambda *a, **kw: seen.append(kw.get("margin")) or [])
+    mod, params, task, pick = _task_and_pick()
+    tune_model((mod, params), TARGET, trials=2, tuner="grid", records=str(tmp_path / "r.jsonl"),
+               progress=False, log=None, max_tasks=1, margin=0.1)
+    assert seen == [0.1]

@@ -90,3 +90,19 @@ def test_outputs_that_are_inputs_constants_or_repeated():
     assert not np.shares_memory(r1, r2)
     cv[...] = -1
     assert m.run({"x": xv})[1][0, 1] == 1  # a constant output is not the model's own buffer
+
+
+def test_pickling_a_compiled_model_names_save_and_load(tmp_path):
+    import copy
+    import pickle
+    from ember.errors import EmberError
+    model = M.mobilenet_v2(seed=1, image_size=32)
+    cm = ember.compile(model)
+    x = cm.random_inputs(seed=2)
+    for dump in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(EmberError, match="ember.load"):
+            dump(cm)
+    same = copy.copy(cm)  # shallow: the same executor
+    np.testing.assert_array_equal(same.run(x)[0], cm.run(x)[0])
+    cm.save(tmp_path / "m.ember")
+    np.testing.assert_array_equal(ember.load(tmp_path / "m.ember").run(x)[0], cm.run(x)[0])

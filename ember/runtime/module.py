@@ -48,6 +48,23 @@ class CompiledModel:
         # keep one copy of each weight: the aligned arrays the kernels read
         self.params = {k: self._executor._params.get(k, v) for k, v in self.params.items()}
 
+    def __copy__(self) -> "CompiledModel":
+        """A shallow copy: the same library, plan, weights and executor."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __getstate__(self):
+        """Refused: a compiled model holds a loaded library and buffers the kernels point into.
+
+        Raises:
+            EmberError: always, naming the way to move a model (``save`` / ``ember.load``).
+        """
+        from ..errors import EmberError
+        raise EmberError("a CompiledModel cannot be pickled or deep-copied (it holds a loaded "
+                         "kernel library): save it with model.save(path) and load it with "
+                         "ember.load(path), in this process or another")
+
     @property
     def input_names(self) -> list[str]:
         return [d["name"] for d in self.plan["inputs"]]

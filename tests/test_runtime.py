@@ -106,3 +106,22 @@ def test_pickling_a_compiled_model_names_save_and_load(tmp_path):
     np.testing.assert_array_equal(same.run(x)[0], cm.run(x)[0])
     cm.save(tmp_path / "m.ember")
     np.testing.assert_array_equal(ember.load(tmp_path / "m.ember").run(x)[0], cm.run(x)[0])
+
+
+def test_weights_change_in_place_and_refuse_a_new_binding():
+    from ember.errors import EmberError
+    b = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "B")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "B"], ["y"])], "add",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [b])
+    cm = ember.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.ones((2, 3), np.float32)
+    (name, w), = cm.params.items()
+    np.testing.assert_array_equal(cm.run([x])[0], x + w)
+    with pytest.raises(EmberError, match="in place"):
+        cm.params[name] = np.zeros((2, 3), np.float32)  # the kernels would not see it
+    with pytest.raises(EmberError, match="in place"):
+        cm.params.update({name: np.zeros((2, 3), np.float32)})
+    cm.params[name][...] = -2.0  # the kernels read this array
+    np.testing.assert_array_equal(cm.run([x])[0], x - 2.0)
+    assert isinstance(cm.params, dict) and dict(cm.params)[name] is cm.params[name]

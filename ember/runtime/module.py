@@ -24,6 +24,31 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return rng.integers(0, 10, shape).astype(dt)
 
 
+class Weights(dict):
+    """``CompiledModel.params``: ``{name: ndarray}`` of the arrays the kernels read (views of the
+    weight arena). Write into them in place (``model.params[name][...] = value``) to change a
+    weight; binding a new array to a name would be ignored by the kernels, so it is refused.
+
+    Raises:
+        EmberError: on item assignment, deletion, ``update``, ``pop``... (names the fix).
+    """
+
+    def _refuse(self, *args, **kwargs):
+        from ..errors import EmberError
+        raise EmberError("CompiledModel.params holds the arrays the kernels read: change a weight "
+                         "in place (model.params[name][...] = value), or build the model again "
+                         "with the new weights; a new array bound to a name would be ignored")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse
+    __ior__ = _refuse
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
+
+
 class CompiledModel:
     """A model compiled to native kernels plus its execution plan and weights.
 
@@ -46,7 +71,8 @@ class CompiledModel:
         self.source = source
         self._executor = GraphExecutor(load_library(self.lib_path), plan, self.params, num_threads)
         # keep one copy of each weight: the aligned arrays the kernels read
-        self.params = {k: self._executor._params.get(k, v) for k, v in self.params.items()}
+        self.params = Weights({k: self._executor._params.get(k, v)
+                               for k, v in self.params.items()})
 
     def __copy__(self) -> "CompiledModel":
         """A shallow copy: the same library, plan, weights and executor."""

@@ -113,9 +113,13 @@ def _read_aligned(z: zipfile.ZipFile, name: str, dest: np.ndarray | None = None)
 
 def _weight_arena(plan: dict, names: list) -> dict:
     """``{param name: uint8 slice}`` of one huge-page weight arena laid out as
-    ``GraphExecutor`` lays it out (``param_layout``), for the params the plan reads."""
+    ``GraphExecutor`` lays it out (``param_layout``), for the params the plan reads; ``{}``
+    for a plan too malformed to lay out (``check_plan`` then names what is wrong)."""
     from .executor import hugepage_empty, param_layout
-    layout, total = param_layout(plan)
+    try:
+        layout, total = param_layout(plan)
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+        return {}
     if not total:
         return {}
     arena = hugepage_empty(total)

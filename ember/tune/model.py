@@ -327,6 +327,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             # the summary lists the kernel tasks first, as extract_tasks does
             tasks = kernels + algos
             results = results[len(algos):] + results[:len(algos)]
+        # read once: the loop below appends only "default" records, which it does not read
+        measured = list(load_records(records))
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task
             if ref_task is None:
@@ -338,7 +340,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                 save_records(records, [(MeasureInput(target, ref_task, None), ref)])
             untuned = ref.mean
             if ref_task.name in DEFAULT_FIRST:  # configuration 0 is the untuned one
-                recs = [r for r in load_records(records) if r.task_key == ref_task.key]
+                recs = [r for r in measured if r.task_key == ref_task.key]
                 untuned = min([untuned] + [r.cost for r in recs if r.ok and r.kind == "config"
                                            and r.config["index"] == 0 and not is_in_model(r)])
                 paired = best_paired_speedup(

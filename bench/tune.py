@@ -200,7 +200,7 @@ def bench_model(name: str, args) -> dict:
 
     kernels = kernel_best_ms({"ember untuned": untuned, "ember tuned": tuned}, inputs)
     mod, params = from_onnx(onnx_model)
-    with tune.apply_history_best(records, margin=args.margin):  # the chosen algorithms' kernels
+    with ctx:  # the chosen algorithms' kernels (extracting adds to none of ctx's counts)
         tasks = tune.extract_tasks(mod, params, target, include_all=args.tuner == "search",
                                    template=args.template)
     outcomes = task_outcomes(ctx, summary, target)

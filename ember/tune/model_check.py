@@ -65,16 +65,6 @@ class InModelResult:
     workload: str = ""
 
 
-class _ConfigJSON:
-    """A configuration's record JSON, as ``records.encode`` reads it (``to_json()``)."""
-
-    def __init__(self, d: dict):
-        self.d = d
-
-    def to_json(self) -> dict:
-        return self.d
-
-
 #: candidates timed alone at least this fast relative to the default are worth timing in the
 #: model (ResNet-50: configurations 0.97-1.0x alone were up to 1.1x faster in the model)
 MIN_ALONE_SPEEDUP = 0.95
@@ -143,6 +133,7 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
     """
     from ..driver import build
     from .dispatch import ApplyHistoryBest
+    from .space import ConfigEntity
     from .task import Task
     if rounds < 1 or repeat < 1:
         raise TuningError(f"the in-model check needs rounds >= 1 and repeat >= 1 (got rounds="
@@ -197,16 +188,17 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
         task = Task(timed[0][0].task_name, timed[0][0].task_args, target)
         idx = sorted(set(timed[0][1]))
         d = [sum(t[k] for k in idx) / 1e3 for t in times[0]]  # seconds, per round
-        entries = [(task.config_space.get(0).to_json(), d)]
+        entries = [(task.config_space.get(0), d)]
         best = None
         for rec, _, j in timed:
             u = [sum(t[k] for k in idx) / 1e3 for t in times[j + 1]]
             speed = float(np.median([a / b for a, b in zip(d, u) if b > 0]))
-            entries.append((rec.config, u))
+            # (the build replayed this record, so it fits the space)
+            entries.append((ConfigEntity.from_json(rec.config, task.config_space), u))
             if best is None or speed > best[0]:
                 best = (speed, u)
         for cfg, costs in entries:
-            pairs.append((MeasureInput(target, task, _ConfigJSON(cfg)),
+            pairs.append((MeasureInput(target, task, cfg),
                           MeasureResult(costs, MeasureErrorNo.NO_ERROR, all_cost=sum(costs),
                                         timestamp=now, group=group)))
         out.append(InModelResult(key, default.plan["steps"][idx[0]]["op"], len(idx),

@@ -203,3 +203,13 @@ def load_library(path: Path) -> ctypes.CDLL:
         return ctypes.CDLL(str(path))
     except OSError as e:
         raise CodegenError(f"cannot load compiled library {path}: {e}") from None
+
+
+def thread_setter(lib: ctypes.CDLL):
+    """``lib``'s ``ember_set_num_threads(int n)`` (threads of the library's pool; 0: all online
+    CPUs) with its C signature set, or ``None`` for a library without the thread pool."""
+    fn = getattr(lib, "ember_set_num_threads", None)
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int]
+        fn.restype = None
+    return fn

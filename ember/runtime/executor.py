@@ -24,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..codegen.build import thread_setter
 from ..errors import ArtifactError, EmberError, InputError
 
 ALIGN = 64
@@ -184,10 +185,7 @@ class GraphExecutor:
         # the thread count is the library's, and models with the same kernels share one
         # library (content-hash cache): each run sets this model's count (0: the default)
         self.num_threads = int(num_threads or 0)
-        self._set_threads = getattr(lib, "ember_set_num_threads", None)
-        if self._set_threads is not None:
-            self._set_threads.argtypes = [ctypes.c_int]
-            self._set_threads.restype = None
+        self._set_threads = thread_setter(lib)
         self.apply_num_threads()
         self.arena = hugepage_empty(max(int(plan["arena_bytes"]), ALIGN))
         self._params = self._bind_params(params)

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..codegen.build import build_library, load_library
+from ..codegen.build import build_library, load_library, thread_setter
 from ..codegen.module import generate_c_module
 from ..errors import EmberError, InputError
 from ..target import Target
@@ -63,10 +63,7 @@ class KernelFunction:
         # the thread count belongs to the library, and kernels of the same code share one
         # (content-hash cache): every call sets this kernel's (0: all online CPUs)
         self.num_threads = int(self.target.num_threads or 0)
-        self._set_threads = getattr(self.lib, "ember_set_num_threads", None)
-        if self._set_threads is not None:
-            self._set_threads.argtypes = [ctypes.c_int]
-            self._set_threads.restype = None
+        self._set_threads = thread_setter(self.lib)
 
     def __call__(self, *arrays: np.ndarray) -> None:
         ps = self.func.params

@@ -8,7 +8,8 @@ the unscheduled lowering produces) or runs under ``if (all reduce iterators == 0
 
 from __future__ import annotations
 
-from .arith import simplify_stmt, stmt_children, substitute, substitute_stmt, walk_stmt
+from .arith import (collect_unique, prove, simplify_stmt, stmt_children, stmt_exprs,
+                    substitute, substitute_stmt, walk_stmt)
 from .expr import AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var, binop
 from .stmt import (Allocate, Block, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
                    Store, seq)
@@ -186,19 +187,19 @@ def _fused_accumulator(alloc: Allocate) -> Stmt | None:
 MAX_EXPAND = 64  # unrolled loops up to this extent may be expanded (see ``expand_unrolled``)
 
 
+def _conditions(s: Stmt):
+    """The conditions of the ``IfThenElse``s and ``Select``s under ``s``, in walk order."""
+    for x in walk_stmt(s):
+        if isinstance(x, IfThenElse):
+            yield x.cond
+        for e in stmt_exprs(x):
+            yield from (q.cond for q in collect_unique(e, lambda n: isinstance(n, Select)))
+
+
 def _decides(s: Stmt, v: Var) -> bool:
     """True when ``v`` occurs in the condition of a ``Select`` or ``IfThenElse`` under ``s``."""
-    from .arith import collect_unique, stmt_exprs
-
-    def uses(e):
-        return any(n is v for n in collect_unique(e, lambda n: isinstance(n, Var)))
-    for x in walk_stmt(s):
-        if isinstance(x, IfThenElse) and uses(x.cond):
-            return True
-        for e in stmt_exprs(x):
-            if any(uses(q.cond) for q in collect_unique(e, lambda n: isinstance(n, Select))):
-                return True
-    return False
+    return any(any(n is v for n in collect_unique(c, lambda n: isinstance(n, Var)))
+               for c in _conditions(s))
 
 
 def _resolve(e: Expr, vmap: dict, bounds: dict) -> Expr:
@@ -304,15 +305,8 @@ def _cond_atoms(s: Stmt, v: Var) -> list:
     """The comparisons of ``v`` (``and``/``or`` split) in the conditions of the ``Select``s and
     ``IfThenElse``s under ``s`` that mention no other loop variable than ``v`` (bounds checks of
     one index, e.g. ``(w - 1) >= 0`` of a zero-padded pad stage)."""
-    from .arith import collect_unique, stmt_exprs
-    conds = []
-    for x in walk_stmt(s):
-        if isinstance(x, IfThenElse):
-            conds.append(x.cond)
-        for e in stmt_exprs(x):
-            conds += [q.cond for q in collect_unique(e, lambda n: isinstance(n, Select))]
     atoms: dict = {}
-    stack = list(conds)
+    stack = list(_conditions(s))
     while stack:
         c = stack.pop()
         if isinstance(c, BinOp) and c.op in ("and", "or"):
@@ -328,7 +322,6 @@ def _partition_ranges(f: For, bounds: dict) -> list | None:
     """``[(lo, hi), ...]`` covering ``[0, f.extent)`` on each of which every bounds check of
     ``f.var`` (``_cond_atoms``) is constant, when that takes 2..``MAX_PARTITION_PARTS``
     ranges; else ``None``."""
-    from .arith import prove
     if f.kind != "serial" or not 1 < f.extent <= MAX_PARTITION_EXTENT:
         return None
     if any(isinstance(x, For) and (x.extent > MAX_PARTITION_BODY or x.kind == "parallel")

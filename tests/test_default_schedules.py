@@ -101,6 +101,20 @@ def test_gemm_rule_splits_weight_panels_of_small_image_large_weight_convs():
     assert G._default_serial(g2, 32, "panels", 3) == 0
 
 
+def test_tuned_parallel_fusion_knob_values_all_schedule(monkeypatch):
+    # with TUNE_PARALLEL_FUSION the alternative to a panel-split default (2 of 3 outer loops
+    # serial) was 1 - 2 = -1, which the rule rejects
+    from ember.tir.schedule.rules import gemm as G, schedule_config
+    monkeypatch.setattr(G, "TUNE_PARALLEL_FUSION", True)
+    f, _, _ = _op_kernel("nn.conv", [(1, 3, 3, 256), (512, 256, 1, 1), (512,)],
+                         {"data_layout": "NHWC"}, RELU)
+    target = ember.Target("llvm")
+    fuse = G.gemm_knobs(f, target)["fuse"]
+    assert len(fuse) == 2 and fuse[0] > 1
+    for v in fuse:
+        schedule_config(f, target, "gemm_rule", {"fuse": v})
+
+
 @pytest.mark.parametrize("hw, cin, order", [
     (56, 128, "rows"),    # A 1.7 MB (padded) does not stay in L2 beside B 576 KB
     (40, 64, "panels"),   # A 0.43 MB: panels-outer keeps it in L2

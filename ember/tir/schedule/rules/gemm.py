@@ -329,7 +329,7 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     n_outer = 1 + sum(1 for iv in g["sp"][:-2] if iv.extent != 1) + (1 if tiled_m else 0)
     fuse = [_default_serial(g, tile[1], orders[0] if tiled_m else None, n_outer)]
     if TUNE_PARALLEL_FUSION:
-        fuse.append(1 - fuse[0])
+        fuse.append(0 if fuse[0] else 1)  # the default keeps 0 or n_outer - 1 serial
     pf = _default_prefetch(g, kbs[0] > 0, kbs[0] == 0 and _panel_split_prefetch(
         g, tile[0] if m_iv is not None else 1, fuse[0]))
     prefetch = [pf] + ([1 - pf] if pf or any(kbs) or _b_bytes(g) > SMALL_B_BYTES else [])

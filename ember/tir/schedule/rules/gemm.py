@@ -367,7 +367,7 @@ def _default_serial(g, nr: int, order_kind: str | None, n_outer: int = 2) -> int
         return 0
     image = _image_ivs(g)
     bivs = _plain_ivs(g["B"].indices, g["R"].iter_vars)
-    if image and (bivs is None or any(id(iv) in {id(b) for b in bivs} for iv in image)):
+    if image and (bivs is None or {id(iv) for iv in image} & {id(b) for b in bivs}):
         return 0  # a batched GEMM (each batch element has its own B)
     if image and _b_bytes(g) < PANEL_SPLIT_MIN_B_OVER_A * _a_bytes(g):
         return 0
@@ -418,10 +418,10 @@ def _panel_split_prefetch(g, mr: int, serial: int) -> bool:
     convolution: each call streams one whole weight panel, reused from L1/L2 by the task's
     other row tiles; ``serial`` = all outer loops but the panel loop, see ``_default_serial``)
     with ``mr > 1`` row tiles."""
-    n_outer = len(_image_ivs(g))
-    return bool(PANEL_PREFETCH_NEXT and g["m"] is not None and mr > 1 and n_outer > 0
+    n_image = len(_image_ivs(g))
+    return bool(PANEL_PREFETCH_NEXT and g["m"] is not None and mr > 1 and n_image > 0
                 and all(iv.extent == 1 for iv in g["rd"][:-1])
-                and serial > 0 and serial == n_outer + 1)
+                and serial == n_image + 1)
 
 
 def _default_prefetch(g, kblocked: bool, panel_split: bool = False) -> int:

@@ -311,7 +311,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                                       confirm, confirm_rounds, early_stopping, progress)
                            for k, (info, n) in enumerate(zip(algos, n_algo))]
                 from .dispatch import ApplyHistoryBest
-                with ApplyHistoryBest(list(load_records(records))):
+                with ApplyHistoryBest(list(load_records(records)), margin=margin):
                     kernels = extract_tasks(mod, params, target, template=template,
                                             algorithms=False)
                 if max_tasks:

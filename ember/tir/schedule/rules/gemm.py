@@ -348,7 +348,7 @@ PANEL_PREFETCH_NEXT = True
 PANEL_SPLIT_MIN_B_OVER_A = 6.0
 
 
-def _default_serial(g, nr: int, order_kind: str | None, n_outer: int = 2) -> int:
+def _default_serial(g, nr: int, order_kind: str | None, n_outer: int) -> int:
     """The default ``fuse`` decision: how many of the ``n_outer`` loops outside the register
     tile stay serial inside the parallel loop. ``n_outer - 1`` (only the ``B``-panel loop is
     parallel: each task is one whole panel against every row of the output) when the large
@@ -550,7 +550,7 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None):
 
 
 def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int,
-              prefetch: bool = True) -> Schedule | None:
+              prefetch: bool) -> Schedule | None:
     """The reduction blocked by ``kc`` input channels: for each output-channel tile the whole
     image's accumulators stay in a local buffer (L1) while, per block of channels and kernel
     tap, the ``kc x nr`` slice of packed weights is reused by every output row. ``prefetch``:

@@ -229,8 +229,9 @@ def cmd_graph(args) -> int:
 
 def cmd_profile(args) -> int:
     """``ember profile MODEL``: run the model under ``ember.runtime.profiler.profile`` and print
-    per-kernel time (ms), GFLOP/s and share (``--top N`` heaviest); ``--trace FILE.json`` writes a
-    Chrome trace. Returns 0.
+    per-kernel time (ms), GFLOP/s and share (``--top N`` heaviest); ``--hot`` adds each kernel's
+    time back to back and the share of its in-model time spent waiting on evicted data;
+    ``--trace FILE.json`` writes a Chrome trace. Returns 0.
 
     Raises:
         InputError: a bad ``--input`` or ``--shape``.
@@ -238,7 +239,7 @@ def cmd_profile(args) -> int:
     from .runtime.profiler import profile
     model = _load_any(args.model, args.target, _parse_shapes(args.shape), executor="static")
     inputs = _parse_inputs(args.input, model)
-    report = profile(model, inputs, repeat=args.repeat)
+    report = profile(model, inputs, repeat=args.repeat, hot=args.hot)
     print(report.table(top=args.top))
     if args.trace:
         report.write_chrome_trace(args.trace)
@@ -394,6 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeat", type=_positive_int, default=10)
     pr.add_argument("--top", type=_positive_int, default=None, help="show the N heaviest")
     pr.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace")
+    pr.add_argument("--hot", action="store_true",
+                    help="also time each kernel back to back (its data cached): the memory stall")
     pr.set_defaults(fn=cmd_profile)
 
     b = sub.add_parser("bench", help="latency vs onnxruntime (and peers), or --ablation")

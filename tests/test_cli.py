@@ -106,6 +106,10 @@ def test_profile_table_and_chrome_trace(tiny_model, tmp_path, capsys):
     assert "GFLOP/s" in out and "end-to-end" in out
     import json
     assert json.loads(trace.read_text())
+    assert "hot ms" not in out
+    assert main(["profile", str(tiny_model), "--repeat", "2", "--hot"]) == 0
+    out = capsys.readouterr().out
+    assert "hot ms" in out and "stall %" in out and "evicted" in out
 
 
 def test_tune_and_conformance_are_wired():

@@ -289,6 +289,22 @@ def test_aot_entry_and_step_executor_agree_and_profile_reports_kernels(tmp_path)
     assert len(ev) == len(rep.kernels) and all(e["ph"] == "X" for e in ev)
 
 
+def test_profile_hot_times_each_kernel_back_to_back_without_changing_results():
+    from ember.runtime.profiler import profile
+    m = ember.compile(_conv_model())
+    x = {"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    y = m.run(x)[0]
+    rep = profile(m, x, repeat=3, hot=True)
+    assert all(k.hot_ms is not None and k.hot_ms > 0 for k in rep.kernels)
+    assert all(abs(k.stall_ms - (k.ms - k.hot_ms)) < 1e-12 for k in rep.kernels)
+    table = rep.table()
+    assert "hot ms" in table and "waits on data earlier kernels evicted" in table
+    assert all("stall_ms" in d for d in rep.to_dict()["kernels"])
+    # repeating every kernel in place left the arena and the weights as they were
+    np.testing.assert_array_equal(m.run(x)[0], y)
+    assert "hot ms" not in profile(m, x, repeat=1).table()
+
+
 def test_weights_are_packed_once_at_compile_time():
     m = ember.compile(_conv_model())
     packed = [k for k in m.params if "@packed" in k]

@@ -4,6 +4,7 @@
     rep = profile(model, inputs, repeat=20)
     print(rep.table(top=10))           # time, % of total, GFLOP/s, % of peak, GB/s per kernel
     rep.write_chrome_trace("trace.json")   # chrome://tracing or https://ui.perfetto.dev
+    rep = profile(model, inputs, hot=True)  # also each kernel back to back: the memory stall
 
 Kernels run one by one from Python (the step executor), each timed with ``perf_counter`` over
 ``repeat`` runs; the table reports medians. FLOPs are counted on the unscheduled loop nests at
@@ -11,6 +12,14 @@ compile time (``plan["steps"][k]["flops"]``); bytes are the sizes of a kernel's 
 compulsory traffic). The peak is measured on this machine by a register-only FMA loop on the
 model's thread count (``measure_peak_gflops``), so "% of peak" is against what this machine
 delivers now, not a datasheet number. Timings on a busy machine are noisy: use several repeats.
+
+``hot=True`` also times every kernel ``repeat`` times back to back after its in-model runs, so
+its weights, inputs and workspace are as cached as they can be ("hot"). A kernel's in-model
+time minus its hot time is what it spends waiting on data the previous kernels evicted (the
+weight stream from DRAM, activations written by the other core): the part no register tile or
+loop order of that kernel removes, only fewer bytes or a better placement. Repeating a kernel
+is safe because no step writes a buffer it reads (the memory plan never aliases a step's
+inputs with its outputs).
 """
 
 from __future__ import annotations
@@ -42,6 +51,12 @@ class KernelStat:
     gflops: float = 0.0
     peak_percent: float = 0.0
     gbps: float = 0.0
+    hot_ms: float | None = None  # median back to back (``profile(hot=True)``), else None
+
+    @property
+    def stall_ms(self) -> float | None:
+        """In-model minus hot time (ms): waiting on data that earlier kernels evicted."""
+        return None if self.hot_ms is None else self.ms - self.hot_ms
 
 
 @dataclass
@@ -62,26 +77,36 @@ class ProfileReport:
     def table(self, top: int | None = None) -> str:
         """A text table (heaviest first; all kernels when ``top`` is None)."""
         rows = self.top(top) if top else sorted(self.kernels, key=lambda k: -k.ms)
+        hot = any(k.hot_ms is not None for k in self.kernels)
         head = (f"{'#':>3} {'kernel':34} {'time ms':>9} {'%':>6} {'GFLOP/s':>9} "
-                f"{'% peak':>7} {'GB/s':>7}")
+                f"{'% peak':>7} {'GB/s':>7}" + (f" {'hot ms':>8} {'stall %':>7}" if hot else ""))
         out = [head, "-" * len(head)]
         for k in rows:
             label = f"{k.op} ({k.name})"
-            out.append(f"{k.index:>3} {label[:34]:34} {k.ms:9.3f} {k.percent:6.1f} "
-                       f"{k.gflops:9.1f} {k.peak_percent:7.1f} {k.gbps:7.1f}")
+            line = (f"{k.index:>3} {label[:34]:34} {k.ms:9.3f} {k.percent:6.1f} "
+                    f"{k.gflops:9.1f} {k.peak_percent:7.1f} {k.gbps:7.1f}")
+            if hot and k.hot_ms is not None:
+                line += f" {k.hot_ms:8.3f} {100 * k.stall_ms / k.ms if k.ms else 0.0:7.1f}"
+            out.append(line)
         tot_fl = sum(k.flops for k in self.kernels)
         out.append("-" * len(head))
         out.append(f"sum of kernels {self.total_ms:.3f} ms ({len(self.kernels)} kernels), "
                    f"end-to-end {self.end_to_end_ms:.3f} ms, {tot_fl / 1e9:.2f} GFLOP, "
                    f"{tot_fl / max(self.total_ms, 1e-9) / 1e6:.1f} GFLOP/s, measured peak "
                    f"{self.peak_gflops:.0f} GFLOP/s on {self.threads} thread(s)")
+        if hot:
+            hot_total = sum(k.hot_ms for k in self.kernels if k.hot_ms is not None)
+            stall = self.total_ms - hot_total
+            out.append(f"hot (each kernel back to back) {hot_total:.3f} ms: {stall:.3f} ms "
+                       f"({100 * stall / max(self.total_ms, 1e-9):.1f}%) of the in-model time "
+                       f"waits on data earlier kernels evicted")
         return "\n".join(out)
 
     def to_dict(self) -> dict:
         """Plain data (JSON-able)."""
         return {"total_ms": self.total_ms, "end_to_end_ms": self.end_to_end_ms,
                 "peak_gflops": self.peak_gflops, "threads": self.threads,
-                "kernels": [vars(k) for k in self.kernels]}
+                "kernels": [dict(vars(k), stall_ms=k.stall_ms) for k in self.kernels]}
 
     def chrome_trace(self) -> dict:
         """Chrome trace-event JSON of the median run (one complete event per kernel)."""
@@ -157,8 +182,10 @@ def measure_peak_gflops(target: str = "llvm", threads: int | None = None) -> tup
     return best, nthreads
 
 
-def profile(model, inputs, repeat: int = 10, warmup: int = 2) -> ProfileReport:
-    """Per-kernel profile of ``model`` (a ``CompiledModel``) on ``inputs``.
+def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False) -> ProfileReport:
+    """Per-kernel profile of ``model`` (a ``CompiledModel``) on ``inputs``: ``repeat`` timed
+    runs after ``warmup`` untimed ones; with ``hot``, each kernel is then also run ``warmup``
+    times and timed ``repeat`` times back to back (``KernelStat.hot_ms``, see the module doc).
 
     Returns:
         a ``ProfileReport`` (``.table()``, ``.write_chrome_trace(path)``, ``.to_dict()``).
@@ -188,6 +215,17 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2) -> ProfileReport:
         t0 = time.perf_counter()
         model.run(inputs)
         e2e.append((time.perf_counter() - t0) * 1e3)
+    hot_ms = [None] * len(calls)
+    if hot:
+        for k, (fn, a) in enumerate(calls):
+            for _ in range(warmup):
+                fn(*a)
+            ts = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn(*a)
+                ts.append(time.perf_counter() - t0)
+            hot_ms[k] = float(np.median(ts)) * 1e3
     peak, threads = measure_peak_gflops(model.target, _threads(model))
     stats = []
     for k, st in enumerate(plan["steps"]):
@@ -197,7 +235,7 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2) -> ProfileReport:
         g = fl / ms / 1e6 if ms > 0 else 0.0
         stats.append(KernelStat(k, st["name"], st["op"], st["symbol"], ms, fl, by,
                                 gflops=g, peak_percent=100 * g / peak if peak == peak else 0.0,
-                                gbps=by / ms / 1e6 if ms > 0 else 0.0))
+                                gbps=by / ms / 1e6 if ms > 0 else 0.0, hot_ms=hot_ms[k]))
     total = sum(s.ms for s in stats)
     for s in stats:
         s.percent = 100 * s.ms / total if total else 0.0

@@ -184,7 +184,7 @@ def bench_model(name: str, args) -> dict:
                               progress=not args.quiet, log=print, template=args.template,
                               measure_threads=args.measure_threads,
                               algorithms=not args.no_algorithms, model_check=args.model_check,
-                              margin=args.margin)
+                              margin=args.margin, check_top=args.check_top)
     tune_s = time.perf_counter() - t0
     with tune.apply_history_best(records, margin=args.margin) as ctx:
         tuned = ember.compile(onnx_model, target=target)
@@ -238,10 +238,19 @@ def main(argv=None) -> int:
                     help="keep the Winograd heuristic (no conv_algo tasks: direct / F2 / F4)")
     ap.add_argument("--model-check", type=int, default=6,
                     help="rounds of the in-model check of the tuned kernels (0: off)")
+    ap.add_argument("--check-top", type=int, default=4,
+                    help="candidate configurations per task the in-model check times")
+    ap.add_argument("--wide-space", action="store_true",
+                    help="a wider GEMM-rule space: 12 register tiles, K-blocks up to 256 and the "
+                         "parallel-fusion knob (an experiment; the default space is the rule's)")
     ap.add_argument("--out", help="also write the report (and a JSON of it) to this path")
     ap.add_argument("--records-dir", default=os.path.join("bench", "records"))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    if args.wide_space:
+        from ember.tir.schedule.rules import gemm
+        gemm.MAX_TILE_KNOBS, gemm.KBLOCK_KNOBS = 12, (32, 64, 128, 256)
+        gemm.TUNE_PARALLEL_FUSION = True
     rows = [bench_model(m, args) for m in args.models.split(",")]
     lines = report(rows, args)
     print("\n".join(lines))
@@ -258,6 +267,8 @@ def report(rows, args) -> list[str]:
          f"{args.template} --trials {args.trials} --time-budget {args.time_budget:g}"
          f" --measure-threads {args.measure_threads} --rounds {args.rounds} --repeat "
          f"{args.repeat} --model-check {args.model_check}"
+         + (f" --check-top {args.check_top}" if args.check_top != 4 else "")
+         + (" --wide-space" if args.wide_space else "")
          + (" --no-algorithms" if args.no_algorithms else ""),
          f"# tuning benchmark ({args.threads} threads, batch 1); timings taken on a machine "
          f"shared with other work (load average now {os.getloadavg()[0]:.1f}): noisy", "",

@@ -53,6 +53,8 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
                    help="time the tuned kernels inside the running model against the "
                    "defaults for R interleaved rounds and keep only the tasks that are faster "
                    "there (default 6; 0 = off)")
+    p.add_argument("--check-top", type=int, default=4, metavar="N",
+                   help="configurations per task the in-model check times (default 4)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -77,7 +79,7 @@ def run_tune(args: argparse.Namespace) -> int:
                          template=args.template, confirm=args.confirm, per_call=True,
                          repeat=1, number=10, measure_threads=args.measure_threads,
                          algorithms=not args.no_algorithms, model_check=args.model_check,
-                         log=lambda s: print(s, file=sys.stdout))
+                         check_top=args.check_top, log=lambda s: print(s, file=sys.stdout))
     return 0 if summary.tasks else 1
 
 

@@ -216,7 +216,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
                confirm_rounds: int = 2, cache_flush: bool = True,
                measure_threads: int | None = None, algorithms: bool = True,
-               model_check: int = 6, margin: float = 0.02) -> TuneSummary:
+               model_check: int = 6, margin: float = 0.02, check_top: int = 4) -> TuneSummary:
     """Tune every tunable kernel of ``model`` (ONNX path/ModelProto, or ``(mod, params)``).
 
     Args:
@@ -258,6 +258,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             it. ``TuneSummary.in_model`` holds its results.
         margin: the speed-up over the default the in-model check keeps a tuned task at (give
             ``apply_history_best`` the same, so its report says what the build applies).
+        check_top: candidate configurations per task the in-model check times (the one the
+            records would apply, then the next best timed alone).
 
     Returns:
         A ``TuneSummary`` (``.table()`` prints the per-task table).
@@ -273,6 +275,9 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     if model_check < 0:  # refused before tuning, not after it
         raise TuningError(f"model_check (--model-check) is {model_check}: give the rounds of the "
                           f"in-model check (at least 2 to count as evidence), or 0 to skip it")
+    if model_check and check_top < 1:
+        raise TuningError(f"check_top (--check-top) is {check_top}: the in-model check times at "
+                          f"least the one configuration the records would apply; give 1 or more")
     target = Target(target)
     t0 = time.perf_counter()
     if records is None:
@@ -356,7 +361,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     if model_check:
         from .model_check import check_in_model
         summary.in_model = check_in_model(mod, params, target, records, rounds=model_check,
-                                          margin=margin)
+                                          margin=margin, top=check_top)
     summary.wall_s = time.perf_counter() - t0
     if log:
         log(summary.table())

@@ -207,6 +207,9 @@ def test_bad_round_counts_are_refused_before_any_tuning(tmp_path):
     with pytest.raises(TuningError, match="model_check"):
         tune_model((mod, params), TARGET, trials=4, records=str(log), progress=False,
                    log=None, model_check=-1)
+    with pytest.raises(TuningError, match="check_top"):
+        tune_model((mod, params), TARGET, trials=4, records=str(log), progress=False,
+                   log=None, model_check=2, check_top=0)
     assert not log.exists()  # nothing was measured
     save_records(log, _evidence(task, pick, 1.5, "g1"))
     with pytest.raises(TuningError, match="rounds >= 1"):

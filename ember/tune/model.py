@@ -125,20 +125,34 @@ def load_model(model: Any, shapes: Mapping[str, Sequence[int]] | None = None):
 
 def allocate_trials(tasks: Sequence[TaskInfo], trials: int, min_trials: int = 8) -> list[int]:
     """Split ``trials`` over ``tasks``: ``min_trials`` each (as far as the budget goes), the
-    rest in proportion to each task's total FLOPs; never more than a task's space size."""
+    rest in proportion to each task's total FLOPs, never more than a task's space size. What a
+    task's space cannot take goes to the tasks whose spaces still have room, again by FLOPs,
+    so the whole budget is spent unless every space is exhausted.
+
+    Returns:
+        trials per task, in the order of ``tasks``; their sum is ``min(trials, sum of the
+        space sizes)``.
+    """
     n = len(tasks)
     sizes = [len(t.task.config_space) for t in tasks]
-    base = [min(min_trials, trials // max(n, 1), s) for s in sizes]
-    left = trials - sum(base)
-    total = sum(t.flops for t in tasks) or 1.0
-    alloc = [b + int(left * t.flops / total) for b, t in zip(base, tasks)]
-    spare = trials - sum(alloc)
-    for k in range(n):  # rounding leftovers go to the heaviest tasks
-        if spare <= 0:
+    alloc = [min(min_trials, trials // max(n, 1), s) for s in sizes]
+    left = trials - sum(alloc)
+    while left > 0:
+        room = [k for k in range(n) if alloc[k] < sizes[k]]
+        if not room:
             break
-        alloc[k] += 1
-        spare -= 1
-    return [min(a, s) for a, s in zip(alloc, sizes)]
+        total = sum(tasks[k].flops for k in room) or 1.0
+        given = 0
+        for k in room:
+            add = min(int(left * tasks[k].flops / total), sizes[k] - alloc[k])
+            alloc[k] += add
+            given += add
+        if given == 0:  # rounding leftovers: one each to the heaviest tasks with room
+            for k in sorted(room, key=lambda k: -tasks[k].flops)[:left]:
+                alloc[k] += 1
+                given += 1
+        left -= given
+    return alloc
 
 
 def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number: int,

@@ -146,3 +146,24 @@ def test_tune_cli_functions(tmp_path, capsys):
                          "--no-algorithms"])
     assert run_tune(args) == 0
     assert not any(r.task_name == "conv_algo" for r in load_records(tmp_path / "n.jsonl"))
+
+
+def test_allocate_trials_spends_what_a_small_space_cannot_take():
+    from types import SimpleNamespace
+    from ember.tune.model import allocate_trials
+
+    def task(size, flops):
+        return SimpleNamespace(task=SimpleNamespace(config_space=range(size)), flops=flops)
+
+    # the heaviest task has only 5 configurations: its share goes to the others, by FLOPs
+    tasks = [task(5, 8e9), task(1000, 1e9), task(1000, 1e9), task(40, 2e9)]
+    alloc = allocate_trials(tasks, 400, min_trials=8)
+    assert sum(alloc) == 400 and alloc[0] == 5 and alloc[3] == 40
+    assert alloc[1] + alloc[2] == 355 and abs(alloc[1] - alloc[2]) <= 1
+    # every space exhausted: each task gets its whole space and no more
+    alloc = allocate_trials([task(3, 1.0), task(7, 5.0)], 100)
+    assert alloc == [3, 7]
+    # a budget below min_trials per task is split evenly, as before
+    assert allocate_trials([task(50, 1.0)] * 4, 8, min_trials=8) == [2, 2, 2, 2]
+    # no FLOPs counted: the rounding leftover goes to the first task
+    assert allocate_trials([task(50, 0.0), task(50, 0.0)], 5) == [3, 2]

@@ -33,8 +33,25 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def cache_key(model_bytes: bytes, target, shapes, ctx) -> str | None:
-    """The cache key, or ``None`` when this compilation must not be cached."""
+def model_digest(model, proto) -> bytes:
+    """SHA-256 of the model's bytes: of the file for a path (read in 1 MiB chunks, so hashing
+    holds no copy of a large model), of the bytes given, else of ``proto`` serialized."""
+    h = hashlib.sha256()
+    if isinstance(model, (str, os.PathLike)):
+        with open(model, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        h.update(model)
+    else:
+        h.update(proto.SerializeToString())
+    return h.digest()
+
+
+def cache_key(model_bytes, target, shapes, ctx) -> str | None:
+    """The cache key, or ``None`` when this compilation must not be cached. ``model_bytes``:
+    the model's bytes, or a callable returning their SHA-256 digest (``model_digest``), called
+    only when the compilation is cached."""
     if os.environ.get("EMBER_NO_MODEL_CACHE") == "1":
         return None
     if getattr(ctx, "instruments", None):
@@ -52,7 +69,7 @@ def cache_key(model_bytes: bytes, target, shapes, ctx) -> str | None:
             "config": sorted((k, repr(v)) for k, v in (ctx.config or {}).items()),
             "ember": source_digest()}
     h = hashlib.sha256(json.dumps(desc, sort_keys=True).encode())
-    h.update(hashlib.sha256(model_bytes).digest())
+    h.update(model_bytes() if callable(model_bytes) else hashlib.sha256(model_bytes).digest())
     return h.hexdigest()
 
 

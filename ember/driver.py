@@ -119,10 +119,10 @@ def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
             raise LoweringError(f"kernel {kernel.name}: its schedule re-lays out argument {j}, "
                                 f"which is not a compile-time constant")
         name = f"{src['param']}@packed{abs(hash(lay['index_map'])) % 10**10}"
-        if name not in bound:
-            imap = IndexMap.from_json(lay["index_map"])
-            bound[name] = imap.apply_numpy(np.asarray(bound[src["param"]]))
-        shape = list(np.shape(bound[name]))
+        if name not in bound:  # packed when the weight arena is laid out (``_bind_weights``)
+            bound[name] = _Packed(np.asarray(bound[src["param"]]),
+                                  IndexMap.from_json(lay["index_map"]))
+        shape = list(bound[name].shape)
         found = [i for i, s in enumerate(slots) if s["kind"] == "param" and s["param"] == name]
         if found:
             args[j] = found[0]
@@ -131,6 +131,47 @@ def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
                           "offset": None, "param": name})
             args[j] = len(slots) - 1
     return args
+
+
+class _Packed:
+    """A weight a schedule re-lays out (``param_layouts``), not packed yet: ``_bind_weights``
+    writes ``imap.apply_numpy(src)`` straight into the weight arena, so compiling never holds
+    a packed copy beside the arena."""
+
+    def __init__(self, src: np.ndarray, imap):
+        self.src, self.imap = src, imap
+        self.shape = tuple(imap.new_shape(src.shape))
+        self.dtype = src.dtype
+
+    def array(self, out: np.ndarray | None = None) -> np.ndarray:
+        return self.imap.apply_numpy(self.src, out=out)
+
+
+def _bind_weights(plan: dict, bound: dict) -> dict:
+    """``bound`` with every weight the steps read copied (packed, for a ``_Packed`` one) into
+    one weight arena on huge pages, laid out as ``GraphExecutor`` lays it out
+    (``param_layout``), so the executor uses those arrays in place instead of copying them once
+    more: compiling peaks at the imported weights plus the arena. Weights no step reads (a
+    constant graph output) are materialized on their own."""
+    from .dtypes import np_dtype
+    from .runtime.executor import ALIGN, hugepage_empty, param_layout
+    layout, total = param_layout(plan)
+    slots = {s["param"]: s for s in plan["slots"] if s["kind"] == "param"}
+    arena = hugepage_empty(max(total, ALIGN)) if layout else None
+    out = {}
+    for name, v in bound.items():
+        if name not in layout:
+            out[name] = v.array() if isinstance(v, _Packed) else v
+            continue
+        off, n = layout[name]
+        s = slots[name]
+        dst = arena[off:off + n].view(np_dtype(s["dtype"])).reshape(s["shape"])
+        if isinstance(v, _Packed):
+            v.array(out=dst)
+        else:
+            dst[...] = np.asarray(v).reshape(dst.shape)
+        out[name] = dst
+    return out
 
 
 def schedule_kernels(kernels: list, target: Target, level: int) -> list:
@@ -151,7 +192,8 @@ def _nbytes(slot: dict) -> int:
 
 
 def build(mod: IRModule, target: "str | Target" = "llvm",
-          params: Mapping[str, np.ndarray] | None = None) -> CompiledModel:
+          params: Mapping[str, np.ndarray] | None = None, *,
+          _consume_params: bool = False) -> CompiledModel:
     """Compile ``mod["main"]`` for ``target``; function parameters named in ``params`` are bound
     as weights, the others are the model's run-time inputs.
 
@@ -163,6 +205,11 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     Raises:
         UnsupportedOpError / LoweringError: an operator cannot be lowered (names the binding).
         ToolchainError: no C compiler. CodegenError: the C compiler failed.
+
+    ``_consume_params`` (internal, ``compile``): the caller hands ``params`` over; the dict is
+    emptied once the weights are bound into the graph, so the imported weights the passes
+    replace (batch-norm folding, Winograd transforms) are freed instead of living on beside the
+    new ones until the build returns.
     """
     target = Target(target)
     t0 = time.perf_counter()
@@ -170,7 +217,7 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     output_names = list(mod.main.attrs.get("output_names") or
                         [o.name if isinstance(o, Var) else f"output{k}"
                          for k, o in enumerate(mod.main.outputs)])
-    mod, params = optimize(mod, target, params)
+    mod, params = optimize(mod, target, params, consume=_consume_params)
     t_passes = time.perf_counter()
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
@@ -200,6 +247,7 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
             "passes_s": t_passes - t0,
             "num_unique_kernels": len(set(symbols)), "arena_bytes": plan["arena_bytes"],
             "lower_s": t_lower - t_passes, "codegen_s": t_codegen - t_lower, "cc_s": t_cc - t_codegen}
+    bound = _bind_weights(plan, bound)
     model = CompiledModel(lib, plan, bound, mod.text(), str(target), info, source,
                           target.num_threads)
     model.info["compile_s"] = time.perf_counter() - t0
@@ -270,8 +318,10 @@ def _compile_static(model, target, shapes) -> CompiledModel:
     t0 = time.perf_counter()
     target = Target(target)
     proto = load_model(model)
-    key = compile_cache.cache_key(proto.SerializeToString(), target, shapes,
-                                  PassContext.current())
+    # a large model is not serialized again for its key (that held two more copies of the
+    # weights): the key hashes the file or the bytes given
+    key = compile_cache.cache_key(lambda: compile_cache.model_digest(model, proto), target,
+                                  shapes, PassContext.current())
     if key is not None:
         cached = compile_cache.lookup(key, target.num_threads)
         if cached is not None:
@@ -285,7 +335,7 @@ def _compile_static(model, target, shapes) -> CompiledModel:
     mod, params = from_onnx(proto, shapes=shapes)
     del proto  # its weights are in ``params`` now: one copy fewer at build's peak
     t1 = time.perf_counter()
-    compiled = build(mod, target, params)
+    compiled = build(mod, target, params, _consume_params=True)
     compiled.info["import_s"] = t1 - t0
     compiled.info["compile_s"] = time.perf_counter() - t0
     compiled.info["executor"] = "static"

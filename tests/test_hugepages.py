@@ -197,6 +197,8 @@ def test_compiling_drops_the_onnx_model_before_the_weights_are_copied(tmp_path):
     onnx.save(_big_matmul(2048, 8192), path)  # 64 MiB of weights
     peak_kb, weights_kb = _peak_kb("compile", path)
     assert weights_kb >= 64 << 10
-    # the parsed model, the imported weights and the weight arena: 3 copies (4 when the
-    # parsed model was still alive while build copied the weights into the arena)
-    assert peak_kb < 3.5 * weights_kb, (peak_kb, weights_kb)
+    # the imported weights and the weight arena, the packed copy written straight into the
+    # arena: 2 copies (3 while build packed into a copy of its own and then copied that into
+    # the arena; 4 when the parsed model was still alive then, or while it was serialized
+    # again for the compiled-model cache key)
+    assert peak_kb < 2.5 * weights_kb, (peak_kb, weights_kb)

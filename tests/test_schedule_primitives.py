@@ -207,3 +207,21 @@ def test_trace_replays_through_json():
     assert emit_c_function(replay.func) == emit_c_function(sch.func)
     with pytest.raises(ScheduleError, match="unknown action"):
         Trace.from_json('[{"action": "Explode"}]')
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda i, j: (j // 4, i, j % 4), (3, 10)),       # panel packing: injective (padded)
+    (lambda i, j: (i, j // 2), (3, 10)),              # two columns to one place: not injective
+    (lambda i, j: (j, i), (5, 7)),                    # transpose
+    (lambda i, j: ((i + j) % 5, 0), (5, 5)),          # a wrap that collides
+])
+def test_index_map_is_injective_agrees_with_brute_force_at_any_chunk(fn, shape):
+    imap = IndexMap.from_func(2, fn)
+    seen, injective = set(), True
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            key = tuple(int(v) for v in fn(i, j))
+            injective &= key not in seen
+            seen.add(key)
+    for chunk in (1, 3, 7, 1 << 16):  # chunk boundaries inside a row and across rows
+        assert imap.is_injective(shape, chunk=chunk) is injective

@@ -60,9 +60,12 @@ def build_pipeline(target="llvm") -> Sequential:
                       name="pipeline")
 
 
-def optimize(mod: IRModule, target="llvm", params=None) -> tuple[IRModule, dict]:
+def optimize(mod: IRModule, target="llvm", params=None,
+             consume: bool = False) -> tuple[IRModule, dict]:
     """Run ``target``'s pipeline on ``mod`` under the current ``PassContext`` with ``params``
-    bound as constants; large constants are lifted back out.
+    bound as constants; large constants are lifted back out. ``consume``: empty the ``params``
+    dict once they are bound (the caller hands them over), so a weight a pass replaces is
+    freed.
 
     Returns:
         ``(optimized module, params)`` ready for lowering.
@@ -70,6 +73,8 @@ def optimize(mod: IRModule, target="llvm", params=None) -> tuple[IRModule, dict]
     from .bind_params import bind_params, lift_constants
     from .winograd import algorithm_scope
     mod = bind_params(mod, params)
+    if consume and params is not None:
+        params.clear()
     with algorithm_scope(None, str(target)):  # what a recorded algorithm choice is keyed by
         mod = build_pipeline(target)(mod)
     mod, lifted = lift_constants(mod)

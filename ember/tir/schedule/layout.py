@@ -60,11 +60,22 @@ class IndexMap:
         env = {id(v): g for v, g in zip(self.src, grids)}
         return [np.broadcast_to(_np_eval(d, env), np.broadcast(*grids).shape) for d in self.dst]
 
-    def apply_numpy(self, arr: np.ndarray, pad_value=0) -> np.ndarray:
+    def apply_numpy(self, arr: np.ndarray, pad_value=0, out: np.ndarray | None = None) -> np.ndarray:
         """``arr`` re-laid out: ``out[map(i)] = arr[i]``; positions no index maps to hold
-        ``pad_value``."""
+        ``pad_value``. ``out``: the array to write (shape ``new_shape(arr.shape)``, e.g. a view
+        into a weight arena), else a new one.
+
+        Raises:
+            ValueError: ``out`` has another shape.
+        """
         shape = self.new_shape(arr.shape)
-        out = np.full(shape, pad_value, dtype=arr.dtype)
+        if out is None:
+            out = np.full(shape, pad_value, dtype=arr.dtype)
+        elif tuple(out.shape) != tuple(shape):
+            raise ValueError(f"index map {self}: out has shape {tuple(out.shape)}, the re-laid "
+                             f"out array needs {tuple(shape)}")
+        else:
+            out[...] = pad_value
         grids = np.indices(arr.shape, sparse=True)
         new = self.eval_numpy(list(grids))
         out[tuple(new)] = arr
@@ -76,15 +87,23 @@ class IndexMap:
         grids = np.indices(tuple(shape), sparse=True)
         return new[tuple(self.eval_numpy(list(grids)))]
 
-    def is_injective(self, shape: Sequence[int]) -> bool:
-        """True when no two indices of a ``shape`` buffer map to the same place."""
+    def is_injective(self, shape: Sequence[int], chunk: int = 1 << 16) -> bool:
+        """True when no two indices of a ``shape`` buffer map to the same place. The indices
+        are mapped ``chunk`` at a time (a 2.4M-element weight once took ~100 MB of index
+        arrays at compile time)."""
+        if len(shape) == 0:
+            return True  # one element: one place
         nshape = self.new_shape(shape)
-        grids = np.indices(shape, sparse=True)
-        new = self.eval_numpy(list(grids))
-        flat = np.ravel_multi_index([np.asarray(x).ravel() for x in new], nshape)
-        hit = np.zeros(int(np.prod(nshape)), dtype=bool)
-        hit[flat] = True
-        return int(np.count_nonzero(hit)) == int(np.prod(shape))
+        total = int(np.prod(shape, dtype=np.int64))
+        hit = np.zeros(int(np.prod(nshape, dtype=np.int64)), dtype=bool)
+        for start in range(0, total, chunk):
+            idx = np.unravel_index(np.arange(start, min(start + chunk, total)), tuple(shape))
+            new = self.eval_numpy(list(idx))
+            flat = np.ravel_multi_index([np.asarray(x).ravel() for x in new], nshape)
+            if hit[flat].any() or np.unique(flat).size != flat.size:
+                return False
+            hit[flat] = True
+        return True
 
     def to_json(self) -> str:
         """JSON text ``{"ndim": n, "dst": [...]}`` with source indices by position.

@@ -49,7 +49,11 @@ def _parse_shapes(items) -> dict | None:
         name, _, dims = it.rpartition("=")
         if not name:
             raise InputError(f"--shape {it!r}: expected NAME=D0,D1,...")
-        out[name] = tuple(int(d) for d in dims.split(",") if d)
+        try:
+            out[name] = tuple(int(d) for d in dims.split(",") if d)
+        except ValueError:
+            raise InputError(f"--shape {it!r}: the dimensions must be integers, e.g. "
+                             f"--shape {name}=1,3,224,224") from None
     return out
 
 

@@ -133,3 +133,32 @@ def test_help_of_every_subcommand_prints(capsys):
             main(argv)
         assert e.value.code == 0, argv
         assert "usage:" in capsys.readouterr().out
+
+
+def test_non_integer_shape_is_a_typed_error(tiny_model, capsys):
+    for cmd in ("compile", "tune"):
+        assert main([cmd, str(tiny_model), "--shape", "x=a,3"]) == 2
+        err = capsys.readouterr().err
+        assert "InputError" in err and "must be integers" in err
+
+
+def test_interrupted_tune_says_how_to_resume(tiny_model, tmp_path, monkeypatch, capsys):
+    import ember.tune.model
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ember.tune.model, "tune_model", interrupted)
+    rec = tmp_path / "r.jsonl"
+    assert main(["tune", str(tiny_model), "--records", str(rec)]) == 130
+    err = capsys.readouterr().err
+    assert str(rec) in err and "resume" in err
+
+
+def test_profile_of_a_staged_model_is_a_typed_error(tiny_model):
+    import ember
+    from ember.runtime.profiler import profile
+    m = ember.compile(str(tiny_model), executor="staged")
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_allclose(m.run({"x": x})[0], 2 * x)
+    with pytest.raises(ember.errors.InputError, match="executor='static'"):
+        profile(m, {"x": x}, hot=True)

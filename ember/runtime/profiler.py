@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..codegen.build import build_library, load_library
+from ..errors import InputError
 from ..target import Target
 
 
@@ -190,9 +191,15 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
     Returns:
         a ``ProfileReport`` (``.table()``, ``.write_chrome_trace(path)``, ``.to_dict()``).
     Raises:
-        InputError: bad inputs (as ``model.run``).
+        InputError: bad inputs (as ``model.run``), or ``model`` is not a static
+            ``CompiledModel`` (a staged model has no fixed kernel plan to time).
     """
-    ex = model._executor
+    ex = getattr(model, "_executor", None)
+    if ex is None or getattr(model, "plan", None) is None:
+        raise InputError(f"profile() times the kernels of a static CompiledModel; "
+                         f"{type(model).__name__} has no fixed kernel plan: compile with "
+                         f"ember.compile(path, executor='static', shapes={{...}}) "
+                         f"(command line: ember profile MODEL --shape NAME=D0,D1,...)")
     plan = model.plan
     arrays = ex._bind_inputs(inputs)
     ptr = list(ex._ptr)

@@ -45,24 +45,36 @@ class DaskRunner(LocalRunner):
         client: a ``distributed.Client``, or the scheduler address (``"tcp://host:8786"``).
         resource: a worker resource each measurement needs one unit of (tag the workers of a
             target with it); ``None`` uses any worker.
+        connect_timeout: seconds to wait for the scheduler at an address ``client``.
         Other arguments: as ``LocalRunner`` (``timeout`` applies on the worker).
 
     Attributes:
         workers_used: addresses of the workers that measured the last batch.
 
     Raises:
-        TuningError: the ``distributed`` package is missing.
+        TuningError: the ``distributed`` package is missing, or the scheduler at the address
+            ``client`` is malformed or cannot be reached within ``connect_timeout``.
     """
 
-    def __init__(self, client: Any, resource: str | None = None, **kwargs):
+    def __init__(self, client: Any, resource: str | None = None,
+                 connect_timeout: float = 10.0, **kwargs):
         super().__init__(**kwargs)
         try:
             import distributed
         except ImportError:
             raise TuningError("DaskRunner needs dask distributed: pip install 'ember[tune]' "
                               "(or pip install distributed)") from None
-        self.client = client if isinstance(client, distributed.Client) \
-            else distributed.Client(client)
+        if isinstance(client, distributed.Client):
+            self.client = client
+        else:
+            try:
+                self.client = distributed.Client(client, timeout=connect_timeout)
+            except (OSError, ValueError, TypeError, TimeoutError) as e:
+                raise TuningError(
+                    f"cannot reach the dask scheduler at {client!r} ({type(e).__name__}: {e}): "
+                    f"start `dask-scheduler` there and `dask-worker {client}` on the measuring "
+                    f"machines, or give its address as tcp://HOST:PORT (--dask), or drop --dask "
+                    f"to measure locally") from None
         self.resource = resource
         self.workers_used: list[str] = []
 

@@ -41,6 +41,9 @@ class ApplyHistoryBest:
     def __init__(self, records: "str | os.PathLike | Iterable[Record]", margin: float = 0.02,
                  min_evidence: int = 2):
         if isinstance(records, (str, os.PathLike)):
+            if not os.path.exists(records):  # a mistyped path must not build untuned silently
+                raise TuningError(f"records file {os.fspath(records)!r} does not exist: give the "
+                                  f"file `ember tune --records FILE` wrote (or tune first)")
             records = load_records(records)
         records = list(records)
         self.best = best_records(records)
@@ -145,7 +148,7 @@ def apply_history_best(records, margin: float = 0.02, min_evidence: int = 2) -> 
     side-by-side measurements of a ``rule`` task with its configuration 0 (``tune_model``'s
     confirmation), the configuration with the best median side-by-side speed-up over at least
     ``min_evidence`` repeats, if at least ``1 + margin``; otherwise the fastest record against the default's fastest measurement.
-    Raises ``TuningError`` on a malformed records file."""
+    Raises ``TuningError`` on a missing or malformed records file."""
     return ApplyHistoryBest(records, margin, min_evidence)
 
 

@@ -37,6 +37,10 @@ from .records import (best_paired_speedup, is_in_model, load_records, paired_spe
 #: templates whose configuration 0 is the untuned program (measured first, the baseline)
 DEFAULT_FIRST = ("rule", "conv_algo")
 
+#: group id prefix of ``confirm_best``'s interleaved rounds (side-by-side evidence like any
+#: group; the prefix lets a resumed run see which rounds it already holds)
+CONFIRM_GROUP = "confirm:"
+
 
 @dataclass
 class TaskSummary:
@@ -172,18 +176,31 @@ def _make_option(target: Target, dask: Any, timeout: float, repeat: int, number:
 def confirm_best(tuner, option: dict, records: str, top: int = 3, rounds: int = 2) -> None:
     """Measure the ``top`` fastest configurations of ``tuner``'s history and configuration 0
     (the default) again, interleaved (the order reversed every round), ``rounds`` times; the
-    measurements are appended to ``records`` and update ``tuner``'s best."""
+    measurements are appended to ``records`` (their groups prefixed ``CONFIRM_GROUP``) and
+    update ``tuner``'s best. When ``tuner`` measured nothing new (a resumed run), the
+    confirmation rounds its loaded history holds count: a resumed run does not measure them
+    again."""
     from .measure import create_measure_batch
     space = tuner.space
     ok = sorted((r.mean, c.index) for c, r in tuner.history if r.ok and c.index != 0)
     picks = [0] + [i for _, i in ok[:top]]
     if len(picks) < 2:
         return
+    # a resumed run that measured nothing new for this task keeps the confirmation rounds its
+    # records already hold (their groups are marked CONFIRM_GROUP) and only completes them
+    done = 0
+    if tuner.trials == 0:
+        done = len({r.group for _, r in tuner.history if r.group.startswith(CONFIRM_GROUP)})
+    if done >= rounds:
+        return
     measure = create_measure_batch(option)
-    for k in range(rounds):
+    for k in range(done, rounds):
         order = picks if k % 2 == 0 else picks[::-1]
         inputs = [MeasureInput(tuner.task.target, tuner.task, space.get(i)) for i in order]
         results = measure(inputs)
+        for res in results:
+            if res.group:
+                res.group = CONFIRM_GROUP + res.group
         save_records(records, list(zip(inputs, results)))
         for inp, res in zip(inputs, results):
             tuner.history.append((inp.config, res))
@@ -346,17 +363,24 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             # the summary lists the kernel tasks first, as extract_tasks does
             tasks = kernels + algos
             results = results[len(algos):] + results[:len(algos)]
-        # read once: the loop below appends only "default" records, which it does not read
+        # read once: the loop below appends only "default" records (for tasks without one)
         measured = list(load_records(records))
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task
             if ref_task is None:
                 from .search import SearchTask
                 ref_task = SearchTask(info.func, target)
-            ref = measure_reference(ref_task, option) if ref_task.name != "conv_algo" else \
-                MeasureResult([], MeasureErrorNo.UNKNOWN_ERROR)
-            if ref.ok:
-                save_records(records, [(MeasureInput(target, ref_task, None), ref)])
+            # the untuned kernel's time: recorded by an earlier run (resumed), else measured
+            known = [r for r in measured if r.task_key == ref_task.key and r.kind == "default"
+                     and r.ok and r.result.costs and r.target == str(target)]
+            if known:
+                ref = min((r.result for r in known), key=lambda x: x.mean)
+            elif ref_task.name != "conv_algo":
+                ref = measure_reference(ref_task, option)
+                if ref.ok:
+                    save_records(records, [(MeasureInput(target, ref_task, None), ref)])
+            else:
+                ref = MeasureResult([], MeasureErrorNo.UNKNOWN_ERROR)
             untuned = ref.mean
             if ref_task.name in DEFAULT_FIRST:  # configuration 0 is the untuned one
                 recs = [r for r in measured if r.task_key == ref_task.key]

@@ -82,19 +82,30 @@ def decode(line: str) -> Record:
 
 def load_records(path: "str | os.PathLike") -> Iterator[Record]:
     """The records of a file, in order; blank lines are skipped, a malformed line raises
-    ``TuningError`` naming the file and line number. A missing file yields nothing."""
+    ``TuningError`` naming the file and line number (a last line cut short by an interrupted
+    run is skipped). A missing file yields nothing (a tuning run starts from scratch);
+    a directory or a file that is not UTF-8 text raises ``TuningError``."""
     if not os.path.exists(path):
         return
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield decode(line)
-            except TuningError as e:
-                if n > 1 and not line.endswith("\n"):
-                    return  # a last line cut short by an interrupted run
-                raise TuningError(f"{path}:{n}: {e}") from None
+    if os.path.isdir(path):
+        raise TuningError(f"records path {os.fspath(path)!r} is a directory: give the JSON-lines "
+                          f"records file that `ember tune --records FILE` wrote")
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield decode(line)
+                except TuningError as e:
+                    if n > 1 and not line.endswith("\n"):
+                        return  # a last line cut short by an interrupted run
+                    raise TuningError(f"{path}:{n}: {e}; delete or repair that line (records "
+                                      f"are one JSON object per line)") from None
+    except UnicodeDecodeError as e:
+        raise TuningError(f"records file {os.fspath(path)!r} is not UTF-8 text ({e.reason} at "
+                          f"byte {e.start}): give the JSON-lines records file that `ember tune "
+                          f"--records FILE` wrote") from None
 
 
 def save_records(path: "str | os.PathLike", pairs: Iterable[tuple[MeasureInput, MeasureResult]],

@@ -47,3 +47,10 @@ def test_tuning_through_dask_picks_a_correct_candidate(client):
     # the winner is a correct candidate (which of the two correct ones is faster is timing, and
     # the machine may be loaded, so it is not asserted)
     assert tuner.best_config["variant"].val in ("ok", "slow")
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:1", "notanaddress"])
+def test_dask_runner_unreachable_scheduler_is_a_typed_error(address):
+    from ember.errors import TuningError
+    with pytest.raises(TuningError, match="cannot reach the dask scheduler"):
+        tune.DaskRunner(address, connect_timeout=1)

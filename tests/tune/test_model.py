@@ -167,3 +167,48 @@ def test_allocate_trials_spends_what_a_small_space_cannot_take():
     assert allocate_trials([task(50, 1.0)] * 4, 8, min_trials=8) == [2, 2, 2, 2]
     # no FLOPs counted: the rounding leftover goes to the first task
     assert allocate_trials([task(50, 0.0), task(50, 0.0)], 5) == [3, 2]
+
+
+def test_bad_records_files_are_typed_errors(tmp_path):
+    from ember.errors import TuningError
+    model = _small_model()
+    # a mistyped path must not build the untuned model silently
+    with pytest.raises(TuningError, match="does not exist"):
+        tune.apply_history_best(tmp_path / "typo.jsonl")
+    with pytest.raises(TuningError, match="is a directory"):
+        tune.apply_history_best(tmp_path)
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\x00\xff\xfe not text")
+    with pytest.raises(TuningError, match="not UTF-8"):
+        list(load_records(binary))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"garbage\n{}\n')
+    with pytest.raises(TuningError, match="bad.jsonl:1: .*delete or repair"):
+        tune.apply_history_best(bad)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with tune.apply_history_best(empty) as ctx:
+        ember.compile(model)
+    assert ctx.applied == 0
+
+
+def test_resumed_run_measures_nothing_again(tmp_path):
+    # as `ember tune` runs it: side by side (per_call) with the confirmation of rule tasks
+    model = _small_model()
+    log = tmp_path / "resume.jsonl"
+    kw = dict(trials=6, tuner="random", records=log, progress=False, repeat=1, min_trials=2,
+              per_call=True, confirm=3, model_check=0, log=None)
+    tune.tune_model(model, **kw)
+    n = len(list(load_records(log)))
+    s2 = tune.tune_model(model, **kw)
+    # neither the trials, nor the untuned kernels, nor the confirmation rounds are re-measured
+    assert len(list(load_records(log))) == n
+    assert all(t.untuned_s < float("inf") for t in s2.tasks if t.op != "conv_algo")
+    # a larger budget measures only the new trials (plus their confirmation)
+    s3 = tune.tune_model(model, **dict(kw, trials=8))
+    assert sum(t.trials for t in s3.tasks) > sum(t.trials for t in s2.tasks)
+    x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype("float32")
+    base = ember.compile(model).run({"x": x})[0]
+    with tune.apply_history_best(log):
+        tuned = ember.compile(model)
+    np.testing.assert_allclose(tuned.run({"x": x})[0], base, rtol=1e-4, atol=1e-5)

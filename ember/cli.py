@@ -118,10 +118,12 @@ def cmd_compile(args) -> int:
     from .tune.cli import records_context
     ctx, timing = _pass_context(args)
     t0 = time.perf_counter()
-    with ctx, records_context(args.records):
+    with ctx, records_context(args.records) as tuned:
         model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
                               executor="static")
     dt = time.perf_counter() - t0
+    if tuned is not None:
+        print(_records_note(args.records, tuned, model.target))
     if timing is not None:
         print(timing.report())
     if args.dump_ir:
@@ -135,6 +137,27 @@ def cmd_compile(args) -> int:
           f"({i['num_unique_kernels']} unique), arena {i['arena_bytes'] / 2**20:.1f} MiB")
     print(f"wrote {out}")
     return 0
+
+
+def _records_note(path: str, ctx, target: str) -> str:
+    """What ``--records`` did to a build: kernels replaced, algorithms changed, and why
+    nothing was applied when the records hold nothing for ``target``."""
+    note = (f"tuning records {path}: {ctx.applied} kernel(s) tuned, "
+            f"{ctx.algorithms_applied} convolution algorithm(s) changed")
+    targets = sorted({t for _, t in ctx.best})
+    if not ctx.applied and not ctx.algorithms_applied:
+        if not targets:
+            note += " (the file holds no successful measurement: run `ember tune` first)"
+        elif str(target) not in targets:
+            note += (f" (its records are for {targets}, not {str(target)!r}: tune for this "
+                     f"target, or compile with --target {targets[0]!r})")
+        elif not ctx.matched:
+            note += (" (none of its records is for a kernel of this model: records of another "
+                     "model, or of other --shape values? tune this model with `ember tune`)")
+        else:
+            note += (f" ({ctx.matched} kernel(s) have records, none measured faster than its "
+                     f"default schedule)")
+    return note
 
 
 def cmd_run(args) -> int:

@@ -162,3 +162,31 @@ def test_profile_of_a_staged_model_is_a_typed_error(tiny_model):
     np.testing.assert_allclose(m.run({"x": x})[0], 2 * x)
     with pytest.raises(ember.errors.InputError, match="executor='static'"):
         profile(m, {"x": x}, hot=True)
+
+
+def test_compile_records_says_what_it_applied(tiny_model, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
+    mm = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), mm)
+    rec = tmp_path / "mm.jsonl"
+    assert main(["tune", str(mm), "--trials", "2", "--tuner", "grid", "--records", str(rec),
+                 "--model-check", "0", "--confirm", "0", "--no-progress"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "o.ember"
+    # records of another model: said, not silently ignored
+    assert main(["compile", str(tiny_model), "--records", str(rec), "-o", str(out)]) == 0
+    assert "none of its records is for a kernel of this model" in capsys.readouterr().out
+    # records of another target
+    assert main(["compile", str(mm), "--records", str(rec), "-o", str(out),
+                 "--target", "llvm -num-threads=1"]) == 0
+    assert "its records are for" in capsys.readouterr().out
+    assert main(["compile", str(mm), "--records", str(rec), "-o", str(out)]) == 0
+    assert "tuning records" in capsys.readouterr().out
+    # a mistyped records path is an error, not an untuned build
+    assert main(["compile", str(mm), "--records", str(tmp_path / "typo.jsonl"),
+                 "-o", str(out)]) == 2
+    assert "does not exist" in capsys.readouterr().err

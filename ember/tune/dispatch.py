@@ -16,7 +16,9 @@ whose algorithm it changed.
 In-model evidence (``ember.tune.model_check``: a task's tuned kernels and its default timed
 inside the running model, interleaved) overrides the evidence of candidates timed alone: such a
 task runs its tuned configuration only when that was at least ``margin`` faster in the model.
-``ApplyHistoryBest.replaced`` lists ``(kernel name, record)`` of every kernel it replaced.
+``ApplyHistoryBest.replaced`` lists ``(kernel name, record)`` of every kernel it replaced;
+``ApplyHistoryBest.matched`` counts the kernels that had a record at all (replaced or not: 0
+means the records are of another model or target).
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class ApplyHistoryBest:
                 k = (r.task_key, r.target)
                 self.config0[k] = min(self.config0.get(k, float("inf")), r.cost)
         self.applied = 0
+        self.matched = 0  # kernels of the builds served that had a record (applied or not)
         self.replaced: list[tuple[str, Record]] = []  # (kernel name, record) of each build
         self.algorithms_applied = 0
         self._token = None
@@ -178,6 +181,8 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
             recs = [r for r in (ctx.query(task_key("tile", [key]), target),
                                 ctx.query(task_key("search", [key]), target),
                                 ctx.query(rule_key, target)) if r is not None]
+        if (rule_key, tgt) in ctx.paired or recs:
+            ctx.matched += 1
         if not recs:
             out.append(func)
             continue

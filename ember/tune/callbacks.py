@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .records import encode
+from .records import save_records
 
 
 class log_to_file:  # noqa: N801 - AutoTVM's spelling of a callback factory
@@ -23,9 +23,7 @@ class log_to_file:  # noqa: N801 - AutoTVM's spelling of a callback factory
             os.makedirs(d, exist_ok=True)
 
     def __call__(self, tuner, inputs, results) -> None:
-        with open(self.path, "a") as f:
-            for inp, res in zip(inputs, results):
-                f.write(encode(inp, res) + "\n")
+        save_records(self.path, zip(inputs, results))  # (drops a line cut short first)
 
     log_extra = __call__  # measurements that are no trial (a tuner's anchor) are kept too
 

@@ -110,10 +110,52 @@ def load_records(path: "str | os.PathLike") -> Iterator[Record]:
 
 def save_records(path: "str | os.PathLike", pairs: Iterable[tuple[MeasureInput, MeasureResult]],
                  mode: str = "a") -> None:
-    """Append (``mode="a"``) or write the measurements ``pairs`` to ``path``."""
+    """Append (``mode="a"``) or write the measurements ``pairs`` to ``path``. Appending to a
+    file whose last line was cut short (an interrupted run) first drops that fragment, so the
+    new records start on a line of their own."""
+    if "a" in mode:
+        _end_cleanly(path)
     with open(path, mode) as f:
         for inp, res in pairs:
             f.write(encode(inp, res) + "\n")
+
+
+def _end_cleanly(path: "str | os.PathLike") -> None:
+    """Make ``path`` (when it exists and is not empty) end with a newline: a last line without
+    one is a record cut short by an interrupted write and is removed, unless it parses (then
+    only the newline is added)."""
+    try:
+        with open(path, "rb+") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            # find the start of the last line
+            pos, chunk = size, 4096
+            start = 0
+            while pos > 0:
+                lo = max(0, pos - chunk)
+                f.seek(lo)
+                buf = f.read(pos - lo)
+                nl = buf.rfind(b"\n")
+                if nl >= 0:
+                    start = lo + nl + 1
+                    break
+                pos = lo
+            f.seek(start)
+            last = f.read().decode("utf-8", errors="replace")
+            try:
+                decode(last)
+            except TuningError:
+                f.truncate(start)  # the fragment of an interrupted write
+                return
+            f.seek(size)
+            f.write(b"\n")
+    except FileNotFoundError:
+        return
 
 
 #: group id prefix of in-model measurements (``ember.tune.model_check``): the summed in-model

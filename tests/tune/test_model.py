@@ -212,3 +212,23 @@ def test_resumed_run_measures_nothing_again(tmp_path):
     with tune.apply_history_best(log):
         tuned = ember.compile(model)
     np.testing.assert_allclose(tuned.run({"x": x})[0], base, rtol=1e-4, atol=1e-5)
+
+
+def test_appending_after_an_interrupted_write_keeps_the_file_readable(tmp_path):
+    from ember.frontend.onnx import from_onnx
+    from ember.tune import MeasureInput, MeasureResult, save_records
+    from ember.tune.callbacks import log_to_file
+    mod, params = from_onnx(_small_model())
+    task = tune.extract_tasks(mod, params, "llvm")[0].task
+    pair = [(MeasureInput(task.target, task, task.config_space.get(1)), MeasureResult([1e-3], 0))]
+    log = tmp_path / "cut.jsonl"
+    save_records(log, pair * 2)
+    log.write_bytes(log.read_bytes()[:-40])  # the run was killed while writing line 2
+    assert len(list(load_records(log))) == 1  # the fragment is skipped on reading
+    save_records(log, pair)  # a resumed run appends: the fragment is dropped first
+    log_to_file(log)(None, *zip(*pair))  # the tuners' callback appends the same way
+    assert len(list(load_records(log))) == 3
+    # a last record that is whole but lacks its newline is kept
+    log.write_bytes(log.read_bytes()[:-1])
+    save_records(log, pair)
+    assert len(list(load_records(log))) == 4

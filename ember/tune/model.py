@@ -238,6 +238,29 @@ def _tune_task(info: TaskInfo, n: int, k: int, num_tasks: int, tuner: str, optio
     return tnr.trials + done, tnr.errors, tnr.best_cost
 
 
+#: (option, smallest value, what it means) of ``tune_model``'s counts; ``None`` is always fine
+_LIMITS = {"trials": ("--trials", 0, "the measurement budget over all tasks (0 measures only "
+                      "the untuned kernels)"),
+           "max_tasks": ("--max-tasks", 1, "the number of heaviest tasks to tune (omit it "
+                         "for all)"),
+           "confirm": ("--confirm", 0, "configurations re-measured per rule task (0 = off)"),
+           "measure_threads": ("--measure-threads", 1, "threads the candidates are timed with "
+                               "(omit it for the target's)"),
+           "time_budget": ("--time-budget", 1e-9, "seconds of measuring (omit it for no "
+                           "limit)"),
+           "early_stopping": ("--early-stopping", 1, "trials without improvement before a "
+                              "task stops (omit it to use the whole budget)")}
+
+
+def _check_counts(**values) -> None:
+    """Refuse an out-of-range count before any tuning (``TuningError`` naming the option)."""
+    for name, v in values.items():
+        flag, lo, what = _LIMITS[name]
+        if v is not None and v < lo:
+            low = f"a value of at least {lo}" if lo >= 1 or lo == 0 else "a positive value"
+            raise TuningError(f"{name} ({flag}) is {v}: it is {what}; give {low}")
+
+
 def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                tuner: str = "xgb", records: "str | os.PathLike | None" = None,
                dask: Any = None, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -296,8 +319,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         A ``TuneSummary`` (``.table()`` prints the per-task table).
 
     Raises:
-        TuningError: unknown tuner, a negative ``model_check``, or a model without tunable
-            kernels.
+        TuningError: unknown tuner, a negative ``model_check``, ``trials`` or ``confirm``,
+            ``max_tasks``, ``measure_threads`` or ``early_stopping`` below 1, a
+            ``time_budget`` not positive (all refused before tuning), or a model without
+            tunable kernels.
     """
     from .tuner import TUNERS
     if tuner not in TUNERS and tuner != "search":
@@ -309,6 +334,9 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     if model_check and check_top < 1:
         raise TuningError(f"check_top (--check-top) is {check_top}: the in-model check times at "
                           f"least the one configuration the records would apply; give 1 or more")
+    _check_counts(trials=trials, max_tasks=max_tasks, confirm=confirm,
+                  measure_threads=measure_threads, time_budget=time_budget,
+                  early_stopping=early_stopping)
     target = Target(target)
     t0 = time.perf_counter()
     if records is None:

@@ -232,3 +232,18 @@ def test_appending_after_an_interrupted_write_keeps_the_file_readable(tmp_path):
     log.write_bytes(log.read_bytes()[:-1])
     save_records(log, pair)
     assert len(list(load_records(log))) == 4
+
+
+@pytest.mark.parametrize("bad", [{"trials": -5}, {"max_tasks": 0}, {"max_tasks": -1},
+                                 {"confirm": -1}, {"measure_threads": 0},
+                                 {"time_budget": 0.0}, {"time_budget": -1.0},
+                                 {"early_stopping": 0}])
+def test_out_of_range_counts_are_refused_before_tuning(bad, tmp_path):
+    # (were: --max-tasks 0 tuned every task, -1 all but the last, --time-budget 0 had no
+    # limit, --trials -5 / --time-budget -1 measured nothing, --measure-threads 0 the default)
+    (name, value), = bad.items()
+    log = tmp_path / "r.jsonl"
+    with pytest.raises(ember.errors.TuningError, match=rf"{name} \(--{name.replace('_', '-')}\)"):
+        tune.tune_model(_small_model(), **{"trials": 2, "records": log, "progress": False,
+                                           "log": None, "model_check": 0, **bad})
+    assert not log.exists()

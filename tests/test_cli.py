@@ -164,6 +164,17 @@ def test_profile_of_a_staged_model_is_a_typed_error(tiny_model):
         profile(m, {"x": x}, hot=True)
 
 
+def test_profile_without_repeats_is_a_typed_error(tiny_model):
+    # (was: a table of NaN times)
+    import ember
+    from ember.runtime.profiler import profile
+    m = ember.compile(str(tiny_model))
+    with pytest.raises(ember.errors.InputError, match="repeat >= 1"):
+        profile(m, m.random_inputs(seed=0), repeat=0, hot=True)
+    rep = profile(m, m.random_inputs(seed=0), repeat=1, hot=True)
+    assert all(k.ms >= 0 and k.hot_ms >= 0 for k in rep.kernels)
+
+
 def test_compile_records_says_what_it_applied(tiny_model, tmp_path, capsys):
     rng = np.random.default_rng(0)
     w = onnx.numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")

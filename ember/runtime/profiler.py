@@ -192,7 +192,8 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
         a ``ProfileReport`` (``.table()``, ``.write_chrome_trace(path)``, ``.to_dict()``).
     Raises:
         InputError: bad inputs (as ``model.run``), or ``model`` is not a static
-            ``CompiledModel`` (a staged model has no fixed kernel plan to time).
+            ``CompiledModel`` (a staged model has no fixed kernel plan to time), or
+            ``repeat`` < 1 / ``warmup`` < 0.
     """
     ex = getattr(model, "_executor", None)
     if ex is None or getattr(model, "plan", None) is None:
@@ -200,6 +201,10 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
                          f"{type(model).__name__} has no fixed kernel plan: compile with "
                          f"ember.compile(path, executor='static', shapes={{...}}) "
                          f"(command line: ember profile MODEL --shape NAME=D0,D1,...)")
+    if repeat < 1 or warmup < 0:
+        raise InputError(f"profile() needs repeat >= 1 and warmup >= 0 (got repeat={repeat}, "
+                         f"warmup={warmup}): every time it reports is a median over the "
+                         f"repeats")
     plan = model.plan
     arrays = ex._bind_inputs(inputs)
     ptr = list(ex._ptr)

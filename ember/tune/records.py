@@ -71,7 +71,15 @@ def decode(line: str) -> Record:
         d = json.loads(line)
         kind = "trace" if "trace" in d else "default" if "default" in d else "config"
         t = d["task"]
-        res = MeasureResult(list(d["costs"]), int(d["error_no"]), d.get("error", ""),
+        if int(d.get("version", RECORD_VERSION)) > RECORD_VERSION:
+            raise ValueError(f"record version {d['version']} is newer than this ember's "
+                             f"{RECORD_VERSION} (update ember, or tune again)")
+        if not isinstance(d["costs"], list):
+            raise TypeError(f"costs must be a list of seconds, not {d['costs']!r}")
+        costs = [float(c) for c in d["costs"]]
+        if not all(c >= 0 for c in costs):  # (NaN fails too)
+            raise ValueError(f"costs must be non-negative seconds, not {costs}")
+        res = MeasureResult(costs, int(d["error_no"]), d.get("error", ""),
                             float(d.get("all_cost", 0)), float(d.get("timestamp", 0)),
                             str(d.get("group", "")))
         return Record(t["name"], list(t["args"]), t["key"], d["target"], kind, d[kind], res)

@@ -247,3 +247,26 @@ def test_out_of_range_counts_are_refused_before_tuning(bad, tmp_path):
         tune.tune_model(_small_model(), **{"trials": 2, "records": log, "progress": False,
                                            "log": None, "model_check": 0, **bad})
     assert not log.exists()
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"costs": "abc"}, "costs must be a list"),
+    ({"costs": [-1.0]}, "non-negative seconds"),
+    ({"costs": [float("nan")]}, "non-negative seconds"),
+    ({"version": 99}, "newer than this ember"),
+])
+def test_records_with_impossible_values_are_typed_errors(tmp_path, change, message):
+    # (were: a raw TypeError while applying, or a negative / NaN cost chosen as the best)
+    import json
+    from ember.frontend.onnx import from_onnx
+    from ember.tune import MeasureInput, MeasureResult, save_records
+    mod, params = from_onnx(_small_model())
+    task = tune.extract_tasks(mod, params, "llvm")[0].task
+    log = tmp_path / "r.jsonl"
+    save_records(log, [(MeasureInput(task.target, task, task.config_space.get(1)),
+                        MeasureResult([1e-3], 0))])
+    d = json.loads(log.read_text())
+    d.update(change)
+    log.write_text(json.dumps(d) + "\n")
+    with pytest.raises(ember.errors.TuningError, match=f"r.jsonl:1: .*{message}"):
+        tune.apply_history_best(log)

@@ -28,7 +28,7 @@ import logging
 import os
 from typing import Iterable, Sequence
 
-from ..errors import TuningError
+from ..errors import ScheduleError, TuningError
 from ..target import Target
 from .records import (Record, best_paired_speedup, best_records, is_in_model, load_records,
                       paired_speedups)
@@ -195,17 +195,18 @@ def apply_best_schedules(kernels: Sequence, target: "str | Target") -> list:
                 and rec.cost > default_cost * (1.0 - ctx.margin):
             out.append(func)  # not measurably faster than the default schedule
             continue
-        if rec.kind == "trace":
-            from .search import SearchTask, Trace
-            tuned = SearchTask(func, target).instantiate(Trace.from_json(rec.config))
-        else:
-            try:
+        try:
+            if rec.kind == "trace":
+                from .search import SearchTask, Trace
+                tuned = SearchTask(func, target).instantiate(Trace.from_json(rec.config))
+            else:
                 task = Task(rec.task_name, rec.task_args, target)
                 tuned = task.instantiate(ConfigEntity.from_json(rec.config, task.config_space))
-            except TuningError as e:  # a record this ember cannot replay: keep the default
-                logger.warning("not applying the record of %s: %s", key, e)
-                out.append(func)
-                continue
+        except (TuningError, ScheduleError) as e:  # a record this ember cannot replay
+            logger.warning("not applying the record of %s (keeping its default schedule): %s",
+                           key, e)
+            out.append(func)
+            continue
         tuned.name = func.name
         out.append(tuned)
         ctx.applied += 1

@@ -131,3 +131,27 @@ def test_tune_model_with_search_records_traces(tmp_path):
     s2 = tune.tune_model(model, trials=12, tuner="search", records=log, progress=False,
                          repeat=1, log=None)
     assert sum(r.kind == "trace" for r in load_records(log)) == 12
+
+
+@pytest.mark.parametrize("trace", [[], [["nope", 1, 2]], ["abc"], {"x": 1}])
+def test_a_trace_record_that_cannot_replay_keeps_the_default(trace, caplog):
+    # (were: an empty trace raised a raw IndexError and a malformed one aborted the build)
+    from ember.frontend.onnx import from_onnx
+    from ember.tune.records import Record
+    with pytest.raises(ember.errors.TuningError, match="malformed search trace|unknown sketch"):
+        SearchTask(_conv(), "llvm").instantiate(Trace.from_json(trace))
+    model = _small_model()
+    mod, params = from_onnx(model)
+    x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype("float32")
+    base = ember.compile(model).run({"x": x})[0]
+    tasks = tune.extract_tasks(mod, params, "llvm", include_all=True, algorithms=False)
+    recs = []
+    for info in tasks:
+        st = SearchTask(info.func, "llvm")
+        recs.append(Record(st.name, list(st.args), st.key, str(ember.Target("llvm")), "trace",
+                           trace, MeasureResult([1e-9], 0)))
+    with tune.apply_history_best(recs) as ctx, caplog.at_level("WARNING", "ember.tune"):
+        tuned = ember.compile(model)
+    assert ctx.matched >= 1 and ctx.applied == 0
+    assert "keeping its default schedule" in caplog.text
+    np.testing.assert_allclose(tuned.run({"x": x})[0], base, rtol=1e-4, atol=1e-5)

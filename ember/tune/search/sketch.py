@@ -66,6 +66,9 @@ class Trace(tuple):
     @classmethod
     def from_json(cls, data) -> "Trace":
         """Rebuild from ``to_json`` output. Raises ``TuningError`` on malformed data."""
+        if not isinstance(data, list) or not data:
+            raise TuningError(f"malformed search trace {data!r}: a trace is a non-empty list "
+                              f"of [kind, target, value] steps, the first one the sketch")
         try:
             return cls(Step(str(k), int(t), tuple(v) if isinstance(v, list) else v)
                        for k, t, v in data)

@@ -52,8 +52,10 @@ class DaskRunner(LocalRunner):
         workers_used: addresses of the workers that measured the last batch.
 
     Raises:
-        TuningError: the ``distributed`` package is missing, or the scheduler at the address
-            ``client`` is malformed or cannot be reached within ``connect_timeout``.
+        TuningError: the ``distributed`` package is missing, the scheduler at the address
+            ``client`` is malformed or cannot be reached within ``connect_timeout``, or it has
+            no worker (holding ``resource``) within ``connect_timeout`` (also checked before
+            each batch).
     """
 
     def __init__(self, client: Any, resource: str | None = None,
@@ -76,15 +78,46 @@ class DaskRunner(LocalRunner):
                     f"machines, or give its address as tcp://HOST:PORT (--dask), or drop --dask "
                     f"to measure locally") from None
         self.resource = resource
+        self.connect_timeout = connect_timeout
         self.workers_used: list[str] = []
+        self.check_workers(wait=connect_timeout)
+
+    def check_workers(self, wait: float = 0.0) -> list[str]:
+        """Addresses of the cluster's workers that can take a measurement (holding
+        ``resource`` when set), waiting up to ``wait`` seconds for one to join.
+
+        Raises:
+            TuningError: none (a measurement submitted there would wait forever)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                workers = self.client.scheduler_info().get("workers", {})
+            except Exception as e:  # noqa: BLE001 - a lost scheduler
+                raise TuningError(f"lost the dask scheduler ({type(e).__name__}: {e}); restart "
+                                  f"it and rerun the same command to resume") from None
+            ok = [a for a, w in workers.items()
+                  if self.resource is None or w.get("resources", {}).get(self.resource, 0) >= 1]
+            if ok or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        if not ok:
+            need = f" with the resource {self.resource!r}" if self.resource else ""
+            res = f" --resources \"{self.resource}=1\"" if self.resource else ""
+            raise TuningError(
+                f"the dask scheduler {self.client.scheduler.address} has no worker{need} "
+                f"({len(workers)} worker(s) in all): start `dask worker "
+                f"{self.client.scheduler.address}{res}` on the machines that hold the target, "
+                f"or drop --dask to measure locally")
+        return ok
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]
             ) -> list[MeasureResult]:
         """Measure each built candidate on a dask worker (in parallel, one ``resource`` unit each
         when set); failed builds pass through as error results, and a lost or timed-out worker
         becomes a runtime-error result. Costs in seconds; ``workers_used`` lists the workers that
-        answered."""
+        answered. Raises ``TuningError`` when the cluster has no worker left to measure on."""
         futures, out = {}, [None] * len(inputs)
+        self.check_workers(wait=self.connect_timeout)  # none left: a typed error, not a hang
         t0 = time.perf_counter()
         for k, (inp, b) in enumerate(zip(inputs, builds)):
             if b.error_no != MeasureErrorNo.NO_ERROR:

@@ -54,3 +54,18 @@ def test_dask_runner_unreachable_scheduler_is_a_typed_error(address):
     from ember.errors import TuningError
     with pytest.raises(TuningError, match="cannot reach the dask scheduler"):
         tune.DaskRunner(address, connect_timeout=1)
+
+
+def test_dask_runner_without_a_worker_is_a_typed_error(client):
+    # (was: every measurement waited on a worker that never came: a hang of minutes)
+    from ember.errors import TuningError
+    with pytest.raises(TuningError, match="has no worker with the resource 'gpu'"):
+        tune.DaskRunner(client, resource="gpu", connect_timeout=0.5)
+    cluster = distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0",
+                                       silence_logs=40)
+    try:
+        with distributed.Client(cluster) as empty:
+            with pytest.raises(TuningError, match="has no worker"):
+                tune.DaskRunner(empty, connect_timeout=0.5)
+    finally:
+        cluster.close()

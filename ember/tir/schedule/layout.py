@@ -87,22 +87,39 @@ class IndexMap:
         grids = np.indices(tuple(shape), sparse=True)
         return new[tuple(self.eval_numpy(list(grids)))]
 
-    def is_injective(self, shape: Sequence[int], chunk: int = 1 << 16) -> bool:
-        """True when no two indices of a ``shape`` buffer map to the same place. The indices
-        are mapped ``chunk`` at a time (a 2.4M-element weight once took ~100 MB of index
-        arrays at compile time)."""
+    def is_injective(self, shape: Sequence[int], chunk: int = 1 << 18) -> bool:
+        """True when no two indices of a ``shape`` buffer map to the same place. The buffer is
+        mapped in blocks of about ``chunk`` elements (sparse index grids over a range of one
+        axis, the axes after it whole): a 2.4M-element weight once took ~100 MB of index arrays
+        at compile time. Each new place records which element took it, so a place taken twice
+        is found without sorting."""
+        shape = tuple(int(n) for n in shape)
         if len(shape) == 0:
             return True  # one element: one place
         nshape = self.new_shape(shape)
-        total = int(np.prod(shape, dtype=np.int64))
-        hit = np.zeros(int(np.prod(nshape, dtype=np.int64)), dtype=bool)
-        for start in range(0, total, chunk):
-            idx = np.unravel_index(np.arange(start, min(start + chunk, total)), tuple(shape))
-            new = self.eval_numpy(list(idx))
-            flat = np.ravel_multi_index([np.asarray(x).ravel() for x in new], nshape)
-            if hit[flat].any() or np.unique(flat).size != flat.size:
-                return False
-            hit[flat] = True
+        owner = np.full(int(np.prod(nshape, dtype=np.int64)), -1, dtype=np.int64)
+        k = len(shape)  # the axes from k on are whole in every block
+        while k > 0 and int(np.prod(shape[k - 1:], dtype=np.int64)) <= chunk:
+            k -= 1
+        axis = max(k - 1, 0)  # the axis blocks are ranges of
+        inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+        step = max(1, chunk // max(inner, 1))
+        strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+        for lead in np.ndindex(*shape[:axis]):
+            for a in range(0, shape[axis], step):
+                grids = []
+                for d, n in enumerate(shape):
+                    g = (np.array([lead[d]]) if d < axis else
+                         np.arange(a, min(a + step, n)) if d == axis else np.arange(n))
+                    grids.append(g.reshape([-1 if e == d else 1 for e in range(len(shape))]))
+                new = self.eval_numpy(grids)
+                flat = np.ravel_multi_index([np.asarray(x).ravel() for x in new], nshape)
+                ids = sum(g * st for g, st in zip(grids, strides)).ravel()
+                if (owner[flat] != -1).any():
+                    return False  # taken by an element of an earlier block
+                owner[flat] = ids
+                if not np.array_equal(owner[flat], ids):
+                    return False  # two elements of this block
         return True
 
     def to_json(self) -> str:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -39,16 +38,6 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run from a checkout without installing ember
-
-
-def _median_ms(fn, repeat: int) -> float:
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
 
 
 def _model(name: str):
@@ -160,6 +149,7 @@ def bench_model(name: str, args) -> dict:
 
     import ember
     from ember import tune
+    from ember.benchmark import compare_runtimes
     from ember.frontend.onnx import from_onnx
     from ember.tune.model_check import format_results
 
@@ -191,12 +181,14 @@ def bench_model(name: str, args) -> dict:
     out = tuned.run(inputs)
     err = max(float(np.max(np.abs(a - b))) for a, b in zip(out, ort_out))
 
-    lat = {"ember untuned": [], "ember tuned": [], "onnxruntime": []}
-    for _ in range(args.rounds):  # interleaved, so background load hits all three alike
-        lat["ember untuned"].append(_median_ms(lambda: untuned.run(inputs), args.repeat))
-        lat["onnxruntime"].append(_median_ms(lambda: sess.run(None, inputs), args.repeat))
-        lat["ember tuned"].append(_median_ms(lambda: tuned.run(inputs), args.repeat))
-    lat = {k: min(v) for k, v in lat.items()}
+    # the same interleaved turns as bench/compare.py (ember.benchmark.compare_runtimes: a pause
+    # before each turn, so a runtime's still-spinning pool does not take a core from the next,
+    # then one untimed run): medians over rounds x repeat runs of each
+    del sess  # compare_runtimes opens its own session (its pool must not spin beside ours)
+    res = compare_runtimes(onnx_model, inputs, threads=args.threads,
+                           repeat=args.rounds * args.repeat, ember_model=untuned,
+                           variants={"ember tuned": tuned})
+    lat = {("ember untuned" if r.name == "ember" else r.name): r.median_ms for r in res}
 
     kernels = kernel_best_ms({"ember untuned": untuned, "ember tuned": tuned}, inputs)
     mod, params = from_onnx(onnx_model)
@@ -223,8 +215,10 @@ def main(argv=None) -> int:
     ap.add_argument("--time-budget", type=float, default=600, help="tuning seconds per model")
     ap.add_argument("--min-trials", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=10, help="runs per latency median")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds")
+    ap.add_argument("--repeat", type=int, default=10, help="latency runs per round")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="latency rounds: each runtime's median is over rounds x repeat runs, "
+                         "interleaved in turns of 3 as bench/compare.py times them")
     ap.add_argument("--number", type=int, default=10,
                     help="calls per candidate measurement (the fastest counts)")
     ap.add_argument("--confirm", type=int, default=3,

@@ -37,8 +37,27 @@ def checksum(a: np.ndarray) -> str:
 def _load_any(path: str, target: str, shapes=None, executor: str = "auto"):
     import ember
     if path.endswith(".ember"):
-        return ember.load(path)
+        model = ember.load(path)
+        _check_artifact_shapes(model, path, shapes)
+        return model
     return ember.compile(path, target=target, shapes=shapes, executor=executor)
+
+
+def _check_artifact_shapes(model, path: str, shapes) -> None:
+    """A saved model runs only on the shapes it was compiled for: a ``--shape`` naming another
+    shape (or no input) is refused instead of being silently ignored.
+
+    Raises:
+        InputError: names the input, both shapes and the fix."""
+    have = model.input_shapes
+    for name, dims in (shapes or {}).items():
+        if name not in have:
+            raise InputError(f"--shape {name}=...: {path} has no input {name!r}; its inputs are "
+                             f"{list(have)}")
+        if tuple(dims) != tuple(have[name]):
+            raise InputError(f"--shape {name}={','.join(map(str, dims))}: {path} was compiled "
+                             f"for {name} of shape {tuple(have[name])}; compile the .onnx model "
+                             f"with this --shape instead (a saved model cannot change shape)")
 
 
 def _parse_shapes(items) -> dict | None:

@@ -152,7 +152,8 @@ def _bind_weights(plan: dict, bound: dict) -> dict:
     one weight arena on huge pages, laid out as ``GraphExecutor`` lays it out
     (``param_layout``), so the executor uses those arrays in place instead of copying them once
     more: compiling peaks at the imported weights plus the arena. Weights no step reads (a
-    constant graph output) are materialized on their own."""
+    constant graph output) are copied on their own: never the caller's array, which the model
+    would otherwise return (and ``model.params`` write into) after the caller changed it."""
     from .dtypes import np_dtype
     from .runtime.executor import ALIGN, hugepage_empty, param_layout
     layout, total = param_layout(plan)
@@ -161,7 +162,7 @@ def _bind_weights(plan: dict, bound: dict) -> dict:
     out = {}
     for name, v in bound.items():
         if name not in layout:
-            out[name] = v.array() if isinstance(v, _Packed) else v
+            out[name] = v.array() if isinstance(v, _Packed) else np.array(v, copy=True)
             continue
         off, n = layout[name]
         s = slots[name]

@@ -201,3 +201,16 @@ def test_compile_records_says_what_it_applied(tiny_model, tmp_path, capsys):
     assert main(["compile", str(mm), "--records", str(tmp_path / "typo.jsonl"),
                  "-o", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_profile_of_an_artifact_refuses_another_shape(tiny_model, tmp_path, capsys):
+    art = tmp_path / "tiny.ember"
+    assert main(["compile", str(tiny_model), "-o", str(art)]) == 0
+    capsys.readouterr()
+    # was: the --shape was silently ignored and the compiled (2, 3) model profiled
+    assert main(["profile", str(art), "--shape", "x=4,3", "--repeat", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "InputError" in err and "(2, 3)" in err and "compile the .onnx" in err
+    assert main(["profile", str(art), "--shape", "nope=2,3", "--repeat", "1"]) == 2
+    assert "no input 'nope'" in capsys.readouterr().err
+    assert main(["profile", str(art), "--shape", "x=2,3", "--repeat", "1", "--hot"]) == 0

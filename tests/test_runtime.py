@@ -125,3 +125,59 @@ def test_weights_change_in_place_and_refuse_a_new_binding():
     cm.params[name][...] = -2.0  # the kernels read this array
     np.testing.assert_array_equal(cm.run([x])[0], x - 2.0)
     assert isinstance(cm.params, dict) and dict(cm.params)[name] is cm.params[name]
+
+
+def test_constant_output_weight_is_not_the_callers_array():
+    """A parameter that is also a graph output is copied at build: the caller changing its own
+    array afterwards changes neither the model's output nor ``model.params`` (and a write into
+    ``model.params`` leaves the caller's array alone)."""
+    from ember.frontend.onnx import from_onnx
+    from ember.runtime.executor import aligned_empty
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["W"], ["w"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+              helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4])])
+    mod, _ = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    w = aligned_empty(64).view(np.float32).reshape(4, 4)  # aligned: nothing forced a copy
+    w[...] = np.arange(16, dtype=np.float32).reshape(4, 4)
+    expect = w.copy()
+    params = {"W": w}
+    cm = ember.build(mod, params=params)
+    assert params["W"] is w
+    x = np.ones((2, 4), np.float32)
+    w[...] = -1.0
+    np.testing.assert_array_equal(cm.run({"x": x})[1], expect)
+    for v in cm.params.values():
+        v[...] = 5.0
+    np.testing.assert_array_equal(cm.run({"x": x})[1], np.full((4, 4), 5.0, np.float32))
+    np.testing.assert_array_equal(w, -1.0)
+
+
+def test_weight_read_packed_and_unpacked_is_read_only():
+    """A weight one kernel reads as is and another from a copy packed at compile time: an
+    in-place write into it would change only the unpacked use (a wrong answer), so it is a
+    typed error; the model's results stay those of the original weight."""
+    from ember.errors import EmberError
+    from ember.runtime.module import RepackedWeight
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("Add", ["a", "W"], ["c"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 16])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [16, 16])],
+        [numpy_helper.from_array(w, "W")])
+    cm = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    packed = [k for k in cm.params if "@packed" in k]
+    if not packed or "W" not in cm.params:
+        pytest.skip("the default schedule did not pack W for this matmul on this target")
+    x = rng.standard_normal((16, 16)).astype(np.float32)
+    before = cm.run({"x": x})[0]
+    assert_close(before, x @ w + w, rtol=1e-4, atol=1e-5)
+    assert isinstance(cm.params["W"], RepackedWeight)
+    with pytest.raises(EmberError, match="re-laid out.*build the model again"):
+        cm.params["W"][...] = 0.0
+    with pytest.raises(ValueError, match="read-only"):
+        np.copyto(cm.params["W"], 0.0)
+    np.testing.assert_array_equal(cm.run({"x": x})[0], before)

@@ -27,7 +27,9 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
 class Weights(dict):
     """``CompiledModel.params``: ``{name: ndarray}`` of the arrays the kernels read (views of the
     weight arena). Write into them in place (``model.params[name][...] = value``) to change a
-    weight; binding a new array to a name would be ignored by the kernels, so it is refused.
+    weight; binding a new array to a name would be ignored by the kernels, so it is refused. A
+    weight that kernels also read from a packed copy (``NAME@packed...``) is a read-only
+    ``RepackedWeight`` (a write would change only some of its uses).
 
     Raises:
         EmberError: on item assignment, deletion, ``update``, ``pop``... (names the fix).
@@ -47,6 +49,44 @@ class Weights(dict):
 
     def __reduce__(self):
         return (dict, (dict(self),))
+
+
+class RepackedWeight(np.ndarray):
+    """A ``CompiledModel.params`` entry whose values some kernel reads from a re-laid-out copy
+    packed at compile time (``NAME@packed...``, another entry of ``params``): a write into it
+    would reach only the kernels that read it unpacked and give wrong results, so it is
+    read-only.
+
+    Raises:
+        EmberError: on item assignment (names the weight, its packed copies and the fix).
+    """
+
+    packed: tuple = ()
+
+    def __array_finalize__(self, obj):
+        self.packed = getattr(obj, "packed", ())
+
+    def __setitem__(self, key, value):
+        from ..errors import EmberError
+        name = self.packed[0].split("@", 1)[0] if self.packed else "this weight"
+        raise EmberError(f"weight {name!r} is also read re-laid out ({', '.join(self.packed)}, "
+                         f"packed at compile time): an in-place write would reach only the "
+                         f"kernels that read it unpacked; build the model again with the new "
+                         f"weight (or write each packed copy in its own layout)")
+
+
+def _freeze_repacked(params: dict) -> dict:
+    """``params`` with each weight that also has packed copies (``NAME@packed...``) replaced by
+    a read-only ``RepackedWeight`` view of the same memory."""
+    out = dict(params)
+    for name, arr in params.items():
+        packed = tuple(sorted(k for k in params if k.startswith(name + "@packed")))
+        if packed and isinstance(arr, np.ndarray):
+            view = arr.view(RepackedWeight)
+            view.packed = packed
+            view.flags.writeable = False
+            out[name] = view
+    return out
 
 
 class CompiledModel:
@@ -71,8 +111,8 @@ class CompiledModel:
         self.source = source
         self._executor = GraphExecutor(load_library(self.lib_path), plan, self.params, num_threads)
         # keep one copy of each weight: the aligned arrays the kernels read
-        self.params = Weights({k: self._executor._params.get(k, v)
-                               for k, v in self.params.items()})
+        self.params = Weights(_freeze_repacked({k: self._executor._params.get(k, v)
+                                                for k, v in self.params.items()}))
 
     def __copy__(self) -> "CompiledModel":
         """A shallow copy: the same library, plan, weights and executor."""

@@ -181,3 +181,28 @@ def test_weight_read_packed_and_unpacked_is_read_only():
     with pytest.raises(ValueError, match="read-only"):
         np.copyto(cm.params["W"], 0.0)
     np.testing.assert_array_equal(cm.run({"x": x})[0], before)
+
+
+def test_build_refuses_a_weight_of_another_shape():
+    """``ember.build(mod, params=...)`` with a weight whose shape is not the parameter's is a
+    typed error naming the parameter (was: a transposed (3, 2) weight was reshaped into the
+    (2, 3) parameter and gave a wrong answer; a (1, 3) one raised a raw ValueError). Size-1
+    dimensions may differ, and the caller's dict is left as it was."""
+    from ember.errors import ShapeMismatchError
+    from ember.frontend.onnx import from_onnx
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "B"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("B", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    mod, _ = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    b = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for bad in (b.T, b.T.copy(), b[:1], np.float32(3.0)):
+        with pytest.raises(ShapeMismatchError, match=r"params\['B'\].*\(2, 3\)"):
+            ember.build(mod, params={"B": bad})
+    x = np.ones((2, 3), np.float32)
+    params = {"B": b.reshape(1, 2, 3)}
+    cm = ember.build(mod, params=params)
+    np.testing.assert_array_equal(cm.run({"x": x})[0], x + b)
+    assert params["B"].shape == (1, 2, 3)
+    np.testing.assert_array_equal(params["B"][0], np.arange(6, dtype=np.float32).reshape(2, 3))

@@ -20,7 +20,12 @@ LIFT_LIMIT = 16  # constants with more elements become parameters (the frontend'
 
 def bind_params(mod: IRModule, params: Mapping[str, np.ndarray] | None) -> IRModule:
     """``mod`` with each parameter of ``main`` named in ``params`` replaced by a ``Constant``
-    (its ``name_hint`` the parameter name); the other parameters (run-time inputs) stay."""
+    (its ``name_hint`` the parameter name); the other parameters (run-time inputs) stay.
+
+    Raises:
+        ShapeMismatchError: a value whose shape is not the parameter's (up to dimensions of
+            size 1): reshaping a transposed or wrongly sized weight would be a wrong answer.
+    """
     if not params:
         return mod
     f = mod.main
@@ -31,12 +36,26 @@ def bind_params(mod: IRModule, params: Mapping[str, np.ndarray] | None) -> IRMod
             arr = np.asarray(params[p.name])
             if arr.dtype.kind != "V":
                 arr = arr.astype(np_dtype(p.type.dtype), copy=False)
+            _check_shape(p, arr)
             sub[id(p)] = Constant(arr.reshape(p.type.shape), name_hint=p.name)
         else:
             keep.append(p)
     out = IRModule(mod.functions)
     out["main"] = _substitute(f, sub, keep)
     return out
+
+
+def _check_shape(p: Var, arr: np.ndarray) -> None:
+    want = tuple(p.type.shape)
+    if not all(isinstance(d, (int, np.integer)) for d in want):
+        return
+    if tuple(d for d in arr.shape if d != 1) == tuple(d for d in want if d != 1):
+        return  # the same values: only size-1 dimensions added or dropped
+    from ...errors import ShapeMismatchError
+    raise ShapeMismatchError(f"params[{p.name!r}] has shape {tuple(arr.shape)}, but parameter "
+                             f"{p.name!r} of the graph has shape {tuple(int(d) for d in want)}: "
+                             f"pass an array of that shape (a transposed or differently sized "
+                             f"weight cannot be reshaped into it)")
 
 
 def _substitute(f: Function, sub: dict, params: list) -> Function:

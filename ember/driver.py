@@ -313,16 +313,30 @@ def _compile_staged(model, target, shapes, reason: str):
     return staged
 
 
+def _file_stamp(model):
+    """``(inode, size, mtime_ns)`` of a model given by path, else ``None``."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    try:
+        st = os.stat(model)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _compile_static(model, target, shapes) -> CompiledModel:
     from . import compile_cache
     from .frontend.onnx import from_onnx, load_model
     t0 = time.perf_counter()
     target = Target(target)
+    stamp = _file_stamp(model)
     proto = load_model(model)
     # a large model is not serialized again for its key (that held two more copies of the
     # weights): the key hashes the file or the bytes given
     key = compile_cache.cache_key(lambda: compile_cache.model_digest(model, proto), target,
                                   shapes, PassContext.current())
+    if key is not None and stamp != _file_stamp(model):
+        key = None  # the file changed while it was read: its hash may not be what was compiled
     if key is not None:
         cached = compile_cache.lookup(key, target.num_threads)
         if cached is not None:

@@ -225,3 +225,11 @@ def test_index_map_is_injective_agrees_with_brute_force_at_any_chunk(fn, shape):
             seen.add(key)
     for chunk in (1, 3, 7, 1 << 16):  # chunk boundaries inside a row and across rows
         assert imap.is_injective(shape, chunk=chunk) is injective
+
+
+def test_index_map_of_an_empty_buffer_is_injective():
+    # was: a raw ValueError (negative dimensions) from the map's extents over an empty axis
+    for fn in (lambda a, b, c: (a + b, c), lambda a, b, c: (b, a * 2 + c % 2, c // 2)):
+        imap = IndexMap.from_func(3, fn)
+        for shape in ((0, 0, 4), (0, 3, 0), (2, 0, 5)):
+            assert imap.is_injective(shape, chunk=2) is True

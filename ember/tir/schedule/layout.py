@@ -96,6 +96,8 @@ class IndexMap:
         shape = tuple(int(n) for n in shape)
         if len(shape) == 0:
             return True  # one element: one place
+        if 0 in shape:
+            return True  # no element: nothing can collide (and the new shape may not exist)
         nshape = self.new_shape(shape)
         owner = np.full(int(np.prod(nshape, dtype=np.int64)), -1, dtype=np.int64)
         k = len(shape)  # the axes from k on are whole in every block

@@ -282,8 +282,20 @@ def cmd_profile(args) -> int:
     Raises:
         InputError: a bad ``--input`` or ``--shape``.
         EmberError: any load, compile or run error."""
+    from .errors import RuntimeValueError, UnsupportedOpError
+    from .frontend.hostops import lookup_host_op
     from .runtime.profiler import profile
-    model = _load_any(args.model, args.target, _parse_shapes(args.shape), executor="static")
+    try:
+        model = _load_any(args.model, args.target, _parse_shapes(args.shape), executor="static")
+    except (RuntimeValueError, UnsupportedOpError) as e:
+        if isinstance(e, UnsupportedOpError) and (e.op is None or
+                                                 lookup_host_op("", e.op) is None):
+            raise
+        # (was: "NonZero is not supported", though `ember run` runs the model, staged)
+        raise InputError(f"ember profile times the kernels of a static model, and "
+                         f"{args.model} runs only in the staged executor ({e}), which has no "
+                         f"fixed kernel plan to time: time it whole with "
+                         f"`ember run {args.model} --repeat N`") from None
     inputs = _parse_inputs(args.input, model)
     report = profile(model, inputs, repeat=args.repeat, hot=args.hot)
     print(report.table(top=args.top))

@@ -214,3 +214,17 @@ def test_profile_of_an_artifact_refuses_another_shape(tiny_model, tmp_path, caps
     assert main(["profile", str(art), "--shape", "nope=2,3", "--repeat", "1"]) == 2
     assert "no input 'nope'" in capsys.readouterr().err
     assert main(["profile", str(art), "--shape", "x=2,3", "--repeat", "1", "--hot"]) == 0
+
+
+def test_profile_of_a_model_that_needs_the_staged_executor_says_so(tmp_path, capsys):
+    # was: "operator NonZero is not supported", though `ember run` runs the model (staged)
+    g = helper.make_graph([helper.make_node("NonZero", ["x"], ["nz"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("nz", TensorProto.INT64, None)])
+    path = tmp_path / "nz.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["profile", str(path), "--hot"]) == 2
+    err = capsys.readouterr().err
+    assert "InputError" in err and "staged executor" in err and "NonZero" in err
+    assert "ember run" in err
+    assert main(["run", str(path), "--repeat", "1"]) == 0

@@ -171,6 +171,9 @@ def test_profile_without_repeats_is_a_typed_error(tiny_model):
     m = ember.compile(str(tiny_model))
     with pytest.raises(ember.errors.InputError, match="repeat >= 1"):
         profile(m, m.random_inputs(seed=0), repeat=0, hot=True)
+    for bad in (dict(repeat=2.5), dict(repeat="3"), dict(warmup=None)):
+        with pytest.raises(ember.errors.InputError, match="repeat >= 1"):  # was: TypeError
+            profile(m, m.random_inputs(seed=0), hot=True, **bad)
     rep = profile(m, m.random_inputs(seed=0), repeat=1, hot=True)
     assert all(k.ms >= 0 and k.hot_ms >= 0 for k in rep.kernels)
 

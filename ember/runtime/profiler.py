@@ -193,7 +193,7 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
     Raises:
         InputError: bad inputs (as ``model.run``), or ``model`` is not a static
             ``CompiledModel`` (a staged model has no fixed kernel plan to time), or
-            ``repeat`` < 1 / ``warmup`` < 0.
+            ``repeat`` < 1 / ``warmup`` < 0 (or either not an integer).
     """
     ex = getattr(model, "_executor", None)
     if ex is None or getattr(model, "plan", None) is None:
@@ -201,7 +201,8 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
                          f"{type(model).__name__} has no fixed kernel plan: compile with "
                          f"ember.compile(path, executor='static', shapes={{...}}) "
                          f"(command line: ember profile MODEL --shape NAME=D0,D1,...)")
-    if repeat < 1 or warmup < 0:
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool)
+               for n in (repeat, warmup)) or repeat < 1 or warmup < 0:
         raise InputError(f"profile() needs repeat >= 1 and warmup >= 0 (got repeat={repeat}, "
                          f"warmup={warmup}): every time it reports is a median over the "
                          f"repeats")

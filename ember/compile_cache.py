@@ -33,14 +33,18 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def model_digest(model, proto) -> bytes:
+def model_digest(model, proto, external_files=()) -> bytes:
     """SHA-256 of the model's bytes: of the file for a path (read in 1 MiB chunks, so hashing
-    holds no copy of a large model), of the bytes given, else of ``proto`` serialized."""
+    holds no copy of a large model) and of its ``external_files`` (``load_model`` lists them),
+    of the bytes given, else of ``proto`` serialized."""
     h = hashlib.sha256()
     if isinstance(model, (str, os.PathLike)):
-        with open(model, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        for k, path in enumerate([model, *external_files]):  # an edited data file too
+            if k:  # the model file alone hashes as its bytes given to compile would
+                h.update(b"\0" + os.path.basename(path).encode() + b"\0")
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
     elif isinstance(model, (bytes, bytearray, memoryview)):
         h.update(model)
     else:

@@ -330,11 +330,12 @@ def _compile_static(model, target, shapes) -> CompiledModel:
     t0 = time.perf_counter()
     target = Target(target)
     stamp = _file_stamp(model)
-    proto = load_model(model)
+    external: list[str] = []
+    proto = load_model(model, external)
     # a large model is not serialized again for its key (that held two more copies of the
-    # weights): the key hashes the file or the bytes given
-    key = compile_cache.cache_key(lambda: compile_cache.model_digest(model, proto), target,
-                                  shapes, PassContext.current())
+    # weights): the key hashes the file (and its external data files) or the bytes given
+    key = compile_cache.cache_key(lambda: compile_cache.model_digest(model, proto, external),
+                                  target, shapes, PassContext.current())
     if key is not None and stamp != _file_stamp(model):
         key = None  # the file changed while it was read: its hash may not be what was compiled
     if key is not None:

@@ -50,8 +50,8 @@ def test_a_file_changed_while_it_is_read_is_not_cached_under_its_new_hash(
     b1 = B0 + 10.0
     load = fo.load_model
 
-    def load_then_edit(model):
-        proto = load(model)
+    def load_then_edit(model, *args):
+        proto = load(model, *args)
         onnx.save(_model(b1), path)  # another process rewrites the file right after the read
         return proto
 
@@ -59,3 +59,33 @@ def test_a_file_changed_while_it_is_read_is_not_cached_under_its_new_hash(
     np.testing.assert_array_equal(ember.compile(path).run({"x": X})[0], X + B0)
     monkeypatch.setattr(fo, "load_model", load)
     np.testing.assert_array_equal(ember.compile(path).run({"x": X})[0], X + b1)
+
+
+def test_external_data_is_read_and_an_edited_data_file_is_never_stale(own_cache, tmp_path):
+    # was: the weights in external data files could not be read (a ModelLoadError saying the
+    # data file "is not regular file"); the cache key must hash the data files too
+    from ember.errors import ModelLoadError
+    path = tmp_path / "m.onnx"
+
+    def save(b):
+        onnx.save(_model(b), path, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location="m.data", size_threshold=0)
+
+    save(B0)
+    m = ember.compile(path)
+    np.testing.assert_array_equal(m.run({"x": X})[0], X + B0)
+    assert ember.compile(str(path)).info.get("cache_hit")
+    b1 = B0.copy()
+    b1[1, 2] = -7.0
+    save(b1)  # the .onnx file is the same bytes: only m.data changed
+    m = ember.compile(path)
+    assert not m.info.get("cache_hit")
+    np.testing.assert_array_equal(m.run({"x": X})[0], X + b1)
+    np.testing.assert_array_equal(ember.compile(onnx.load(path)).run({"x": X})[0], X + b1)
+    with pytest.raises(ModelLoadError, match="external data.*pass the model's path"):
+        ember.compile(path.read_bytes())
+    with pytest.raises(ModelLoadError, match="external data.*pass the model's path"):
+        ember.compile(onnx.load(path, load_external_data=False))
+    (tmp_path / "m.data").unlink()
+    with pytest.raises(ModelLoadError, match="external data cannot be read"):
+        ember.compile(path)

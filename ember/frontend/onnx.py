@@ -28,15 +28,22 @@ from .dtypes import onnx_dtype
 
 INLINE_CONST_LIMIT = 16  # constants with more elements become named params
 
-def load_model(model) -> onnx.ModelProto:
-    """An ``onnx.ModelProto`` from a path, bytes or a ModelProto.
+def load_model(model, external_files: list | None = None) -> onnx.ModelProto:
+    """An ``onnx.ModelProto`` from a path, bytes or a ModelProto. A model given by path may keep
+    tensors in external data files next to it (ONNX external data): they are read in, and
+    their paths appended to ``external_files`` when given (the compiled-model cache hashes
+    them).
 
     Raises:
-        ModelLoadError: missing file, not an ONNX model, truncated model.
+        ModelLoadError: missing file, not an ONNX model, truncated model; external data (read
+            from the files next to a model given by path) that is missing, or that a model
+            given as bytes or a ModelProto without its data refers to.
     """
     if isinstance(model, onnx.ModelProto):
         _check_model(model, "the given ModelProto")
+        _load_external_data(model, None, "the given ModelProto")
         return model
+    base_dir = None
     if isinstance(model, (bytes, bytearray)):
         data = bytes(model)
         where = "the given bytes"
@@ -52,6 +59,7 @@ def load_model(model) -> onnx.ModelProto:
         with open(path, "rb") as f:
             data = f.read()
         where = repr(path)
+        base_dir = os.path.dirname(os.path.abspath(path))
     try:
         m = onnx.ModelProto()
         m.ParseFromString(data)
@@ -59,7 +67,41 @@ def load_model(model) -> onnx.ModelProto:
         raise ModelLoadError(f"{where} is not a valid ONNX model (truncated or not ONNX): "
                              f"{type(e).__name__}: {e}") from None
     _check_model(m, where)
+    _load_external_data(m, base_dir, where, external_files)
     return m
+
+
+def external_data_files(m: onnx.ModelProto, base_dir: str) -> list[str]:
+    """Paths (sorted, unique) of the files holding ``m``'s external-data tensors, resolved
+    against ``base_dir`` (the model file's folder)."""
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+    return sorted({os.path.join(base_dir, ExternalDataInfo(t).location)
+                   for t in _get_all_tensors(m) if uses_external_data(t)})
+
+
+def _load_external_data(m: onnx.ModelProto, base_dir: str | None, where: str,
+                        files: list | None = None) -> None:
+    """Read the tensors ``m`` stores in external data files into ``m`` (ONNX's external data:
+    files named relative to the model file's folder).
+
+    Raises:
+        ModelLoadError: the model came as bytes (no folder to find the files in), or a file is
+            missing or too short."""
+    from onnx.external_data_helper import (_get_all_tensors, load_external_data_for_model,
+                                           uses_external_data)
+    if not any(uses_external_data(t) for t in _get_all_tensors(m)):
+        return
+    if base_dir is None:
+        raise ModelLoadError(f"{where} keeps tensors in external data files, which are found "
+                             f"next to the model file: pass the model's path instead (or "
+                             f"onnx.load(path), which reads them)")
+    if files is not None:
+        files.extend(external_data_files(m, base_dir))
+    try:
+        load_external_data_for_model(m, base_dir)
+    except Exception as e:  # a missing or cut-short file, a location outside base_dir
+        raise ModelLoadError(f"{where}: its external data cannot be read ({type(e).__name__}: "
+                             f"{e}); keep the data files next to the model file") from None
 
 
 def _check_model(m: onnx.ModelProto, where: str) -> None:

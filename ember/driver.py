@@ -206,6 +206,11 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     Raises:
         UnsupportedOpError / LoweringError: an operator cannot be lowered (names the binding).
         ToolchainError: no C compiler. CodegenError: the C compiler failed.
+        ShapeMismatchError: a ``params`` value whose shape is not its parameter's (up to
+            dimensions of size 1).
+
+    ``params`` is not modified, and the model keeps no reference to its arrays (the weights
+    are copied into the model's weight arena).
 
     ``_consume_params`` (internal, ``compile``): the caller hands ``params`` over; the dict is
     emptied once the weights are bound into the graph, so the imported weights the passes

@@ -141,7 +141,6 @@ class _Packed:
     def __init__(self, src: np.ndarray, imap):
         self.src, self.imap = src, imap
         self.shape = tuple(imap.new_shape(src.shape))
-        self.dtype = src.dtype
 
     def array(self, out: np.ndarray | None = None) -> np.ndarray:
         return self.imap.apply_numpy(self.src, out=out)
@@ -149,24 +148,22 @@ class _Packed:
 
 def _bind_weights(plan: dict, bound: dict) -> dict:
     """``bound`` with every weight the steps read copied (packed, for a ``_Packed`` one) into
-    one weight arena on huge pages, laid out as ``GraphExecutor`` lays it out
-    (``param_layout``), so the executor uses those arrays in place instead of copying them once
-    more: compiling peaks at the imported weights plus the arena. Weights no step reads (a
-    constant graph output) are copied on their own: never the caller's array, which the model
-    would otherwise return (and ``model.params`` write into) after the caller changed it."""
+    the model's weight arena (``executor.weight_arena``), so the executor uses those arrays in
+    place instead of copying them once more: compiling peaks at the imported weights plus the
+    arena. Weights no step reads (a constant graph output) are copied on their own: never the
+    caller's array, which the model would otherwise return (and ``model.params`` write into)
+    after the caller changed it."""
     from .dtypes import np_dtype
-    from .runtime.executor import ALIGN, hugepage_empty, param_layout
-    layout, total = param_layout(plan)
+    from .runtime.executor import weight_arena
+    dest = weight_arena(plan, list(bound))
     slots = {s["param"]: s for s in plan["slots"] if s["kind"] == "param"}
-    arena = hugepage_empty(max(total, ALIGN)) if layout else None
     out = {}
     for name, v in bound.items():
-        if name not in layout:
+        if name not in dest:
             out[name] = v.array() if isinstance(v, _Packed) else np.array(v, copy=True)
             continue
-        off, n = layout[name]
         s = slots[name]
-        dst = arena[off:off + n].view(np_dtype(s["dtype"])).reshape(s["shape"])
+        dst = dest[name].view(np_dtype(s["dtype"])).reshape(s["shape"])
         if isinstance(v, _Packed):
             v.array(out=dst)
         else:

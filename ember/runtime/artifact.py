@@ -111,21 +111,6 @@ def _read_aligned(z: zipfile.ZipFile, name: str, dest: np.ndarray | None = None)
         return buf[:n].view(dtype).reshape(shape) if n else np.empty(shape, dtype)
 
 
-def _weight_arena(plan: dict, names: list) -> dict:
-    """``{param name: uint8 slice}`` of one huge-page weight arena laid out as
-    ``GraphExecutor`` lays it out (``param_layout``), for the params the plan reads; ``{}``
-    for a plan too malformed to lay out (``check_plan`` then names what is wrong)."""
-    from .executor import hugepage_empty, param_layout
-    try:
-        layout, total = param_layout(plan)
-    except (IndexError, KeyError, TypeError, ValueError, AttributeError):
-        return {}
-    if not total:
-        return {}
-    arena = hugepage_empty(total)
-    return {n: arena[layout[n][0]:sum(layout[n])] for n in names if n in layout}
-
-
 def load_artifact(path, num_threads: int | None = None):
     """Load a ``CompiledModel`` saved by ``save``. ``num_threads``: the kernels' thread count
     (``None``: the saved target's ``-num-threads``, else all online CPUs).
@@ -154,7 +139,8 @@ def load_artifact(path, num_threads: int | None = None):
                 with np.load(io.BytesIO(z.read("params.npz"))) as npz:
                     raw = {f"p{k}": npz[f"p{k}"] for k in range(len(manifest["param_names"]))}
             else:
-                dest = _weight_arena(manifest["plan"], manifest["param_names"])
+                from .executor import weight_arena
+                dest = weight_arena(manifest["plan"], manifest["param_names"])
                 raw = {f"p{k}": _read_aligned(z, f"params/p{k}.npy", dest.get(n))
                        for k, n in enumerate(manifest["param_names"])}
             for k, n in enumerate(manifest["param_names"]):

@@ -104,6 +104,22 @@ def param_layout(plan: dict) -> tuple[dict[str, tuple[int, int]], int]:
     return layout, total
 
 
+def weight_arena(plan: dict, names) -> dict[str, np.ndarray]:
+    """``{param name: uint8 slice}`` of one new huge-page weight arena laid out as
+    ``GraphExecutor`` lays it out (``param_layout``), for those of ``names`` the plan's steps
+    read: fill them (an artifact's weights are read, ``build``'s written, straight into it) and
+    the executor uses them in place. ``{}`` for a plan without such weights, or one too
+    malformed to lay out (``check_plan`` then names what is wrong)."""
+    try:
+        layout, total = param_layout(plan)
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+        return {}
+    if not total:
+        return {}
+    arena = hugepage_empty(total)
+    return {n: arena[layout[n][0]:sum(layout[n])] for n in names if n in layout}
+
+
 def check_plan(plan: dict, params: Mapping[str, np.ndarray], lib=None) -> None:
     """Check that a plan, its weights and its library agree before any kernel runs.
 

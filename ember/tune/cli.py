@@ -58,36 +58,27 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _shapes(items):
-    from ..cli import _parse_shapes  # the CLI's own --shape parser (typed InputError)
-    return _parse_shapes(items)
-
-
 def run_tune(args: argparse.Namespace) -> int:
     """Run ``ember tune`` for parsed ``args``; returns the exit status (ember errors propagate
     for ``ember.cli`` to print)."""
-    import os
-    from .model import tune_model
-    records = args.records or os.path.splitext(args.model)[0] + ".tune.jsonl"
+    from ..cli import _parse_shapes  # the CLI's own --shape parser (typed InputError)
+    from .model import default_records, tune_model
     try:
-        summary = _run(args, tune_model)
+        summary = tune_model(args.model, target=args.target, trials=args.trials,
+                             tuner=args.tuner, records=args.records, dask=args.dask,
+                             shapes=_parse_shapes(args.shape),
+                             early_stopping=args.early_stopping, time_budget=args.time_budget,
+                             max_tasks=args.max_tasks, progress=not args.no_progress,
+                             template=args.template, confirm=args.confirm, per_call=True,
+                             repeat=1, number=10, measure_threads=args.measure_threads,
+                             algorithms=not args.no_algorithms, model_check=args.model_check,
+                             check_top=args.check_top, log=lambda s: print(s, file=sys.stdout))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: what was measured is kept in {records}; run the same command "
-              f"again to resume (measured candidates are skipped)", file=sys.stderr)
+        print(f"\ninterrupted: what was measured is kept in "
+              f"{args.records or default_records(args.model)}; run the same command again to "
+              f"resume (measured candidates are skipped)", file=sys.stderr)
         raise
     return 0 if summary.tasks else 1
-
-
-def _run(args: argparse.Namespace, tune_model):
-    """``tune_model`` with the arguments of ``ember tune``."""
-    return tune_model(args.model, target=args.target, trials=args.trials, tuner=args.tuner,
-                      records=args.records, dask=args.dask, shapes=_shapes(args.shape),
-                      early_stopping=args.early_stopping, time_budget=args.time_budget,
-                      max_tasks=args.max_tasks, progress=not args.no_progress,
-                      template=args.template, confirm=args.confirm, per_call=True,
-                      repeat=1, number=10, measure_threads=args.measure_threads,
-                      algorithms=not args.no_algorithms, model_check=args.model_check,
-                      check_top=args.check_top, log=lambda s: print(s, file=sys.stdout))
 
 
 def records_context(path: str | None):

@@ -127,6 +127,14 @@ def load_model(model: Any, shapes: Mapping[str, Sequence[int]] | None = None):
     return from_onnx(model, shapes=shapes)
 
 
+def default_records(model: Any) -> str:
+    """Where ``tune_model`` keeps the records when none is given: ``<model>.tune.jsonl`` next
+    to a model given by path, else ``tune.jsonl``."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.path.splitext(os.fspath(model))[0] + ".tune.jsonl"
+    return "tune.jsonl"
+
+
 def allocate_trials(tasks: Sequence[TaskInfo], trials: int, min_trials: int = 8) -> list[int]:
     """Split ``trials`` over ``tasks``: ``min_trials`` each (as far as the budget goes), the
     rest in proportion to each task's total FLOPs, never more than a task's space size. What a
@@ -340,8 +348,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     target = Target(target)
     t0 = time.perf_counter()
     if records is None:
-        records = (os.path.splitext(os.fspath(model))[0] + ".tune.jsonl"
-                   if isinstance(model, (str, os.PathLike)) else "tune.jsonl")
+        records = default_records(model)
     records = os.fspath(records)
     mod, params = load_model(model, shapes)
     tasks = extract_tasks(mod, params, target, include_all=tuner == "search", template=template,

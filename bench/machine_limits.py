@@ -56,39 +56,44 @@ static float* huge_floats(size_t n) {           /* 2 MiB aligned, MADV_HUGEPAGE,
   memset(p, 0, b);
   return (float*)p;
 }
+static void free_huge(float* p, size_t n) {      /* the aligned range huge_floats handed out */
+  munmap(p, ((n * 4 + (2u << 20) - 1) / (2u << 20)) * (2u << 20));
+}
 static float sink[256];
 """
 
 _BANDWIDTH = r"""
+static double pass_gbps(const float* f, size_t n, int threads) {
+  omp_set_num_threads(threads);
+  double best = 1e9;
+  for (int r = 0; r < 8; ++r) {
+    double t = now();
+    #pragma omp parallel
+    {
+      __m512 a = _mm512_setzero_ps();
+      #pragma omp for schedule(static)
+      for (size_t i = 0; i < n; i += 64) {
+        a = _mm512_add_ps(a, _mm512_load_ps(f + i));
+        a = _mm512_add_ps(a, _mm512_load_ps(f + i + 16));
+        a = _mm512_add_ps(a, _mm512_load_ps(f + i + 32));
+        a = _mm512_add_ps(a, _mm512_load_ps(f + i + 48));
+      }
+      sink[omp_get_thread_num()] += _mm512_reduce_add_ps(a);
+    }
+    double dt = now() - t;
+    if (r > 0 && dt < best) best = dt;
+  }
+  return n * 4.0 / best / 1e9;
+}
 int main(void) {
   int sizes[] = {8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 256};
-  for (int threads = 1; threads <= 2; ++threads) {
-    omp_set_num_threads(threads);
-    for (int si = 0; si < 11; ++si) {
-      size_t n = ((size_t)sizes[si] << 20) / 4;
-      float* f = huge_floats(n);
-      for (size_t i = 0; i < n; ++i) f[i] = 1e-6f;
-      double best = 1e9;
-      for (int r = 0; r < 8; ++r) {
-        double t = now();
-        #pragma omp parallel
-        {
-          __m512 a = _mm512_setzero_ps();
-          #pragma omp for schedule(static)
-          for (size_t i = 0; i < n; i += 64) {
-            a = _mm512_add_ps(a, _mm512_load_ps(f + i));
-            a = _mm512_add_ps(a, _mm512_load_ps(f + i + 16));
-            a = _mm512_add_ps(a, _mm512_load_ps(f + i + 32));
-            a = _mm512_add_ps(a, _mm512_load_ps(f + i + 48));
-          }
-          sink[omp_get_thread_num()] += _mm512_reduce_add_ps(a);
-        }
-        double dt = now() - t;
-        if (r > 0 && dt < best) best = dt;
-      }
-      printf("bandwidth %d %d %.2f\n", threads, sizes[si], n * 4.0 / best / 1e9);
-      munmap(f, 0);
-    }
+  for (int si = 0; si < 11; ++si) {        /* one buffer per size, read on 1 and 2 threads */
+    size_t n = ((size_t)sizes[si] << 20) / 4;
+    float* f = huge_floats(n);
+    for (size_t i = 0; i < n; ++i) f[i] = 1e-6f;
+    for (int threads = 1; threads <= 2; ++threads)
+      printf("bandwidth %d %d %.2f\n", threads, sizes[si], pass_gbps(f, n, threads));
+    free_huge(f, n);
   }
   return 0;
 }

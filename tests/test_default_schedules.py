@@ -296,7 +296,6 @@ def test_profile_hot_times_each_kernel_back_to_back_without_changing_results():
     y = m.run(x)[0]
     rep = profile(m, x, repeat=3, hot=True)
     assert all(k.hot_ms is not None and k.hot_ms > 0 for k in rep.kernels)
-    assert all(abs(k.stall_ms - (k.ms - k.hot_ms)) < 1e-12 for k in rep.kernels)
     table = rep.table()
     assert "hot ms" in table and "waits on data earlier kernels evicted" in table
     assert all("stall_ms" in d for d in rep.to_dict()["kernels"])

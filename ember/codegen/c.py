@@ -22,7 +22,7 @@ from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc,
                         Store)
 from ..tir.arith import flat_index
 from .threadpool import THREADPOOL_C
-from ..tir.transform import expand_unrolled, lower_blocks, partition_loops
+from ..tir.transform import expand_unrolled, lower_blocks, partition_loops, row_groups
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, itemsize
 from .dtype_support import compute_dtype, storage_ctype, support_source
 
@@ -166,7 +166,7 @@ class CFunctionPrinter:
 
     def __init__(self, func: PrimFunc, target=None):
         from ..target import Target
-        self.func = partition_loops(expand_unrolled(lower_blocks(func)))
+        self.func = row_groups(partition_loops(expand_unrolled(lower_blocks(func))))
         self.target = Target(target or "llvm")
         self.deps: dict[str, str] = {}  # support code (micro-kernels, vector helpers) by name
         self.bounds: dict = {}  # ranges of the enclosing loop variables (index simplification)

@@ -24,12 +24,16 @@ PREFETCH_STEPS = 8  # reduction steps ahead that the SIMD kernels prefetch B
 
 
 def register_microkernel(family: str, isa: str, dtype: str):
-    """Decorator: register ``gen(name, mr, nr, nred, a_vec[, epi][, pf_next=True]) -> C source``
-    for ``(family, isa, dtype)``; ``a_vec`` selects the lane-aligned variant (``A`` loaded as
-    vectors along ``n``, as depthwise convolution needs) instead of one broadcast ``A`` element
-    per row; ``epi`` is the register epilogue (``EPI_PARAMS``); ``pf_next`` adds a prefetch (into
-    L2) of the ``B`` block the next call will read, ``B + k * sb`` of the innermost reduction
-    loop (generators without prefetches may ignore it)."""
+    """Decorator: register ``gen(name, mr, nr, nred, a_vec[, epi][, pf_next=True][, groups=G])
+    -> C source`` for ``(family, isa, dtype)``; ``a_vec`` selects the lane-aligned variant (``A``
+    loaded as vectors along ``n``, as depthwise convolution needs) instead of one broadcast ``A``
+    element per row; ``epi`` is the register epilogue (``EPI_PARAMS``); ``pf_next`` adds a
+    prefetch (into L2) of the ``B`` block the next call will read, ``B + k * sb`` of the
+    innermost reduction loop (generators without prefetches may ignore it); ``groups`` (the
+    SIMD ``gemm`` generators; default 1) splits the ``mr`` rows into ``G`` groups of ``mr / G`` rows whose ``A``
+    rows start ``lda2`` elements apart (row ``i``: ``A + (i / (mr/G)) * lda2 + (i % (mr/G)) *
+    lda``; an extra ``int64_t lda2`` argument follows ``lda``), so one call covers several
+    output rows of an image whose rows are not evenly spaced in ``A`` (``row_groups``)."""
     def deco(gen):
         _REGISTRY[(family, isa, dtype)] = gen
         return gen
@@ -38,8 +42,8 @@ def register_microkernel(family: str, isa: str, dtype: str):
 
 def microkernel_source(name: str, key: tuple) -> str:
     """C definition of micro-kernel ``name`` for ``key = (family, isa, dtype, mr, nr, nred[,
-    a_vec[, epi or None[, pf_next]]])`` (``gemm``) or ``(family, isa, dtype, *params)`` (other
-    families, e.g. ``dwconv``: ``ember.codegen.microkernel_dwconv``).
+    a_vec[, epi or None[, pf_next[, groups]]]])`` (``gemm``) or ``(family, isa, dtype,
+    *params)`` (other families, e.g. ``dwconv``: ``ember.codegen.microkernel_dwconv``).
 
     Raises:
         LoweringError: no generator is registered for the family, ISA and dtype.
@@ -55,15 +59,18 @@ def microkernel_source(name: str, key: tuple) -> str:
     a_vec = bool(key[6]) if len(key) > 6 else False
     epi = key[7] if len(key) > 7 else None
     kw = {"pf_next": True} if len(key) > 8 and key[8] else {}
+    if len(key) > 9 and key[9] > 1:
+        kw["groups"] = int(key[9])
     return gen(name, mr, nr, nred, a_vec, epi, **kw)
 
 
-def _signature(name: str, nred: int, epi=None) -> str:
+def _signature(name: str, nred: int, epi=None, groups: int = 1) -> str:
     red = "".join(f", int64_t k{t}, int64_t sa{t}, int64_t sb{t}" for t in range(nred))
+    lda2 = ", int64_t lda2" if groups > 1 else ""
     # not inlined: inlined into a kernel with a heavy epilogue (GELU), the compiler hoisted the
     # epilogue's constants into registers and spilled the accumulators (3x slower)
     return (f"static __attribute__((noinline)) void {name}(float* restrict C, "
-            f"const float* restrict A, const float* restrict B, int64_t ldc, int64_t lda{red}, "
+            f"const float* restrict A, const float* restrict B, int64_t ldc, int64_t lda{lda2}{red}, "
             f"int32_t accumulate{EPI_PARAMS if epi else ''})")
 
 
@@ -119,10 +126,10 @@ def _loops(nred: int) -> tuple[list[str], str, str, str]:
 
 
 def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, set1, fma,
-               mask_decl, add, vmax, vmin, a_vec=False, epi=None, pf_next=False):
+               mask_decl, add, vmax, vmin, a_vec=False, epi=None, pf_next=False, groups=1):
     nv = -(-nr // lanes)
     tail = nr % lanes
-    L = [_signature(name, nred, epi) + " {"]
+    L = [_signature(name, nred, epi, groups) + " {"]
     if tail:
         L.append(mask_decl(tail))
     acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
@@ -158,7 +165,7 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
                 ld = loadm if (tail and j == nv - 1) else load
                 L.append(f"    {acc[i][j]} = {fma(ld(f'a + {i} * lda + {j * lanes}'), f'b{j}', acc[i][j])};")
             continue
-        L.append(f"    {{ {vt} a{i} = {set1(f'a[{i} * lda]')};")
+        L.append(f"    {{ {vt} a{i} = {set1(f'a[{_a_row(i, mr, groups)}]')};")
         for j in range(nv):
             L.append(f"      {acc[i][j]} = {fma(f'a{i}', f'b{j}', acc[i][j])};")
         L.append("    }")
@@ -171,6 +178,14 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
             L.append(f"  {st(f'C + {i} * ldc + {j * lanes}', acc[i][j])};")
     L.append("}")
     return "#include <immintrin.h>\n" + "\n".join(L) + "\n"
+
+
+def _a_row(i: int, mr: int, groups: int) -> str:
+    """The offset of row ``i``'s ``A`` element in a micro-kernel with ``groups`` row groups."""
+    if groups <= 1:
+        return f"{i} * lda"
+    g = mr // groups
+    return f"{i // g} * lda2 + {i % g} * lda"
 
 
 def _avx2_mask_decl(t: int) -> str:
@@ -212,16 +227,16 @@ SIMD_ISAS: dict[str, dict] = {
 
 @register_microkernel("gemm", "avx512", "float32")
 def _gemm_avx512(name: str, mr: int, nr: int, nred: int, a_vec: bool = False,
-                 epi=None, pf_next: bool = False) -> str:
+                 epi=None, pf_next: bool = False, groups: int = 1) -> str:
     return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, pf_next=pf_next,
-                      **SIMD_ISAS["avx512"])
+                      groups=groups, **SIMD_ISAS["avx512"])
 
 
 @register_microkernel("gemm", "avx2", "float32")
 def _gemm_avx2(name: str, mr: int, nr: int, nred: int, a_vec: bool = False, epi=None,
-               pf_next: bool = False) -> str:
+               pf_next: bool = False, groups: int = 1) -> str:
     return _simd_gemm(name, mr, nr, nred, a_vec=a_vec, epi=epi, pf_next=pf_next,
-                      **SIMD_ISAS["avx2"])
+                      groups=groups, **SIMD_ISAS["avx2"])
 
 
 def scalar_epilogue(epi, rows: int, cols: int) -> list[str]:

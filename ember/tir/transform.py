@@ -385,5 +385,111 @@ def partition_loops(func: PrimFunc) -> PrimFunc:
     return PrimFunc(func.name, func.params, body, dict(func.attrs))
 
 
+# Row groups: a loop that only calls a gemm micro-kernel on consecutive row blocks of the output
+# (``for r in [0, R): ukernel(C + r * mr * ldc, A + r * sa, B, ...)``, B the same for every r)
+# becomes one call per pair of row blocks, with a micro-kernel of twice the rows in two groups
+# (``microkernel.register_microkernel``'s ``groups``): each B vector loaded feeds twice the
+# FMAs and the calls halve. ResNet-50's 7x7 stage-4 convolutions, whose output rows are 7 wide
+# (7 x 32 blocks, 14 accumulators), run as 2 x 7 rows: 28 accumulators, 12-16 % faster per
+# kernel (docs/performance.md).
+ROW_GROUP_MAX_ACC = {"avx512": 28, "avx2": 12}
+ROW_GROUP_REGISTERS = {"avx512": 32, "avx2": 16}
+
+
+def _row_coeff(e: Expr, v: Var):
+    """``e``'s constant coefficient in ``v`` when ``e`` is affine in it (else ``None``)."""
+    from .arith import linear_terms
+    lt = linear_terms(e)
+    if lt is None:
+        return None
+    coeff = 0
+    for atom, c in lt[0].values():
+        if atom is v:
+            coeff = c
+        elif any(x is v for x in collect_unique(atom, lambda n: isinstance(n, Var))):
+            return None  # v inside a non-linear term
+    return int(coeff)
+
+
+def _address_coeff(a, v: Var):
+    if not isinstance(a, AddressOf):
+        return None
+    from .arith import flat_index
+    return _row_coeff(flat_index(a.src, a.indices), v)
+
+
+def _paired(f: For) -> Stmt | None:
+    """The row-group form of loop ``f`` (see ``row_groups``), or ``None`` when it does not
+    qualify."""
+    k = f.body
+    if f.kind != "serial" or f.extent < 2 or not isinstance(k, KernelCall):
+        return None
+    key = k.key
+    if len(key) < 7 or key[0] != "gemm" or key[1] not in ROW_GROUP_MAX_ACC or key[6]:
+        return None
+    if (len(key) > 7 and key[7] is not None) or (len(key) > 9 and key[9] > 1):
+        return None  # a register epilogue reads per-row residuals; already grouped
+    isa, mr, nr, nred = key[1], key[3], key[4], key[5]
+    lanes = 16 if isa == "avx512" else 8
+    nv = -(-nr // lanes)
+    if 2 * mr * nv > ROW_GROUP_MAX_ACC[isa] or 2 * mr * nv + nv + 1 > ROW_GROUP_REGISTERS[isa]:
+        return None
+    args = k.args
+    if len(args) != 5 + 3 * nred + 1:
+        return None
+    v = f.var
+    ldc = args[3]
+    if not isinstance(ldc, Const) or not isinstance(args[4], Const):
+        return None
+    used = lambda e: any(x is v for x in collect_unique(e, lambda n: isinstance(n, Var)))
+    if any(used(a) for a in args[3:]) or used(args[2]):
+        return None  # B, the strides or the accumulate flag change with the row block
+    if _address_coeff(args[0], v) != mr * int(ldc.value):
+        return None  # the row blocks' outputs are not consecutive rows of C
+    sa = _address_coeff(args[1], v)
+    if not sa:
+        return None
+    from .schedule.tensorize import microkernel_name
+    pf = len(key) > 8 and bool(key[8])
+    name = microkernel_name(isa, key[2], 2 * mr, nr, nred, False, pf, groups=2)
+    key2 = ("gemm", isa, key[2], 2 * mr, nr, nred, 0, None, int(pf), 2)
+    v2 = Var(v.name, v.dtype)
+    at = {v: binop("mul", v2, Const(2, v.dtype))}
+    pair = KernelCall(name, [substitute(args[0], at), substitute(args[1], at), args[2], args[3],
+                             args[4], Const(sa, "int64")] + list(args[5:]), key2,
+                      list(k.reads), list(k.writes))
+    out = [For(v2, f.extent // 2, pair, "serial", dict(f.annotations))]
+    if f.extent % 2:
+        out.append(substitute_stmt(k, {v: Const(f.extent - 1, v.dtype)}))
+    return seq(out)
+
+
+def _groups(s: Stmt) -> Stmt:
+    if isinstance(s, For):
+        body = _groups(s.body)
+        if body is not s.body:
+            s = For(s.var, s.extent, body, s.kind, dict(s.annotations))
+        p = _paired(s)
+        return p if p is not None else s
+    return _map_compound(s, _groups)
+
+
+def row_groups(func: PrimFunc) -> PrimFunc:
+    """``func`` (without blocks) with every serial loop whose body is one ``gemm`` micro-kernel
+    call on consecutive ``mr``-row blocks of ``C`` (the output address advances ``mr * ldc``
+    per iteration, ``A``'s by a constant, ``B`` and every other argument stay the same: the
+    row loop of an image's output rows) rewritten to call a ``2 mr``-row micro-kernel with two
+    row groups on each pair of blocks (``A`` rows of the second group ``lda2`` = that constant
+    further), plus one ordinary call for an odd last block. Only where the doubled block still
+    fits the register file (``ROW_GROUP_MAX_ACC``: ``2 * mr * ceil(nr / lanes)`` accumulators,
+    plus the ``B`` vectors and one broadcast), without a register epilogue and with ``A``
+    broadcast (not lane-aligned). Results are identical: each output element sums the same
+    products in the same order."""
+    body = _groups(func.body)
+    if body is func.body:
+        return func
+    return PrimFunc(func.name, func.params, body, dict(func.attrs))
+
+
 __all__ = ["lower_blocks", "expr_equal", "contains_block", "stmt_children", "expand_unrolled",
-           "partition_loops"]
+           "partition_loops", "row_groups"]

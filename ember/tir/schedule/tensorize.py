@@ -74,12 +74,13 @@ def dtype_short(dtype: str) -> str:
 
 
 def microkernel_name(isa: str, dtype: str, mr: int, nr: int, nred: int,
-                     a_vec: bool = False, pf_next: bool = False) -> str:
+                     a_vec: bool = False, pf_next: bool = False, groups: int = 1) -> str:
     """The C symbol of a gemm micro-kernel (``_av``: lane-aligned ``A``; ``_pn``: prefetches
-    the next call's ``B`` block, option ``pfnext``)."""
+    the next call's ``B`` block, option ``pfnext``; ``_gG``: ``G`` row groups, see
+    ``ember.tir.transform.row_groups``)."""
     short = dtype_short(dtype)
     return (f"ember_ukr_gemm_{isa}_{short}_{mr}x{nr}_r{nred}{'_av' if a_vec else ''}"
-            f"{'_pn' if pf_next else ''}")
+            f"{'_pn' if pf_next else ''}{f'_g{groups}' if groups > 1 else ''}")
 
 
 def _match_update(blk: Block, where: str):

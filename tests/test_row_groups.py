@@ -1,0 +1,76 @@
+"""``tir.transform.row_groups`` (a loop of gemm micro-kernel calls over consecutive row blocks
+run as calls of a twice-as-tall micro-kernel with two row groups, at code generation): compiled
+convolutions checked against the NumPy reference and against the same kernels without the
+transform (bit for bit: the sums run in the same order), and where it must not apply."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+import ember.codegen.c as cgen
+from ember.ops.nn import _conv_ref
+from ember.target import Target
+from ember.tir import transform as T
+
+pytestmark = pytest.mark.skipif("avx512f" not in Target("llvm").features,
+                                reason="row groups apply to the AVX-512 micro-kernels; this "
+                                       "machine has no AVX-512")
+
+
+def _conv_model(c, h, k, stride, oc, seed=0):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((oc, c, k, k)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    conv = helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[k // 2] * 4,
+                            strides=[stride] * 2)
+    relu = helper.make_node("Relu", ["c"], ["y"])
+    g = helper.make_graph([conv, relu], "conv", [x], [y],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), w, b
+
+
+def _compile(m, monkeypatch, groups: bool):
+    monkeypatch.setenv("EMBER_NO_MODEL_CACHE", "1")
+    monkeypatch.setattr(cgen, "row_groups", T.row_groups if groups else (lambda f: f))
+    return ember.compile(m, target="llvm -num-threads=2")
+
+
+# ResNet-50's stage-4 shapes: 3x3 on 7x7 (stride 1), 3x3 14x14 -> 7x7 (stride 2), and the
+# K-blocked 2048 -> 512 1x1 convolution; 7 output rows of 7 x 32 blocks each
+@pytest.mark.parametrize("c,h,k,stride,oc", [(512, 7, 3, 1, 512), (512, 14, 3, 2, 256),
+                                             (2048, 7, 1, 1, 256)])
+def test_stage4_convolutions_use_row_groups_and_match(c, h, k, stride, oc, monkeypatch):
+    m, w, b = _conv_model(c, h, k, stride, oc)
+    x = np.random.default_rng(1).standard_normal((1, c, h, h)).astype(np.float32)
+    on = _compile(m, monkeypatch, True)
+    off = _compile(m, monkeypatch, False)
+    # pairs of 7-row blocks as one 14-row call, and the odd seventh block as a 7-row call
+    assert re.search(r"ember_ukr_gemm_avx512_f32_14x32_r\d(_pn)?_g2\(", on.source)
+    assert re.search(r"ember_ukr_gemm_avx512_f32_7x32_r\d(_pn)?\(", on.source)
+    assert "_g2(" not in off.source
+    attrs = {"strides": [stride] * 2, "pads": [k // 2] * 4, "dilations": [1, 1], "group": 1,
+             "kernel_shape": [k, k], "auto_pad": "NOTSET"}
+    ref = np.maximum(_conv_ref([x, w, b], attrs)[0], 0)
+    y_on, y_off = on.run({"x": x})[0], off.run({"x": x})[0]
+    np.testing.assert_allclose(y_on, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(y_on, y_off)
+
+
+def test_blocks_that_would_not_fit_the_registers_stay_as_they_are(monkeypatch):
+    """A 56-wide image runs 14 x 32 blocks (28 accumulators): doubling them would spill, so no
+    call is grouped; the results still match the reference."""
+    m, w, b = _conv_model(64, 56, 1, 1, 64)
+    x = np.random.default_rng(2).standard_normal((1, 64, 56, 56)).astype(np.float32)
+    on = _compile(m, monkeypatch, True)
+    assert "_g2(" not in on.source
+    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1,
+             "kernel_shape": [1, 1], "auto_pad": "NOTSET"}
+    np.testing.assert_allclose(on.run({"x": x})[0], np.maximum(_conv_ref([x, w, b], attrs)[0], 0),
+                               rtol=1e-4, atol=1e-4)

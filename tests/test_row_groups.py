@@ -63,6 +63,25 @@ def test_stage4_convolutions_use_row_groups_and_match(c, h, k, stride, oc, monke
     np.testing.assert_array_equal(y_on, y_off)
 
 
+@pytest.mark.parametrize("c,oc", [(512, 2048), (320, 1280)])
+def test_panel_row_loops_with_an_epilogue_use_row_groups_and_match(c, oc, monkeypatch):
+    """The panels-outer 1x1 convolutions on 7x7 images (ResNet-50's 512 -> 2048, MobileNetV2's
+    320 -> 1280) compute each row block into a local tile and run the bias + ReLU epilogue on
+    it: grouped, one tile holds two blocks and the epilogue runs on each half."""
+    m, w, b = _conv_model(c, 7, 1, 1, oc)
+    x = np.random.default_rng(3).standard_normal((1, c, 7, 7)).astype(np.float32)
+    on = _compile(m, monkeypatch, True)
+    off = _compile(m, monkeypatch, False)
+    assert re.search(r"float acc\d+\[448\]", on.source)  # one local tile of two 7 x 32 blocks
+    assert "_g2(" in on.source and "_g2(" not in off.source
+    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1,
+             "kernel_shape": [1, 1], "auto_pad": "NOTSET"}
+    ref = np.maximum(_conv_ref([x, w, b], attrs)[0], 0)
+    y_on = on.run({"x": x})[0]
+    np.testing.assert_allclose(y_on, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(y_on, off.run({"x": x})[0])
+
+
 def test_blocks_that_would_not_fit_the_registers_stay_as_they_are(monkeypatch):
     """A 56-wide image runs 14 x 32 blocks (28 accumulators): doubling them would spill, so no
     call is grouped; the results still match the reference."""

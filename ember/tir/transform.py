@@ -412,18 +412,21 @@ def _row_coeff(e: Expr, v: Var):
 
 
 def _address_coeff(a, v: Var):
+    """The element stride of pointer argument ``a`` along ``v`` (``None``: not affine)."""
     if not isinstance(a, AddressOf):
         return None
     from .arith import flat_index
     return _row_coeff(flat_index(a.src, a.indices), v)
 
 
-def _paired(f: For) -> Stmt | None:
-    """The row-group form of loop ``f`` (see ``row_groups``), or ``None`` when it does not
-    qualify."""
-    k = f.body
-    if f.kind != "serial" or f.extent < 2 or not isinstance(k, KernelCall):
-        return None
+def _uses(e, v: Var) -> bool:
+    return any(x is v for x in collect_unique(e, lambda n: isinstance(n, Var)))
+
+
+def _pair_call(k: KernelCall, v: Var):
+    """``(mr, ldc, sa, pair kernel name, pair key)`` when micro-kernel call ``k`` can run two
+    row blocks of the loop over ``v`` at once (see ``row_groups``; the output address is
+    checked by the caller), else ``None``."""
     key = k.key
     if len(key) < 7 or key[0] != "gemm" or key[1] not in ROW_GROUP_MAX_ACC or key[6]:
         return None
@@ -435,17 +438,10 @@ def _paired(f: For) -> Stmt | None:
     if 2 * mr * nv > ROW_GROUP_MAX_ACC[isa] or 2 * mr * nv + nv + 1 > ROW_GROUP_REGISTERS[isa]:
         return None
     args = k.args
-    if len(args) != 5 + 3 * nred + 1:
+    if len(args) != 5 + 3 * nred + 1 or not isinstance(args[3], Const):
         return None
-    v = f.var
-    ldc = args[3]
-    if not isinstance(ldc, Const) or not isinstance(args[4], Const):
-        return None
-    used = lambda e: any(x is v for x in collect_unique(e, lambda n: isinstance(n, Var)))
-    if any(used(a) for a in args[3:]) or used(args[2]):
+    if any(_uses(a, v) for a in args[3:]) or _uses(args[2], v):
         return None  # B, the strides or the accumulate flag change with the row block
-    if _address_coeff(args[0], v) != mr * int(ldc.value):
-        return None  # the row blocks' outputs are not consecutive rows of C
     sa = _address_coeff(args[1], v)
     if not sa:
         return None
@@ -453,14 +449,97 @@ def _paired(f: For) -> Stmt | None:
     pf = len(key) > 8 and bool(key[8])
     name = microkernel_name(isa, key[2], 2 * mr, nr, nred, False, pf, groups=2)
     key2 = ("gemm", isa, key[2], 2 * mr, nr, nred, 0, None, int(pf), 2)
+    return mr, int(args[3].value), sa, name, key2
+
+
+def _paired(f: For) -> Stmt | None:
+    """The row-group form of loop ``f`` (see ``row_groups``), or ``None`` when it does not
+    qualify."""
+    if f.kind != "serial" or f.extent < 2:
+        return None
+    if isinstance(f.body, KernelCall):
+        return _paired_in_place(f)
+    b = f.body
+    if isinstance(b, Allocate) and isinstance(b.body, Seq) and b.body.stmts \
+            and isinstance(b.body.stmts[0], KernelCall):
+        return _paired_local(f)
+    return None
+
+
+def _paired_in_place(f: For) -> Stmt | None:
+    """``for v: ukernel(C + v * mr * ldc, A + v * sa, B, ...)``: pairs of row blocks."""
+    k, v = f.body, f.var
+    pc = _pair_call(k, v)
+    if pc is None:
+        return None
+    mr, ldc, sa, name, key2 = pc
+    if _address_coeff(k.args[0], v) != mr * ldc:
+        return None  # the row blocks' outputs are not consecutive rows of C
     v2 = Var(v.name, v.dtype)
     at = {v: binop("mul", v2, Const(2, v.dtype))}
+    args = k.args
     pair = KernelCall(name, [substitute(args[0], at), substitute(args[1], at), args[2], args[3],
                              args[4], Const(sa, "int64")] + list(args[5:]), key2,
                       list(k.reads), list(k.writes))
     out = [For(v2, f.extent // 2, pair, "serial", dict(f.annotations))]
     if f.extent % 2:
         out.append(substitute_stmt(k, {v: Const(f.extent - 1, v.dtype)}))
+    return seq(out)
+
+
+def _paired_local(f: For) -> Stmt | None:
+    """``for v: { local acc[mr x ldc]; ukernel(acc, A + v * sa, B, ...); epilogue(v, acc) }``
+    (a panels-outer GEMM's row loop): one ``acc`` of two blocks per pair, the epilogue once per
+    block on its half."""
+    from .arith import flat_index, linear_terms, map_accesses, simplify
+    v = f.var
+    acc, stmts = f.body.buffer, f.body.body.stmts
+    k = stmts[0]
+    pc = _pair_call(k, v)
+    if pc is None or acc.scope != "local" or acc.strides is not None:
+        return None
+    mr, ldc, sa, name, key2 = pc
+    size = 1
+    for n in acc.shape:
+        size *= n
+    c = k.args[0]
+    lt = linear_terms(flat_index(acc, c.indices)) if isinstance(c, AddressOf) else None
+    if c.src is not acc or size != mr * ldc or lt is None or lt[1] != 0 \
+            or any(co for _, co in lt[0].values()) or list(k.writes) != [acc]:
+        return None  # the call does not fill the whole local tile from its start
+    acc2 = Buffer(acc.name, (2,) + acc.shape, acc.dtype, "local")
+    v2 = Var(v.name, v.dtype)
+
+    def relocated(xs, vmap, new, g):
+        # ``xs`` at ``vmap`` with ``acc`` (whose origin may move with v) as ``new`` (no origin;
+        # block ``g`` of two, or ``None``: the same shape)
+        origin = [substitute(o, vmap) for o in acc.origin] if acc.origin is not None else None
+
+        def fn(buf, idx):
+            if buf is not acc:
+                return buf, idx
+            if idx is None:
+                return new, None
+            rel = [simplify(binop("sub", i, o)) for i, o in zip(idx, origin)] if origin \
+                else list(idx)
+            return new, tuple(([Const(g, "int64")] if g is not None else []) + rel)
+        return [map_accesses(substitute_stmt(x, vmap), fn) for x in xs]
+    at = {v: binop("mul", v2, Const(2, v.dtype))}
+    args = k.args
+    zero = AddressOf(acc2, [Const(0, "int64")] * len(acc2.shape))
+    pair = KernelCall(name, [zero, substitute(args[1], at), args[2], args[3], args[4],
+                             Const(sa, "int64")] + list(args[5:]), key2,
+                      [acc2 if b is acc else b for b in k.reads], [acc2])
+    epis = []
+    for g in (0, 1):
+        vmap = {v: binop("add", binop("mul", v2, Const(2, v.dtype)), Const(g, v.dtype))}
+        epis += relocated(stmts[1:], vmap, acc2, g)
+    out = [For(v2, f.extent // 2, Allocate(acc2, seq([pair] + epis)), "serial",
+               dict(f.annotations))]
+    if f.extent % 2:
+        acc1 = Buffer(acc.name, acc.shape, acc.dtype, "local")
+        last = {v: Const(f.extent - 1, v.dtype)}
+        out.append(Allocate(acc1, seq(relocated(stmts, last, acc1, None))))
     return seq(out)
 
 

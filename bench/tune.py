@@ -171,7 +171,8 @@ def bench_model(name: str, args) -> dict:
                               records=records, time_budget=args.time_budget, repeat=1,
                               number=args.number, per_call=True, confirm=args.confirm,
                               confirm_rounds=2, timeout=5, min_trials=args.min_trials,
-                              progress=not args.quiet, log=print, template=args.template,
+                              progress=not args.quiet, log=print,
+                              template=None if args.tuner == "search" else args.template,
                               measure_threads=args.measure_threads,
                               algorithms=not args.no_algorithms, model_check=args.model_check,
                               margin=args.margin, check_top=args.check_top)

@@ -35,11 +35,12 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-budget", type=float, metavar="S", help="stop measuring after S s")
     p.add_argument("--max-tasks", type=int, metavar="K", help="tune only the K heaviest tasks")
     p.add_argument("--early-stopping", type=int, metavar="N",
-                   help="stop a task after N trials without improvement (template tuners)")
+                   help="stop a task after N trials without improvement (every tuner)")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic input dims")
-    p.add_argument("--template", choices=["rule", "tile"], default="rule",
+    p.add_argument("--template", choices=["rule", "tile"], default=None,
                    help="rule: tune the default schedule rules' own knobs where they have "
-                   "them (default); tile: the multi-level tiling template everywhere")
+                   "them (default); tile: the multi-level tiling template everywhere "
+                   "(template tuners only; refused with --tuner search)")
     p.add_argument("--confirm", type=int, default=3, metavar="K",
                    help="re-measure each rule task's K best configurations and its default, "
                    "interleaved, before choosing (default 3; 0 = off)")

@@ -275,7 +275,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                early_stopping: int | None = None, timeout: float = 10.0, repeat: int = 3,
                min_trials: int = 8, progress: bool = True, max_tasks: int | None = None,
                seed: int = 0, time_budget: float | None = None, number: int = 2,
-               log=print, template: str = "rule", per_call: bool = False, confirm: int = 0,
+               log=print, template: str | None = None, per_call: bool = False, confirm: int = 0,
                confirm_rounds: int = 2, cache_flush: bool = True,
                measure_threads: int | None = None, algorithms: bool = True,
                model_check: int = 6, margin: float = 0.02, check_top: int = 4) -> TuneSummary:
@@ -295,9 +295,12 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         timeout, repeat, number: per-candidate run time-out (s), timed repeats, calls per
             repeat.
         log: where the summary lines go (``print``; ``None`` for silence).
-        template: ``"rule"``: kernels whose default schedule rule has knobs are tuned over
-            those knobs (``rule`` tasks), the others with ``tile``; ``"tile"``: all with
-            ``tile`` (see ``extract_tasks``).
+        template: ``"rule"`` (``None``: the default): kernels whose default schedule rule has
+            knobs are tuned over those knobs (``rule`` tasks), the others with ``tile``;
+            ``"tile"``: all with ``tile`` (see ``extract_tasks``). Template tuners only:
+            ``tuner="search"`` has no templates and refuses one.
+        early_stopping: stop a task after this many trials in a row without improvement
+            (every tuner, ``search`` included).
         per_call: time each call alone and keep the fastest, the candidates of a batch
             side by side with their calls interleaved (see ``LocalRunner``); robust on a
             machine shared with other work.
@@ -327,15 +330,21 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         A ``TuneSummary`` (``.table()`` prints the per-task table).
 
     Raises:
-        TuningError: unknown tuner, a negative ``model_check``, ``trials`` or ``confirm``,
-            ``max_tasks``, ``measure_threads`` or ``early_stopping`` below 1, a
-            ``time_budget`` not positive (all refused before tuning), or a model without
+        TuningError: unknown tuner, a ``template`` given with ``tuner="search"``, a negative
+            ``model_check``, ``trials`` or ``confirm``, ``max_tasks``, ``measure_threads`` or
+            ``early_stopping`` below 1, a ``time_budget`` not positive (all refused before tuning), or a model without
             tunable kernels.
     """
     from .tuner import TUNERS
     if tuner not in TUNERS and tuner != "search":
         raise TuningError(f"unknown tuner {tuner!r}: choose one of "
                           f"{sorted(TUNERS) + ['search']}")
+    if tuner == "search" and template is not None:
+        raise TuningError(f"template (--template) {template!r} does not apply to the "
+                          f"template-free search (--tuner search derives its programs from "
+                          f"each kernel); drop --template, or use a template tuner (--tuner "
+                          f"xgb, ga, random or grid) to tune with it")
+    template = template or "rule"
     if model_check < 0:  # refused before tuning, not after it
         raise TuningError(f"model_check (--model-check) is {model_check}: give the rounds of the "
                           f"in-model check (at least 2 to count as evidence), or 0 to skip it")
@@ -368,7 +377,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         if tuner == "search":
             from .search import tune_tasks_search
             results = tune_tasks_search(tasks, trials, option, history, records, progress, seed,
-                                        target=target, deadline=deadline)
+                                        target=target, deadline=deadline,
+                                        early_stopping=early_stopping)
         else:
             results = []
             algos = [t for t in tasks if t.task.name == "conv_algo"]

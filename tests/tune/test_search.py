@@ -155,3 +155,35 @@ def test_a_trace_record_that_cannot_replay_keeps_the_default(trace, caplog):
     assert ctx.matched >= 1 and ctx.applied == 0
     assert "keeping its default schedule" in caplog.text
     np.testing.assert_allclose(tuned.run({"x": x})[0], base, rtol=1e-4, atol=1e-5)
+
+
+def test_task_scheduler_early_stopping_drops_a_task_without_improvement():
+    # (was: --tuner search ignored --early-stopping and spent the whole budget)
+    heavy = SearchTask(_conv())
+    light = SearchTask(workload_func("nn.max_pool", {"kernel_shape": [2, 2], "strides": [2, 2]},
+                                     [[[1, 4, 8, 8], "float32"]], [[[1, 4, 4, 4], "float32"]]))
+    pols = [SearchPolicy(heavy, seed=0, population=8, generations=1),
+            SearchPolicy(light, seed=1, population=8, generations=1)]
+    # every program of a task costs the same: only a task's first measurement improves it
+    runner = _CostRunner({heavy.workload_key: 1e-3, light.workload_key: 1e-5})
+    sched = TaskScheduler(pols, [3, 1], tune.measure_option(SyntheticBuilder(), runner),
+                          round_size=4, early_stopping=5)
+    sched.tune(40)
+    # round 1: 1 improving + 3 not; round 2: 4 more not improving (7 >= 5): the task stops
+    assert [p.trials for p in pols] == [8, 8]
+    assert sched.done == [True, True]
+
+
+def test_tune_model_search_honours_early_stopping_and_refuses_a_template(tmp_path, monkeypatch):
+    import ember.tune.search as search
+    from ember.errors import TuningError
+    seen = {}
+    monkeypatch.setattr(search, "tune_tasks_search",
+                        lambda *a, **kw: seen.update(kw) or [])
+    tune.tune_model(_small_model(), trials=4, tuner="search", records=tmp_path / "r.jsonl",
+                    progress=False, log=None, early_stopping=3, model_check=0)
+    assert seen.get("early_stopping") == 3
+    for template in ("rule", "tile"):
+        with pytest.raises(TuningError, match=r"--template.*--tuner xgb"):
+            tune.tune_model(_small_model(), trials=4, tuner="search", template=template,
+                            records=tmp_path / "r.jsonl", progress=False, log=None)

@@ -9,7 +9,8 @@ task with the largest expected gain on end-to-end latency::
 times the model runs the kernel), ``recent_improvement`` is the relative latency drop over its
 last two rounds, and the ``explore`` term keeps a task that has had few rounds in play. A task
 without any valid measurement yet is chosen first; a task whose search space is exhausted is
-dropped.
+dropped. With ``early_stopping`` N, a task is dropped too once N of its trials in a row
+did not improve its best cost (as the template tuners stop).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class TaskScheduler:
 
     def __init__(self, policies: Sequence[SearchPolicy], weights: Sequence[float],
                  measure_option: dict, round_size: int = 8, explore: float = 0.2,
-                 callbacks: Sequence[Callable] = (), progress: bool = False, labels=None):
+                 callbacks: Sequence[Callable] = (), progress: bool = False, labels=None,
+                 early_stopping: int | None = None):
         self.policies = list(policies)
         self.weights = list(weights)
         self.measure = create_measure_batch(measure_option)
@@ -37,6 +39,8 @@ class TaskScheduler:
         self.rounds = [0] * len(self.policies)
         self.history: list[list[float]] = [[] for _ in self.policies]  # best cost per round
         self.done = [False] * len(self.policies)
+        self.early_stopping = early_stopping
+        self.since_best = [0] * len(self.policies)  # trials since the task's best improved
         self.progress = progress
         self.labels = labels or [p.task.workload_key for p in self.policies]
         self.bars: list = []
@@ -67,6 +71,14 @@ class TaskScheduler:
             return 0
         inputs = [MeasureInput(p.task.target, p.task, t) for t in traces]
         results = self.measure(inputs)
+        best = p.best_cost
+        for r in results:  # in measurement order, as the template tuners count
+            if r.ok and r.mean < best:
+                best, self.since_best[k] = r.mean, 0
+            else:
+                self.since_best[k] += 1
+        if self.early_stopping is not None and self.since_best[k] >= self.early_stopping:
+            self.done[k] = True  # no improvement in early_stopping trials
         p.trials += len(results)
         p.errors += sum(not r.ok for r in results)
         p.update(traces, results)
@@ -94,6 +106,8 @@ class TaskScheduler:
         left = n_trials
         try:
             for k in range(len(self.policies)):  # warm-up: one round each
+                if self.done[k]:
+                    continue
                 if left <= 0 or (deadline is not None and time.monotonic() >= deadline):
                     break
                 left -= self._round(k, min(self.round_size, left))
@@ -111,9 +125,11 @@ class TaskScheduler:
 
 def tune_tasks_search(tasks, trials: int, option: dict, history, records: str | None,
                       progress: bool = True, seed: int = 0, round_size: int = 8,
-                      target="llvm", deadline: float | None = None):
+                      target="llvm", deadline: float | None = None,
+                      early_stopping: int | None = None):
     """Template-free tuning of ``tasks`` (``TaskInfo``s) for ``tune_model``; returns
-    ``[(trials, errors, best_cost)]`` per task (resumed records included)."""
+    ``[(trials, errors, best_cost)]`` per task (resumed records included). ``early_stopping``:
+    a task stops after that many trials in a row without improvement."""
     from ..callbacks import log_to_file
     from .evolution import SearchTask
     policies, done = [], []
@@ -125,6 +141,7 @@ def tune_tasks_search(tasks, trials: int, option: dict, history, records: str | 
     left = max(0, trials - sum(done))
     sched = TaskScheduler(policies, [t.count for t in tasks], option, round_size=round_size,
                           callbacks=[log_to_file(records)] if records else [],
-                          progress=progress, labels=[t.op for t in tasks])
+                          progress=progress, labels=[t.op for t in tasks],
+                          early_stopping=early_stopping)
     sched.tune(left, deadline)
     return [(p.trials + d, p.errors, p.best_cost) for p, d in zip(policies, done)]

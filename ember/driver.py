@@ -5,6 +5,7 @@ shared library -> execution plan with a static memory plan."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Mapping, Sequence
@@ -118,7 +119,7 @@ def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
         if src["kind"] != "param":
             raise LoweringError(f"kernel {kernel.name}: its schedule re-lays out argument {j}, "
                                 f"which is not a compile-time constant")
-        name = f"{src['param']}@packed{abs(hash(lay['index_map'])) % 10**10}"
+        name = packed_name(src["param"], lay["index_map"])
         if name not in bound:  # packed when the weight arena is laid out (``_bind_weights``)
             bound[name] = _Packed(np.asarray(bound[src["param"]]),
                                   IndexMap.from_json(lay["index_map"]))
@@ -131,6 +132,15 @@ def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
                           "offset": None, "param": name})
             args[j] = len(slots) - 1
     return args
+
+
+def packed_name(param: str, index_map_json: str) -> str:
+    """The name of ``param``'s copy packed by the layout transform ``index_map_json``
+    (``IndexMap.to_json``): ``NAME@packed`` + a digest of the transform's text, the same in
+    every process (Python's ``hash`` is salted per process), so a model compiled twice names
+    its weights alike."""
+    digest = hashlib.blake2b(index_map_json.encode(), digest_size=5).hexdigest()
+    return f"{param}@packed{digest}"
 
 
 class _Packed:
@@ -203,6 +213,8 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     Raises:
         UnsupportedOpError / LoweringError: an operator cannot be lowered (names the binding).
         ToolchainError: no C compiler. CodegenError: the C compiler failed.
+        InputError: a ``params`` name that is no parameter of ``mod["main"]`` (the message
+            names the unknown ones and lists the parameters); raised before any compilation.
         ShapeMismatchError: a ``params`` value whose shape is not its parameter's (up to
             dimensions of size 1).
 

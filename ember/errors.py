@@ -38,7 +38,8 @@ class ShapeMismatchError(EmberError):
 
 
 class InputError(EmberError):
-    """A run-time input that does not match the compiled model (name, shape or dtype)."""
+    """A run-time input that does not match the compiled model (name, shape or dtype), or a
+    ``params`` entry given to ``ember.build`` that names no parameter of the graph."""
 
 
 class IRParseError(EmberError):

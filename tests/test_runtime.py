@@ -183,6 +183,46 @@ def test_weight_read_packed_and_unpacked_is_read_only():
     np.testing.assert_array_equal(cm.run({"x": x})[0], before)
 
 
+_PACKED_NAMES_SCRIPT = """
+import json, numpy as np, ember
+from onnx import TensorProto, helper, numpy_helper
+from ember.frontend.onnx import from_onnx
+w = np.arange(256, dtype=np.float32).reshape(16, 16) / 256
+g = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("Add", ["a", "W"], ["c"])],
+    "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 16])],
+    [helper.make_tensor_value_info("c", TensorProto.FLOAT, [16, 16])],
+    [numpy_helper.from_array(w, "W")])
+mod, params = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+cm = ember.build(mod, params=params)
+print(json.dumps([sorted(cm.params), [s["param"] for s in cm.plan["slots"]]]))
+"""
+
+
+def test_packed_weight_names_are_the_same_in_every_process():
+    """The same model built in two processes (different ``PYTHONHASHSEED``) names its packed
+    weights (``NAME@packed...``) and plan slots alike (was: Python's salted ``hash`` of the
+    layout transform, so the names changed from one process to the next)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[1])
+    runs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed,
+                   PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        out = subprocess.run([sys.executable, "-c", _PACKED_NAMES_SCRIPT], env=env, cwd=root,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    names, slots = runs[0]
+    if not any("@packed" in n for n in names):
+        pytest.skip("the default schedule did not pack W for this matmul on this target")
+    assert runs[1] == runs[0]
+
+
 def test_build_refuses_a_weight_of_another_shape():
     """``ember.build(mod, params=...)`` with a weight whose shape is not the parameter's is a
     typed error naming the parameter (was: a transposed (3, 2) weight was reshaped into the
@@ -206,3 +246,34 @@ def test_build_refuses_a_weight_of_another_shape():
     np.testing.assert_array_equal(cm.run({"x": x})[0], x + b)
     assert params["B"].shape == (1, 2, 3)
     np.testing.assert_array_equal(params["B"][0], np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_build_refuses_params_that_name_no_parameter(monkeypatch):
+    """``ember.build(mod, params=...)`` with a name that is no parameter of the graph is a typed
+    ``InputError`` naming it and listing the parameters, raised before any lowering (was: the
+    entry was ignored silently, so a misspelled weight left its parameter a run-time input)."""
+    import ember.driver
+    from ember.errors import InputError
+    from ember.frontend.onnx import from_onnx
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "Bias"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("Bias", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    mod, _ = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    b = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def no_lowering(*a, **k):
+        raise AssertionError("lowered before the params were checked")
+    with monkeypatch.context() as mp:
+        mp.setattr(ember.driver, "lower_binding", no_lowering)
+        params = {"bias": b, "Bias": b, "extra_weight": b}
+        with pytest.raises(InputError) as e:
+            ember.build(mod, params=params)
+        msg = str(e.value)
+        assert "'bias'" in msg and "'extra_weight'" in msg and "2 value(s)" in msg
+        assert "its parameters are 'x', 'Bias'" in msg and "'bias' -> 'Bias'?" in msg
+        assert sorted(params) == ["Bias", "bias", "extra_weight"]  # the caller's dict as it was
+    cm = ember.build(mod, params={"Bias": b})
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(cm.run({"x": x})[0], x + b)

@@ -23,12 +23,15 @@ def bind_params(mod: IRModule, params: Mapping[str, np.ndarray] | None) -> IRMod
     (its ``name_hint`` the parameter name); the other parameters (run-time inputs) stay.
 
     Raises:
+        InputError: a name in ``params`` that is no parameter of ``main`` (the message names
+            them and lists the parameters); checked before anything is bound.
         ShapeMismatchError: a value whose shape is not the parameter's (up to dimensions of
             size 1): reshaping a transposed or wrongly sized weight would be a wrong answer.
     """
     if not params:
         return mod
     f = mod.main
+    _check_names(f, params)
     sub: dict[int, Constant] = {}
     keep = []
     for p in f.params:
@@ -43,6 +46,34 @@ def bind_params(mod: IRModule, params: Mapping[str, np.ndarray] | None) -> IRMod
     out = IRModule(mod.functions)
     out["main"] = _substitute(f, sub, keep)
     return out
+
+
+def _check_names(f: Function, params: Mapping[str, np.ndarray]) -> None:
+    """Raise ``InputError`` naming each key of ``params`` that is no parameter of ``f``: a
+    misspelled or stale weight name would otherwise be ignored silently, and the parameter it
+    was meant for would become a run-time input."""
+    names = [p.name for p in f.params]
+    known = set(names)
+    unknown = [k for k in params if k not in known]
+    if not unknown:
+        return
+    import difflib
+    from ...errors import InputError
+    hints = []
+    for k in unknown[:5]:
+        close = difflib.get_close_matches(str(k), names, n=1)
+        if close:
+            hints.append(f"{k!r} -> {close[0]!r}?")
+    shown = ", ".join(repr(n) for n in names[:8]) or "none"
+    if len(names) > 8:
+        shown += f" (and {len(names) - 8} more)"
+    bad = ", ".join(repr(k) for k in unknown[:10])
+    if len(unknown) > 10:
+        bad += f" (and {len(unknown) - 10} more)"
+    raise InputError(f"params name {len(unknown)} value(s) that are no parameter of graph "
+                     f"{f.name!r}: {bad}; its parameters are {shown}"
+                     + (f" (did you mean {', '.join(hints)})" if hints else "")
+                     + ": remove those entries or fix their names")
 
 
 def _check_shape(p: Var, arr: np.ndarray) -> None:

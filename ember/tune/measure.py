@@ -69,7 +69,9 @@ class BuildResult:
 class MeasureResult:
     """Outcome of one candidate: ``costs`` (seconds per run, one per repeat) when
     ``error_no == 0``; ``all_cost`` is the wall time spent building and measuring it;
-    ``group`` names the interleaved measurement it was part of (see ``LocalRunner``)."""
+    ``group`` names the interleaved measurement it was part of (see ``LocalRunner``);
+    ``threads`` the thread count it was timed with (0: the target's default, all cores;
+    ``None``: unknown, a record written before ember recorded it)."""
 
     costs: list
     error_no: int
@@ -77,6 +79,7 @@ class MeasureResult:
     all_cost: float = 0.0
     timestamp: float = 0.0
     group: str = ""      # shared by candidates timed side by side (interleaved); "" if alone
+    threads: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -326,15 +329,31 @@ def create_measure_batch(option: dict) -> Callable[[Sequence[MeasureInput]], lis
     builder, runner = option["builder"], option["runner"]
 
     def measure(inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        return runner.run(inputs, builder.build(inputs))
+        return stamp_threads(runner, inputs, runner.run(inputs, builder.build(inputs)))
 
     return measure
+
+
+def measured_threads(runner, target) -> int:
+    """The thread count ``runner`` times a kernel of ``target`` with (its ``num_threads``,
+    else the target's; 0: the runtime's default, all cores)."""
+    return int(getattr(runner, "num_threads", None) or getattr(target, "num_threads", None)
+               or 0)
+
+
+def stamp_threads(runner, inputs: Sequence[MeasureInput], results: list[MeasureResult]
+                  ) -> list[MeasureResult]:
+    """Set ``threads`` of each result ``runner`` left unset (see ``measured_threads``)."""
+    for inp, res in zip(inputs, results):
+        if res.threads is None:
+            res.threads = measured_threads(runner, inp.task.target)
+    return results
 
 
 def measure_reference(task, option: dict) -> MeasureResult:
     """Time what ``ember.build`` runs for the task's kernel when nothing is tuned
     (``default_program`` of its reference) with ``option``'s runner, without a correctness
-    check."""
+    check; the result's ``threads`` says the thread count it was timed with."""
     runner = option["runner"]
     t0 = time.perf_counter()
     try:
@@ -346,7 +365,8 @@ def measure_reference(task, option: dict) -> MeasureResult:
                              time.perf_counter() - t0, time.time())
     build = BuildResult(lib=lib, ref=None, specs=specs, num_inputs=n_in,
                         layouts=kernel_layouts(func), time_cost=time.perf_counter() - t0)
-    return runner.run([MeasureInput(task.target, task, None)], [build])[0]
+    inp = MeasureInput(task.target, task, None)
+    return stamp_threads(runner, [inp], runner.run([inp], [build]))[0]
 
 
 def library_bytes(path: str | None) -> bytes | None:

@@ -7,8 +7,9 @@ scheduler decides by expected gain), tunes each with a progress bar, appends eve
 to ``records`` and returns a ``TuneSummary`` whose ``table()`` is the per-task summary. The untuned kernel of each task is measured and recorded too, so
 ``apply_history_best`` never applies a program slower than the default. Running
 it again with the same records resumes: measured candidates are skipped and count toward each
-task's budget. Then ``with apply_history_best(records): ember.compile(model)`` builds the tuned
-model.
+task's budget (the untuned times only when they were measured with the same thread count,
+``measure_threads``: another count measures them again). Then ``with
+apply_history_best(records): ember.compile(model)`` builds the tuned model.
 
 With a template tuner, the algorithm tasks (``conv_algo``: direct vs Winograd F(2x2) vs F(4x4)
 per eligible convolution, ``ember.tune.strategy``) run first, each over its whole (small)
@@ -29,7 +30,7 @@ from ..target import Target
 from .callbacks import log_to_file, progress_bar
 from .extract import TaskInfo, extract_tasks
 from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult,
-                      measure_option, measure_reference)
+                      measure_option, measure_reference, measured_threads)
 from .records import (best_paired_speedup, is_in_model, load_records, paired_speedups,
                       save_records)
 
@@ -410,14 +411,17 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             results = results[len(algos):] + results[:len(algos)]
         # read once: the loop below appends only "default" records (for tasks without one)
         measured = list(load_records(records))
+        threads = measured_threads(option["runner"], target)
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task
             if ref_task is None:
                 from .search import SearchTask
                 ref_task = SearchTask(info.func, target)
-            # the untuned kernel's time: recorded by an earlier run (resumed), else measured
+            # the untuned kernel's time: recorded by an earlier run (resumed) with the same
+            # thread count, else measured (a time taken with other threads is no baseline)
             known = [r for r in measured if r.task_key == ref_task.key and r.kind == "default"
-                     and r.ok and r.result.costs and r.target == str(target)]
+                     and r.ok and r.result.costs and r.target == str(target)
+                     and r.result.threads == threads]
             if known:
                 ref = min((r.result for r in known), key=lambda x: x.mean)
             elif ref_task.name != "conv_algo":
@@ -430,7 +434,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             if ref_task.name in DEFAULT_FIRST:  # configuration 0 is the untuned one
                 recs = [r for r in measured if r.task_key == ref_task.key]
                 untuned = min([untuned] + [r.cost for r in recs if r.ok and r.kind == "config"
-                                           and r.config["index"] == 0 and not is_in_model(r)])
+                                           and r.config["index"] == 0 and not is_in_model(r)
+                                           and r.result.threads == threads])
                 paired = best_paired_speedup(
                     paired_speedups(recs).get((ref_task.key, str(target)), {}))
                 if paired:  # side-by-side evidence: the best median speed-up over the default

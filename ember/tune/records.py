@@ -5,7 +5,8 @@ A line holds ``{"version": 1, "task": {"name", "args", "key"}, "target": "llvm .
 search program) or ``"default": {}`` (the untuned kernel, measured for comparison, so a
 "tuned" program slower than the default is never applied), ``"costs": [seconds...], "error_no": 0, "error": "...",
 "all_cost": s, "timestamp": t}`` and, for candidates timed side by side (interleaved),
-``"group": id``. Files are appended to, so an interrupted run keeps what it
+``"group": id``, and ``"threads": n`` (the thread count it was timed with; 0: the target's
+default; absent in older files: unknown). Files are appended to, so an interrupted run keeps what it
 measured, and a resumed run skips it (``Tuner.load_history``).
 """
 
@@ -58,6 +59,8 @@ def encode(inp: MeasureInput, res: MeasureResult) -> str:
          "timestamp": round(float(res.timestamp), 3)}
     if res.group:
         d["group"] = res.group
+    if res.threads is not None:
+        d["threads"] = int(res.threads)
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -81,7 +84,8 @@ def decode(line: str) -> Record:
             raise ValueError(f"costs must be non-negative seconds, not {costs}")
         res = MeasureResult(costs, int(d["error_no"]), d.get("error", ""),
                             float(d.get("all_cost", 0)), float(d.get("timestamp", 0)),
-                            str(d.get("group", "")))
+                            str(d.get("group", "")),
+                            None if d.get("threads") is None else int(d["threads"]))
         return Record(t["name"], list(t["args"]), t["key"], d["target"], kind, d[kind], res)
     except (ValueError, KeyError, TypeError) as e:
         raise TuningError(f"not a tuning record line ({type(e).__name__}: {e}): "

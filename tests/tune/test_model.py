@@ -270,3 +270,34 @@ def test_records_with_impossible_values_are_typed_errors(tmp_path, change, messa
     log.write_text(json.dumps(d) + "\n")
     with pytest.raises(ember.errors.TuningError, match=f"r.jsonl:1: .*{message}"):
         tune.apply_history_best(log)
+
+
+def test_a_resume_with_other_measure_threads_measures_the_untuned_kernels_again(tmp_path):
+    # (was: the untuned times recorded with --measure-threads 1 were the baseline of a resume
+    # with --measure-threads 2)
+    import json
+    model = _small_model()
+    log = tmp_path / "threads.jsonl"
+    kw = dict(trials=0, tuner="random", records=log, progress=False, repeat=1, max_tasks=1,
+              algorithms=False, model_check=0, log=None)
+
+    def defaults():
+        return [r.result.threads for r in load_records(log) if r.kind == "default"]
+
+    tune.tune_model(model, measure_threads=1, **kw)
+    assert defaults() == [1]
+    tune.tune_model(model, measure_threads=1, **kw)  # same threads: reused
+    assert defaults() == [1]
+    tune.tune_model(model, measure_threads=2, **kw)  # other threads: measured again
+    assert defaults() == [1, 2]
+    tune.tune_model(model, measure_threads=2, **kw)
+    assert defaults() == [1, 2]
+    # a records file of an older ember (no thread count) stays readable; its untuned times
+    # are of an unknown thread count and are measured again
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    for d in lines:
+        d.pop("threads", None)
+    log.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    assert defaults() == [None, None]
+    tune.tune_model(model, measure_threads=2, **kw)
+    assert defaults() == [None, None, 2]

@@ -148,7 +148,8 @@ class Tuner:
                             self._anchor_base = ares.mean
                         scale = self._anchor_base / ares.mean
                         results = [MeasureResult([c * scale for c in r.costs], r.error_no,
-                                                 r.error_msg, r.all_cost, r.timestamp, r.group)
+                                                 r.error_msg, r.all_cost, r.timestamp, r.group,
+                                                 r.threads)
                                    for r in results]
                 else:
                     results = raw = measure(inputs)

@@ -155,6 +155,20 @@ def test_constant_output_weight_is_not_the_callers_array():
     np.testing.assert_array_equal(w, -1.0)
 
 
+def _compile_packed_and_unpacked(w):
+    """``x @ W + W`` compiled with ``W`` the weight ``w``: the MatMul reads a packed copy of W,
+    the Add W as is (skips when the default schedule does not pack W on this target)."""
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("Add", ["a", "W"], ["c"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 16])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [16, 16])],
+        [numpy_helper.from_array(w, "W")])
+    cm = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    if not any("@packed" in k for k in cm.params) or "W" not in cm.params:
+        pytest.skip("the default schedule did not pack W for this matmul on this target")
+    return cm
+
+
 def test_weight_read_packed_and_unpacked_is_read_only():
     """A weight one kernel reads as is and another from a copy packed at compile time: an
     in-place write into it would change only the unpacked use (a wrong answer), so it is a
@@ -163,15 +177,7 @@ def test_weight_read_packed_and_unpacked_is_read_only():
     from ember.runtime.module import RepackedWeight
     rng = np.random.default_rng(0)
     w = rng.standard_normal((16, 16)).astype(np.float32)
-    g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("Add", ["a", "W"], ["c"])],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 16])],
-        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [16, 16])],
-        [numpy_helper.from_array(w, "W")])
-    cm = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
-    packed = [k for k in cm.params if "@packed" in k]
-    if not packed or "W" not in cm.params:
-        pytest.skip("the default schedule did not pack W for this matmul on this target")
+    cm = _compile_packed_and_unpacked(w)
     x = rng.standard_normal((16, 16)).astype(np.float32)
     before = cm.run({"x": x})[0]
     assert_close(before, x @ w + w, rtol=1e-4, atol=1e-5)
@@ -180,6 +186,41 @@ def test_weight_read_packed_and_unpacked_is_read_only():
         cm.params["W"][...] = 0.0
     with pytest.raises(ValueError, match="read-only"):
         np.copyto(cm.params["W"], 0.0)
+    np.testing.assert_array_equal(cm.run({"x": x})[0], before)
+
+
+def test_repacked_weight_views_keep_the_error_copies_are_plain_arrays():
+    """A view of a weight that is also read packed (slice, transpose, reshape) is the model's
+    memory: writing it (item assignment or an in-place ufunc) is the typed error naming the
+    packed copies. A copy is a plain writable array independent of the model: writing it works
+    and leaves the model's results as they were (was: a copy raised the read-only error, and an
+    in-place ``+=`` on a view raised numpy's ValueError without the names)."""
+    import copy
+    import pickle
+    from ember.errors import EmberError
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    cm = _compile_packed_and_unpacked(w)
+    packed = sorted(k for k in cm.params if k.startswith("W@packed"))
+    x = rng.standard_normal((16, 16)).astype(np.float32)
+    before = cm.run({"x": x})[0]
+    W = cm.params["W"]
+    for view in (W[:4], W.T, W.reshape(256), W[::2, 1:]):
+        assert view.packed == tuple(packed)
+        with pytest.raises(EmberError, match=f"weight 'W'.*{packed[0]}.*build the model again"):
+            view[...] = 0.0
+        with pytest.raises(EmberError, match=packed[0]):
+            view += 1.0
+    with pytest.raises(EmberError, match=packed[0]):
+        np.multiply(x, 2.0, out=W)
+    for c in (W.copy(), copy.copy(W), copy.deepcopy(W), pickle.loads(pickle.dumps(W)), W + 0.0,
+              W[[0, 1, 2]], W.astype(np.float64)):
+        assert not getattr(c, "packed", ()) and not np.may_share_memory(c, W)
+        c[...] = 7.0
+        c += 1.0
+        np.testing.assert_array_equal(c, 8.0)
+    assert type(W.copy()) is np.ndarray
+    np.testing.assert_array_equal(W, w)
     np.testing.assert_array_equal(cm.run({"x": x})[0], before)
 
 

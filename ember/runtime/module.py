@@ -57,22 +57,71 @@ class RepackedWeight(np.ndarray):
     would reach only the kernels that read it unpacked and give wrong results, so it is
     read-only.
 
+    Views of it (slices, ``reshape``, ``.T``...) share its memory: they are read-only too and
+    keep ``packed``, the names of the packed copies, for the error. A copy (``.copy()``,
+    ``copy.copy``/``deepcopy``, pickling, arithmetic results) is a plain, writable
+    ``numpy.ndarray`` independent of the model; other arrays numpy derives into new memory
+    (``astype``, fancy indexing) keep the type but have no ``packed`` names and are writable.
+
+    Attributes:
+        packed: the names of the packed copies (``("W@packed...",)``); ``()`` on an array that
+            does not share the model's memory.
+
     Raises:
-        EmberError: on item assignment (names the weight, its packed copies and the fix).
+        EmberError: on item assignment or a ufunc writing into it (``w[...] = 0``,
+            ``w += 1``, ``np.add(a, b, out=w)``), naming the weight, its packed copies and the
+            fix. Other numpy writes (``np.copyto``) raise numpy's read-only ``ValueError``.
     """
 
     packed: tuple = ()
 
     def __array_finalize__(self, obj):
-        self.packed = getattr(obj, "packed", ())
+        # only an array over the same memory (a view) is the model's weight; a copy is not
+        shares = isinstance(obj, np.ndarray) and np.may_share_memory(self, obj)
+        self.packed = getattr(obj, "packed", ()) if shares else ()
 
-    def __setitem__(self, key, value):
+    def _refuse(self):
         from ..errors import EmberError
-        name = self.packed[0].split("@", 1)[0] if self.packed else "this weight"
+        name = self.packed[0].split("@", 1)[0]
         raise EmberError(f"weight {name!r} is also read re-laid out ({', '.join(self.packed)}, "
                          f"packed at compile time): an in-place write would reach only the "
                          f"kernels that read it unpacked; build the model again with the new "
                          f"weight (or write each packed copy in its own layout)")
+
+    def __setitem__(self, key, value):
+        if self.packed:
+            self._refuse()
+        super().__setitem__(key, value)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        written = tuple(out or ()) + ((inputs[0],) if method == "at" else ())
+        for a in written:
+            if isinstance(a, RepackedWeight) and a.packed:
+                a._refuse()
+        plain = tuple(a.view(np.ndarray) if isinstance(a, RepackedWeight) else a
+                      for a in inputs)
+        if out is not None:
+            kwargs["out"] = tuple(a.view(np.ndarray) if isinstance(a, RepackedWeight) else a
+                                  for a in out)
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if out is None:
+            return result
+        results = result if isinstance(result, tuple) else (result,)
+        final = tuple(r if o is None else o for o, r in zip(out, results))
+        return final[0] if len(final) == 1 else final
+
+    def copy(self, order="C") -> np.ndarray:
+        """A plain, writable ``numpy.ndarray`` copy, independent of the model."""
+        return np.array(self, order=order, copy=True, subok=False)
+
+    def __copy__(self) -> np.ndarray:
+        return self.copy()
+
+    def __deepcopy__(self, memo) -> np.ndarray:
+        return self.copy()
+
+    def __reduce__(self):
+        return self.view(np.ndarray).__reduce__()
 
 
 def _freeze_repacked(params: dict) -> dict:

@@ -321,7 +321,8 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         model_check: rounds of the in-model check (``ember.tune.model_check``): the kernels
             the records replace are timed inside the running model against the defaults,
             and a tuned task that is not faster there keeps its default schedule; 0 skips
-            it. ``TuneSummary.in_model`` holds its results.
+            it. ``TuneSummary.in_model`` holds its results. A resumed run that finds the
+            records as the last check left them reuses its outcome (``RECORDS.check.json``).
         margin: the speed-up over the default the in-model check keeps a tuned task at (give
             ``apply_history_best`` the same, so its report says what the build applies).
         check_top: candidate configurations per task the in-model check times (the one the
@@ -449,7 +450,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     if model_check:
         from .model_check import check_in_model
         summary.in_model = check_in_model(mod, params, target, records, rounds=model_check,
-                                          margin=margin, top=check_top)
+                                          margin=margin, top=check_top, reuse=True)
     summary.wall_s = time.perf_counter() - t0
     if log:
         log(summary.table())

@@ -18,11 +18,19 @@ default and for each candidate to the records: each round is one repeat of one i
 group whose id starts with ``records.MODEL_GROUP``. ``ApplyHistoryBest`` treats that evidence as decisive: a task runs
 the configuration that was fastest inside the model, and only when it was at least ``margin``
 faster than the default there.
+
+``tune_model`` checks with ``reuse=True``: a resumed run that measured nothing new finds the
+records file as the last check left it and reuses that check's outcome (kept in
+``RECORDS.check.json``) instead of timing the model again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -103,7 +111,7 @@ def _candidates(records: list, ctx, target: str, top: int) -> dict[str, list]:
 
 def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | Target",
                    records: str, rounds: int = 6, repeat: int = 5, margin: float = 0.02,
-                   seed: int = 0, top: int = 4) -> list[InModelResult]:
+                   seed: int = 0, top: int = 4, reuse: bool = False) -> list[InModelResult]:
     """Time the tuned kernels of ``records`` inside the running model against the defaults and
     append the evidence to ``records`` (see the module doc).
 
@@ -121,24 +129,97 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
         margin: the speed-up over the default that keeps a tuned configuration, as in
             ``apply_history_best``.
         top: candidate configurations per task.
+        reuse: when the records file is byte for byte the one an earlier check (with the same
+            model, target, thread count, rounds, repeat, margin, seed and top) left behind,
+            return that check's results without timing anything (``tune_model`` resuming a
+            finished run). The outcome is kept in a side file, ``records + ".check.json"``;
+            a changed records file or setting times the model again.
 
     Returns:
         One ``InModelResult`` per task timed, for its best configuration in the model. The
         list is empty when no task has a candidate, or when a variant's kernels do not line up
-        one to one with the default model's (nothing is written then).
+        one to one with the default model's (nothing is written to ``records`` then).
 
     Raises:
         TuningError: a malformed records file, or ``rounds`` / ``repeat`` below 1. Build
             errors propagate as from ``ember.build``.
     """
-    from ..driver import build
-    from .dispatch import ApplyHistoryBest
-    from .space import ConfigEntity
-    from .task import Task
     if rounds < 1 or repeat < 1:
         raise TuningError(f"the in-model check needs rounds >= 1 and repeat >= 1 (got rounds="
                           f"{rounds}, repeat={repeat}); rounds >= 2 count as evidence")
     target = Target(target)
+    settings = {"rounds": rounds, "repeat": repeat, "margin": margin, "seed": seed, "top": top}
+    if reuse:
+        prev = load_outcome(mod, params, target, records, settings)
+        if prev is not None:
+            logger.info("in-model check: reusing the outcome of the check of these records")
+            return prev
+    out = _run_check(mod, params, target, records, rounds, repeat, margin, seed, top)
+    if reuse:
+        save_outcome(mod, params, target, records, settings, out)
+    return out
+
+
+def outcome_path(records: str) -> str:
+    """The side file of ``records`` that keeps its last in-model check's outcome."""
+    return os.fspath(records) + ".check.json"
+
+
+def _outcome_key(mod, params, target: Target, records: str, settings: dict) -> str:
+    """A digest of everything the check's outcome depends on: the records file's bytes (its
+    in-model evidence included), the model's graph (weights by name, dtype and shape), the
+    target (with its thread count), the machine's core count and the check's settings."""
+    from ..graph.text import print_module
+    h = hashlib.sha256()
+    try:
+        with open(records, "rb") as f:
+            h.update(f.read())
+    except FileNotFoundError:
+        pass
+    h.update(print_module(mod, max_const_elems=16).encode())
+    for name in sorted(params or {}):
+        a = np.asarray(params[name])
+        h.update(f"{name}:{a.dtype}:{a.shape}".encode())
+    h.update(json.dumps([str(target), target.num_threads, os.cpu_count(), settings],
+                        sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def load_outcome(mod, params, target: Target, records: str, settings: dict
+                 ) -> list[InModelResult] | None:
+    """The results of the check that left ``records`` as it is now with these settings
+    (``None``: no such check, or an unreadable side file; the check then runs again)."""
+    try:
+        with open(outcome_path(records), encoding="utf-8") as f:
+            d = json.load(f)
+        if d.get("key") != _outcome_key(mod, params, target, records, settings):
+            return None
+        return [InModelResult(**r) for r in d["results"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def save_outcome(mod, params, target: Target, records: str, settings: dict,
+                 results: list[InModelResult]) -> None:
+    """Keep ``results`` in ``records``' side file, keyed by the records as the check left
+    them (see ``_outcome_key``)."""
+    d = {"key": _outcome_key(mod, params, target, records, settings),
+         "results": [dataclasses.asdict(r) for r in results]}
+    try:
+        with open(outcome_path(records), "w", encoding="utf-8") as f:
+            json.dump(d, f)
+    except OSError as e:  # only costs a re-check on resume
+        logger.warning("could not keep the in-model check's outcome in %s (%s)",
+                       outcome_path(records), e)
+
+
+def _run_check(mod, params, target: Target, records: str, rounds: int, repeat: int,
+               margin: float, seed: int, top: int) -> list[InModelResult]:
+    """The check itself (``check_in_model`` without the reuse)."""
+    from ..driver import build
+    from .dispatch import ApplyHistoryBest
+    from .space import ConfigEntity
+    from .task import Task
     tgt = str(target)
     recs = list(load_records(records))
     cands = _candidates(recs, ApplyHistoryBest(recs, margin=margin), tgt, top)

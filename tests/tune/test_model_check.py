@@ -227,3 +227,49 @@ def test_tune_model_checks_with_the_margin_it_is_given(tmp_path, monkeypatch):
     tune_model((mod, params), TARGET, trials=2, tuner="grid", records=str(tmp_path / "r.jsonl"),
                progress=False, log=None, max_tasks=1, margin=0.1)
     assert seen == [0.1]
+
+
+def _count_time_steps(monkeypatch):
+    from ember.runtime.executor import GraphExecutor
+    orig, calls = GraphExecutor.time_steps, []
+
+    def time_steps(self, inputs, repeat=10):
+        calls.append(self)
+        return orig(self, inputs, 1)
+    monkeypatch.setattr(GraphExecutor, "time_steps", time_steps)
+    return calls
+
+
+def test_a_resumed_run_reuses_the_in_model_check(tmp_path, monkeypatch):
+    # (was: every resume of a finished run timed the model again from scratch)
+    from ember.tune.model import tune_model
+    from ember.tune.model_check import load_outcome, outcome_path
+    mod, params, task, pick = _task_and_pick()
+    log = tmp_path / "r.jsonl"
+    save_records(log, _evidence(task, pick, 1.5, "g1"))  # a tuned task for the check to time
+    calls = _count_time_steps(monkeypatch)
+    kw = dict(trials=0, tuner="grid", records=str(log), progress=False, log=None, max_tasks=1,
+              algorithms=False, model_check=2, measure_threads=1)
+    s1 = tune_model((mod, params), TARGET, **kw)
+    n_timed, n_recs = len(calls), len(list(load_records(log)))
+    assert len(s1.in_model) == 1 and n_timed == 2 * 2  # 2 rounds x (default + 1 variant)
+    s2 = tune_model((mod, params), TARGET, **kw)  # nothing new to measure: reused
+    assert len(calls) == n_timed and len(list(load_records(log))) == n_recs
+    assert s2.in_model == s1.in_model
+    # another check setting, new records, or another thread count: timed again
+    tune_model((mod, params), TARGET, **dict(kw, model_check=3))
+    assert len(calls) == n_timed + 2 * 3
+    save_records(log, _evidence(task, pick, 1.4, "g2"))
+    tune_model((mod, params), TARGET, **dict(kw, model_check=3))
+    assert len(calls) == n_timed + 2 * 3 * 2
+    # the outcome is keyed by the target (its thread count) too
+    settings = {"rounds": 3, "repeat": 5, "margin": 0.02, "seed": 0, "top": 4}
+    assert load_outcome(mod, params, TARGET, str(log), settings) is not None
+    assert load_outcome(mod, params, ember.Target("llvm -num-threads=1"), str(log),
+                        settings) is None
+    # an unreadable side file only costs a check
+    n = len(calls)
+    with open(outcome_path(str(log)), "w") as f:
+        f.write("{not json")
+    tune_model((mod, params), TARGET, **dict(kw, model_check=3))
+    assert len(calls) == n + 2 * 3

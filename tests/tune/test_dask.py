@@ -69,3 +69,61 @@ def test_dask_runner_without_a_worker_is_a_typed_error(client):
                 tune.DaskRunner(empty, connect_timeout=0.5)
     finally:
         cluster.close()
+
+
+@pytest.mark.slow
+def test_a_worker_lost_mid_batch_costs_one_measurement_not_minutes():
+    # (was: each measurement waited up to 4 x timeout + 60 s on a worker that stopped
+    # answering, one after another). A frozen worker process (SIGSTOP) is lost the way a dead
+    # host or a cut network is: the scheduler still lists it, it never answers.
+    import os
+    import signal
+    import time
+    from ember.errors import TuningError
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       resources={"llvm": 1}, dashboard_address=None,
+                                       silence_logs=50)
+    frozen = []
+    try:
+        with distributed.Client(cluster) as c:
+            c.wait_for_workers(2, timeout=60)
+            pids = c.run(os.getpid)
+            task = tune.create_task("test.faulty", [])
+            runner = tune.DaskRunner(c, resource="llvm", timeout=2, repeat=1, lost_after=3)
+            space = task.config_space
+            variants = ["ok", "slow", "ok", "slow", "ok", "ok", "slow", "ok"]
+            inputs = [tune.MeasureInput(task.target, task,
+                                        space.get(space.knobs["variant"].index_of(v)))
+                      for v in variants]
+            builds = tune.LocalBuilder(n_parallel=2).build(inputs)
+            runner.run(inputs[:2], builds[:2])  # both workers have their measuring process
+            victim = sorted(pids)[0]
+
+            expire = runner._expire
+
+            def freeze_then_expire(running, *args):  # freeze the victim once it holds one
+                if not frozen and c.processing().get(victim):
+                    os.kill(pids[victim], signal.SIGSTOP)
+                    frozen.append(pids[victim])
+                return expire(running, *args)
+            runner._expire = freeze_then_expire
+            t0 = time.monotonic()
+            results = runner.run(inputs, builds)
+            took = time.monotonic() - t0
+            assert frozen, "the victim worker never took a measurement"
+            lost = [r for r in results if not r.ok]
+            assert len(lost) == 1 and lost[0].error_no == MeasureErrorNo.RUNTIME_DEVICE
+            assert victim in lost[0].error_msg and "did not answer" in lost[0].error_msg
+            assert runner.lost_workers == {victim}
+            assert all(r.ok and r.mean > 0 for r in results if r is not lost[0])
+            # (without noticing the loss: at least 4 x 2 + 60 s for the lost measurement alone)
+            assert took < 30, took
+            # the last worker lost too: a typed error, not a hang
+            other = [a for a in pids if a != victim][0]
+            runner.lost_workers.add(other)
+            with pytest.raises(TuningError, match="every dask worker that can measure is lost"):
+                runner.run(inputs[:1], builds[:1])
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        cluster.close()

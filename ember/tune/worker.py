@@ -5,7 +5,8 @@ Parent side: ``WorkerProcess().call(request, timeout)`` sends a pickled request 
 stdin and waits at most ``timeout`` seconds for the pickled reply; on a time-out the child is
 killed (``WorkerTimeout``), on a crash its exit status is reported (``WorkerCrashed``). Either
 way the next call starts a fresh child. Child side: ``ember.tune.worker._serve()`` serves
-``measure_kernel`` requests until its stdin closes.
+``measure_kernel`` requests until its stdin closes, and exits on its own when its parent
+process dies (even in the middle of a hanging candidate).
 """
 
 from __future__ import annotations
@@ -386,7 +387,25 @@ def measure_group(req: dict) -> dict:
     return {"results": out}
 
 
+PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it still lives
+
+
+def _exit_with_parent(parent: int, poll_s: float = PARENT_POLL_S) -> None:
+    """Watchdog thread of a worker: exit the worker (status 3) once the process that started
+    it is gone (``os.getppid()`` changes when the parent dies). A worker busy in a hanging
+    candidate never reads its closed stdin again; without this it would outlive a parent that
+    was killed (Ctrl-C twice, ``timeout``, a CI job cancelled) and spin forever on a core. The
+    kernel runs through ctypes, which releases the GIL, so this thread runs beside it."""
+    while True:
+        time.sleep(poll_s)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
 def _serve() -> None:
+    import threading
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True,
+                     name="ember-worker-parent-watchdog").start()
     proto_in = sys.stdin.buffer.fileno()
     proto_out = os.dup(1)
     os.dup2(2, 1)  # anything a kernel prints goes to stderr, not into the protocol

@@ -167,3 +167,53 @@ def test_reduction_after_a_padding_stage_is_tiled_correctly():
     finally:
         runner.close()
     assert tuner.trials == 6 and tuner.errors == 0
+
+
+def test_a_worker_stuck_in_a_hanging_kernel_exits_when_its_parent_dies(tmp_path):
+    """A parent killed while its worker runs a candidate that never returns (SIGKILL: no
+    cleanup runs) must not leave the worker spinning on a core: it exits within seconds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    src = tmp_path / "hang.c"
+    src.write_text("#include <stdint.h>\n"
+                   "int32_t ember_kernel(const float* x, float* y) {\n"
+                   "  volatile uint64_t n = 0; for (;;) ++n; return 0; }\n")
+    lib = tmp_path / "hang.so"
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import sys, threading
+sys.path.insert(0, {os.getcwd()!r})
+from ember.tune.worker import WorkerProcess
+w = WorkerProcess()
+req = {{"lib": {str(lib)!r}, "ref": None, "specs": [((4,), "float32"), ((4,), "float32")],
+        "num_inputs": 1, "seed": 0, "number": 1, "repeat": 1, "min_repeat_ms": 0,
+        "flush_bytes": 0, "num_threads": 1}}
+threading.Thread(target=w.call, args=(req, None), daemon=True).start()
+import time
+while w.proc is None:
+    time.sleep(0.05)
+print(w.proc.pid, flush=True)
+time.sleep(120)
+"""], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    time.sleep(1.0)  # the worker is now inside the kernel's endless loop
+    with open(f"/proc/{worker}/stat") as f:
+        assert f.read().split()[2] in "RS"  # running (or runnable), not gone yet
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{worker}/stat") as f:
+            if f.read().split()[2] == "Z":
+                break  # exited, waiting to be reaped by init
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived its killed parent by 10 s")

@@ -81,15 +81,21 @@ class _CostRunner:
                 for i in inputs]
 
 
-def test_task_scheduler_spends_budget_by_expected_gain():
+def _two_task_scheduler(**kw):
+    """A heavy convolution task (3 occurrences) and a light pooling one, measured by a runner
+    that gives every program of a task the same cost (1 ms, 10 us): ``(policies, sched)``."""
     heavy = SearchTask(_conv())
     light = SearchTask(workload_func("nn.max_pool", {"kernel_shape": [2, 2], "strides": [2, 2]},
                                      [[[1, 4, 8, 8], "float32"]], [[[1, 4, 4, 4], "float32"]]))
     pols = [SearchPolicy(heavy, seed=0, population=8, generations=1),
             SearchPolicy(light, seed=1, population=8, generations=1)]
     runner = _CostRunner({heavy.workload_key: 1e-3, light.workload_key: 1e-5})
-    sched = TaskScheduler(pols, [3, 1], tune.measure_option(SyntheticBuilder(), runner),
-                          round_size=4)
+    return pols, TaskScheduler(pols, [3, 1], tune.measure_option(SyntheticBuilder(), runner),
+                               round_size=4, **kw)
+
+
+def test_task_scheduler_spends_budget_by_expected_gain():
+    pols, sched = _two_task_scheduler()
     sched.tune(40)
     assert sched.order[:2] == [0, 1]                 # warm-up: one round each
     assert sched.rounds[0] >= 3 * sched.rounds[1]    # the heavy task gets the budget
@@ -158,16 +164,9 @@ def test_a_trace_record_that_cannot_replay_keeps_the_default(trace, caplog):
 
 
 def test_task_scheduler_early_stopping_drops_a_task_without_improvement():
-    # (was: --tuner search ignored --early-stopping and spent the whole budget)
-    heavy = SearchTask(_conv())
-    light = SearchTask(workload_func("nn.max_pool", {"kernel_shape": [2, 2], "strides": [2, 2]},
-                                     [[[1, 4, 8, 8], "float32"]], [[[1, 4, 4, 4], "float32"]]))
-    pols = [SearchPolicy(heavy, seed=0, population=8, generations=1),
-            SearchPolicy(light, seed=1, population=8, generations=1)]
-    # every program of a task costs the same: only a task's first measurement improves it
-    runner = _CostRunner({heavy.workload_key: 1e-3, light.workload_key: 1e-5})
-    sched = TaskScheduler(pols, [3, 1], tune.measure_option(SyntheticBuilder(), runner),
-                          round_size=4, early_stopping=5)
+    # (was: --tuner search ignored --early-stopping and spent the whole budget); every program
+    # of a task costs the same: only a task's first measurement improves it
+    pols, sched = _two_task_scheduler(early_stopping=5)
     sched.tune(40)
     # round 1: 1 improving + 3 not; round 2: 4 more not improving (7 >= 5): the task stops
     assert [p.trials for p in pols] == [8, 8]

@@ -93,3 +93,37 @@ def test_blocks_that_would_not_fit_the_registers_stay_as_they_are(monkeypatch):
              "kernel_shape": [1, 1], "auto_pad": "NOTSET"}
     np.testing.assert_allclose(on.run({"x": x})[0], np.maximum(_conv_ref([x, w, b], attrs)[0], 0),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_tuned_tiles_on_an_even_row_loop_match_on_both_isas(isa, monkeypatch):
+    """Every register tile / loop order / K-blocking the GEMM rule offers for a 1x1 convolution
+    on 6x6 images (an even row loop: no odd last block), on AVX-512 and on AVX2 (12 accumulators:
+    2 x 6 x 8 rows), in the in-place form (``rows``; K-blocked configurations accumulate into
+    ``C`` across calls) and the local-tile form (``panels``): wherever row groups apply, the
+    kernel matches the reference and, bit for bit, the kernel without the transform."""
+    from ember.runtime.kernel import compile_prim_func
+    from ember.tir.schedule.rules import gemm_knobs, schedule_config
+    from test_default_schedules import RELU, _op_kernel, _packed
+    target = Target(f"llvm -num-threads=2 -isa={isa}")
+    f, xs, ref = _op_kernel("nn.conv", [(2, 6, 6, 256), (64, 256, 1, 1), (64,)],
+                            {"data_layout": "NHWC"}, RELU, np.random.default_rng(4))
+    ref = np.maximum(ref, 0)
+    knobs = gemm_knobs(f, target)
+    picked = {}  # (order, K-blocked) -> the first configuration whose kernel is grouped
+    for tile in knobs["tile"]:
+        for order in knobs["order"]:
+            for kb in knobs["kblock"]:
+                cfg = {"tile": tile, "order": order, "kblock": kb}
+                g = schedule_config(f, target, "gemm_rule", cfg)
+                if (order, kb > 0) not in picked and \
+                        "_g2(" in cgen.emit_c_function(g, "k", target=target):
+                    picked[(order, kb > 0)] = g
+    assert {("rows", True), ("panels", True)} <= set(picked), sorted(picked)
+    for g in picked.values():
+        on = compile_prim_func(g, target).run(_packed(g, xs))[0]
+        np.testing.assert_allclose(on, ref, rtol=1e-4, atol=1e-4)
+        with monkeypatch.context() as mp:
+            mp.setattr(cgen, "row_groups", lambda fn: fn)
+            off = compile_prim_func(g, target).run(_packed(g, xs))[0]
+        np.testing.assert_array_equal(on, off)

@@ -559,11 +559,15 @@ def row_groups(func: PrimFunc) -> PrimFunc:
     per iteration, ``A``'s by a constant, ``B`` and every other argument stay the same: the
     row loop of an image's output rows) rewritten to call a ``2 mr``-row micro-kernel with two
     row groups on each pair of blocks (``A`` rows of the second group ``lda2`` = that constant
-    further), plus one ordinary call for an odd last block. Only where the doubled block still
-    fits the register file (``ROW_GROUP_MAX_ACC``: ``2 * mr * ceil(nr / lanes)`` accumulators,
-    plus the ``B`` vectors and one broadcast), without a register epilogue and with ``A``
-    broadcast (not lane-aligned). Results are identical: each output element sums the same
-    products in the same order."""
+    further), plus one ordinary call for an odd last block. A loop whose body computes each
+    block into a fresh ``local`` tile and then runs an epilogue on it (``Allocate(acc) { call
+    (acc, ...); epilogue }``, a panels-outer GEMM's row loop) gets one tile of two blocks per
+    pair and the epilogue once per half (the tile's ``origin``, which moves with the loop, is
+    resolved into plain indices). Only where the doubled block still fits the register file
+    (``ROW_GROUP_MAX_ACC``: ``2 * mr * ceil(nr / lanes)`` accumulators, plus the ``B`` vectors
+    and one broadcast), without a register epilogue and with ``A`` broadcast (not
+    lane-aligned). Results are identical: each output element sums the same products in the
+    same order."""
     body = _groups(func.body)
     if body is func.body:
         return func

@@ -258,3 +258,36 @@ def test_parallel_fusion_knob_matches_reference(fuse):
         f, xs, ref = _op_kernel(*case)
         g = schedule_config(f, TARGET, "gemm_rule", {"kblock": 0, "fuse": fuse})
         np.testing.assert_allclose(_run(g, xs), ref, rtol=1e-4, atol=1e-4)
+
+
+# kernels whose spaces offered configurations the rule then could not tensorize (``ScheduleError``
+# at build time, a wasted trial): one-column tiles (``nr = 1``, no SIMD lane loop) where the
+# output has fewer channels than lanes, and K-blocking whose whole-row register block exceeds
+# the ISA's accumulators (a 14-wide row on AVX2)
+UNBUILDABLE_CASES = [
+    (("matmul", [(2, 7, 64), (64, 8)], {}), "avx512"),
+    (("nn.conv", [(1, 6, 6, 16), (8, 16, 3, 3), (8,)],
+      {"pads": [0, 1, 2, 1], "strides": [2, 2], "data_layout": "NHWC"}), "avx512"),
+    (("matmul", [(1, 14, 128), (128, 128)], {}), "avx2"),
+]
+
+
+@pytest.mark.parametrize("case, isa", UNBUILDABLE_CASES)
+def test_every_offered_config_builds_and_matches(case, isa):
+    target = ember.Target(f"llvm -num-threads=2 -isa={isa}")
+    if isa == "avx512" and ember.Target("llvm").isa != "avx512":
+        pytest.skip("host CPU lacks AVX-512: the avx512 kernels cannot run here")
+    f, xs, ref = _op_kernel(*case)
+    task = Task("rule", [register_workload(f), str(target)], target)
+    ran = 0
+    for cfg in task.config_space:
+        try:
+            g = task.instantiate(cfg)
+        except TuningError as e:  # redundant: never measured
+            assert "redundant" in str(e), (cfg.values(), e)
+            continue
+        got = compile_prim_func(g, target).run(_packed(g, xs))[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"config {cfg.values()}")
+        ran += 1
+    assert ran >= 2

@@ -313,12 +313,14 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     for _, t in cands:
         if len(tiles) >= MAX_TILE_KNOBS:
             break
-        if list(t) not in tiles and (t[1] % lanes == 0 or n_iv.extent < lanes):
+        # (a one-column tile, ``nr = 1``, leaves no SIMD lane loop for the micro-kernel)
+        if list(t) not in tiles and t[1] > 1 and (t[1] % lanes == 0 or n_iv.extent < lanes):
             tiles.append(list(t))
     kb = _kblock_plan(g, tile[0], tile[1], lanes)
     kbs = [kb[2] if kb is not None else 0]
     for kc in (0,) + KBLOCK_KNOBS:
-        if kc not in kbs and (kc == 0 or _kblock_plan(g, tile[0], tile[1], lanes, kc=kc)):
+        if kc not in kbs and (kc == 0 or _kblock_fits(
+                _kblock_plan(g, tile[0], tile[1], lanes, kc=kc), lanes, max_acc)):
             kbs.append(kc)
     orders = [_default_order(g)]
     if m_iv is not None:
@@ -334,6 +336,13 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
         g, tile[0] if m_iv is not None else 1, fuse[0]))
     prefetch = [pf] + ([1 - pf] if pf or any(kbs) or _b_bytes(g) > SMALL_B_BYTES else [])
     return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": fuse, "prefetch": prefetch}
+
+
+def _kblock_fits(plan, lanes: int, max_acc: int) -> bool:
+    """Whether a ``_kblock_plan`` result ``(mr, nr, kc)`` exists and its ``mr x ceil(nr /
+    lanes)`` register block fits the micro-kernel's ``max_acc`` accumulators (the plan takes
+    whole output rows as ``mr``, which can exceed them: a 14-wide row on AVX2's 12)."""
+    return plan is not None and plan[0] * -(-plan[1] // lanes) <= max_acc
 
 
 MIN_PANELS_PER_TASK_SPLIT = 8

@@ -291,3 +291,20 @@ def test_every_offered_config_builds_and_matches(case, isa):
                                    err_msg=f"config {cfg.values()}")
         ran += 1
     assert ran >= 2
+
+
+def test_a_row_too_wide_for_avx2_accumulators_keeps_the_gemm_micro_kernel():
+    """A 13-wide image with a long reduction: the K-blocked default would take the whole row as
+    the register block (13 accumulators, AVX2 has room for 12), so the rule used to fail and
+    the kernel fell back to the generic loop nest. Now the blocking is not planned and the
+    ordinary tiled GEMM schedule runs; it matches the NumPy reference."""
+    target = ember.Target("llvm -num-threads=2 -isa=avx2")
+    if "avx2" not in target.features:
+        pytest.skip("this machine has no AVX2")
+    f, xs, ref = _op_kernel("nn.conv", [(2, 13, 13, 128), (16, 128, 3, 3), (16,)],
+                            {"pads": [1, 1, 1, 1], "data_layout": "NHWC"})
+    g = schedule_default(f, target)
+    src = emit_c_function(g, "k", target=target)
+    assert "ember_ukr_gemm_avx2_f32_" in src
+    got = compile_prim_func(g, target).run(_packed(g, xs))[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -197,11 +197,12 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
                                 f"{m_ext}x{n_iv.extent} output (see tile_candidates)")
     kc = cfg.get("kblock")
     if kc is not None and int(kc) > 0:
-        kb = _kblock_plan(g, mr, nr, lanes, kc=int(kc))
+        kb = _kblock_plan(g, mr, nr, lanes, kc=int(kc), max_acc=MAX_ACCUMULATORS[target.isa])
         if kb is None:
             raise ScheduleError(f"gemm rule: cannot block the reduction by {kc} here")
     else:
-        kb = _kblock_plan(g, mr, nr, lanes) if kc is None else None
+        kb = (_kblock_plan(g, mr, nr, lanes, max_acc=MAX_ACCUMULATORS[target.isa])
+              if kc is None else None)
     if kb is not None:
         mr, nr = kb[0], kb[1]
     sch = Schedule(func)
@@ -316,11 +317,11 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
         # (a one-column tile, ``nr = 1``, leaves no SIMD lane loop for the micro-kernel)
         if list(t) not in tiles and t[1] > 1 and (t[1] % lanes == 0 or n_iv.extent < lanes):
             tiles.append(list(t))
-    kb = _kblock_plan(g, tile[0], tile[1], lanes)
+    kb = _kblock_plan(g, tile[0], tile[1], lanes, max_acc=max_acc)
     kbs = [kb[2] if kb is not None else 0]
     for kc in (0,) + KBLOCK_KNOBS:
-        if kc not in kbs and (kc == 0 or _kblock_fits(
-                _kblock_plan(g, tile[0], tile[1], lanes, kc=kc), lanes, max_acc)):
+        if kc not in kbs and (kc == 0 or _kblock_plan(g, tile[0], tile[1], lanes, kc=kc,
+                                                      max_acc=max_acc) is not None):
             kbs.append(kc)
     orders = [_default_order(g)]
     if m_iv is not None:
@@ -336,13 +337,6 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
         g, tile[0] if m_iv is not None else 1, fuse[0]))
     prefetch = [pf] + ([1 - pf] if pf or any(kbs) or _b_bytes(g) > SMALL_B_BYTES else [])
     return {"tile": tiles, "order": orders, "kblock": kbs, "fuse": fuse, "prefetch": prefetch}
-
-
-def _kblock_fits(plan, lanes: int, max_acc: int) -> bool:
-    """Whether a ``_kblock_plan`` result ``(mr, nr, kc)`` exists and its ``mr x ceil(nr /
-    lanes)`` register block fits the micro-kernel's ``max_acc`` accumulators (the plan takes
-    whole output rows as ``mr``, which can exceed them: a 14-wide row on AVX2's 12)."""
-    return plan is not None and plan[0] * -(-plan[1] // lanes) <= max_acc
 
 
 MIN_PANELS_PER_TASK_SPLIT = 8
@@ -518,12 +512,15 @@ def _image_ivs(g) -> list:
     return [iv for iv in g["sp"] if iv is not g["m"] and iv is not g["n"] and iv.extent != 1]
 
 
-def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None):
+def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None,
+                 max_acc: int | None = None):
     """``(mr, nr, kc)`` when the reduction should be blocked (see ``_kblocked``), else
     ``None``: small images (whole output rows as the register block, and the whole image's
     accumulators for one channel tile in L1) with a long reduction, where streaming the packed
     weights from L2 for every row dominates. A given ``kc`` forces the blocking where it is
-    legal (the size thresholds are skipped)."""
+    legal (the size thresholds are skipped). ``max_acc``: the micro-kernel's accumulator limit
+    (``MAX_ACCUMULATORS``); a whole row that needs more (a 13- or 14-wide row on AVX2's 12) is
+    not blocked, so the rule takes its ordinary tiled schedule instead of failing."""
     m_iv, sp, rd = g["m"], g["sp"], g["rd"]
     if m_iv is None or len(sp) < 3 or g["a_vec"]:
         return None
@@ -549,6 +546,8 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None):
             return None
         nr //= 2
     if o_iv.extent * mr * nr * 4 > KBLOCK_TILE_BYTES:
+        return None
+    if max_acc is not None and mr * -(-nr // lanes) > max_acc:
         return None
     if kc is not None:
         return (mr, nr, kc) if 0 < kc <= inner.extent and inner.extent % kc == 0 else None

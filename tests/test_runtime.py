@@ -264,19 +264,25 @@ def test_packed_weight_names_are_the_same_in_every_process():
     assert runs[1] == runs[0]
 
 
+def _add_module(weight: str):
+    """The graph-IR module of ``y = x + <weight>`` (float32 [2, 3]), ``weight`` a graph input
+    that ``ember.build``'s ``params`` may bind."""
+    from ember.frontend.onnx import from_onnx
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", weight], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info(weight, TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    return from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))[0]
+
+
 def test_build_refuses_a_weight_of_another_shape():
     """``ember.build(mod, params=...)`` with a weight whose shape is not the parameter's is a
     typed error naming the parameter (was: a transposed (3, 2) weight was reshaped into the
     (2, 3) parameter and gave a wrong answer; a (1, 3) one raised a raw ValueError). Size-1
     dimensions may differ, and the caller's dict is left as it was."""
     from ember.errors import ShapeMismatchError
-    from ember.frontend.onnx import from_onnx
-    g = helper.make_graph(
-        [helper.make_node("Add", ["x", "B"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
-         helper.make_tensor_value_info("B", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    mod, _ = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    mod = _add_module("B")
     b = np.arange(6, dtype=np.float32).reshape(2, 3)
     for bad in (b.T, b.T.copy(), b[:1], np.float32(3.0)):
         with pytest.raises(ShapeMismatchError, match=r"params\['B'\].*\(2, 3\)"):
@@ -295,13 +301,7 @@ def test_build_refuses_params_that_name_no_parameter(monkeypatch):
     entry was ignored silently, so a misspelled weight left its parameter a run-time input)."""
     import ember.driver
     from ember.errors import InputError
-    from ember.frontend.onnx import from_onnx
-    g = helper.make_graph(
-        [helper.make_node("Add", ["x", "Bias"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
-         helper.make_tensor_value_info("Bias", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    mod, _ = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    mod = _add_module("Bias")
     b = np.arange(6, dtype=np.float32).reshape(2, 3)
 
     def no_lowering(*a, **k):

@@ -8,8 +8,9 @@ the unscheduled lowering produces) or runs under ``if (all reduce iterators == 0
 
 from __future__ import annotations
 
-from .arith import (collect_unique, prove, simplify_stmt, stmt_children, stmt_exprs,
-                    substitute, substitute_stmt, walk_stmt)
+from .arith import (collect_unique, flat_index, linear_terms, map_accesses, prove, simplify,
+                    simplify_stmt, stmt_children, stmt_exprs, substitute, substitute_stmt,
+                    walk_stmt)
 from .expr import AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var, binop
 from .stmt import (Allocate, Block, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
                    Store, seq)
@@ -175,7 +176,6 @@ def _fused_accumulator(alloc: Allocate) -> Stmt | None:
     if store.buffer is not buf:
         return None
     acc = acc_form.buffer
-    from .arith import map_accesses
     lowered_rest = [_lower(x) for x in rest]
     tail = [map_accesses(x, lambda b, i: (acc, ()) if b is buf else (b, i)) for x in lowered_rest]
     for x in tail:
@@ -205,7 +205,7 @@ def _decides(s: Stmt, v: Var) -> bool:
 def _resolve(e: Expr, vmap: dict, bounds: dict) -> Expr:
     """``e`` with ``vmap`` substituted, descending only into the taken side of a ``Select``
     whose condition becomes a constant (a long select chain costs one path, not all)."""
-    from .arith import map_children, simplify
+    from .arith import map_children
     if isinstance(e, Select):
         c = simplify(substitute(e.cond, vmap), bounds)
         if isinstance(c, Const):
@@ -392,13 +392,11 @@ def partition_loops(func: PrimFunc) -> PrimFunc:
 # FMAs and the calls halve. ResNet-50's 7x7 stage-4 convolutions, whose output rows are 7 wide
 # (7 x 32 blocks, 14 accumulators), run as 2 x 7 rows: 28 accumulators, 12-16 % faster per
 # kernel (docs/performance.md).
-ROW_GROUP_MAX_ACC = {"avx512": 28, "avx2": 12}
-ROW_GROUP_REGISTERS = {"avx512": 32, "avx2": 16}
+ROW_GROUP_ISAS = ("avx512", "avx2")  # the SIMD generators take ``groups``; the scalar one not
 
 
 def _row_coeff(e: Expr, v: Var):
     """``e``'s constant coefficient in ``v`` when ``e`` is affine in it (else ``None``)."""
-    from .arith import linear_terms
     lt = linear_terms(e)
     if lt is None:
         return None
@@ -406,7 +404,7 @@ def _row_coeff(e: Expr, v: Var):
     for atom, c in lt[0].values():
         if atom is v:
             coeff = c
-        elif any(x is v for x in collect_unique(atom, lambda n: isinstance(n, Var))):
+        elif _uses(atom, v):
             return None  # v inside a non-linear term
     return int(coeff)
 
@@ -415,7 +413,6 @@ def _address_coeff(a, v: Var):
     """The element stride of pointer argument ``a`` along ``v`` (``None``: not affine)."""
     if not isinstance(a, AddressOf):
         return None
-    from .arith import flat_index
     return _row_coeff(flat_index(a.src, a.indices), v)
 
 
@@ -427,15 +424,17 @@ def _pair_call(k: KernelCall, v: Var):
     """``(mr, ldc, sa, pair kernel name, pair key)`` when micro-kernel call ``k`` can run two
     row blocks of the loop over ``v`` at once (see ``row_groups``; the output address is
     checked by the caller), else ``None``."""
+    from .schedule.rules.gemm import REGISTERS
+    from .schedule.tensorize import ISAS, MAX_ACCUMULATORS, microkernel_name
     key = k.key
-    if len(key) < 7 or key[0] != "gemm" or key[1] not in ROW_GROUP_MAX_ACC or key[6]:
+    if len(key) < 7 or key[0] != "gemm" or key[1] not in ROW_GROUP_ISAS or key[6]:
         return None
     if (len(key) > 7 and key[7] is not None) or (len(key) > 9 and key[9] > 1):
         return None  # a register epilogue reads per-row residuals; already grouped
     isa, mr, nr, nred = key[1], key[3], key[4], key[5]
-    lanes = 16 if isa == "avx512" else 8
+    lanes = ISAS[isa]
     nv = -(-nr // lanes)
-    if 2 * mr * nv > ROW_GROUP_MAX_ACC[isa] or 2 * mr * nv + nv + 1 > ROW_GROUP_REGISTERS[isa]:
+    if 2 * mr * nv > MAX_ACCUMULATORS[isa] or 2 * mr * nv + nv + 1 > REGISTERS[lanes]:
         return None
     args = k.args
     if len(args) != 5 + 3 * nred + 1 or not isinstance(args[3], Const):
@@ -445,7 +444,6 @@ def _pair_call(k: KernelCall, v: Var):
     sa = _address_coeff(args[1], v)
     if not sa:
         return None
-    from .schedule.tensorize import microkernel_name
     pf = len(key) > 8 and bool(key[8])
     name = microkernel_name(isa, key[2], 2 * mr, nr, nred, False, pf, groups=2)
     key2 = ("gemm", isa, key[2], 2 * mr, nr, nred, 0, None, int(pf), 2)
@@ -491,7 +489,6 @@ def _paired_local(f: For) -> Stmt | None:
     """``for v: { local acc[mr x ldc]; ukernel(acc, A + v * sa, B, ...); epilogue(v, acc) }``
     (a panels-outer GEMM's row loop): one ``acc`` of two blocks per pair, the epilogue once per
     block on its half."""
-    from .arith import flat_index, linear_terms, map_accesses, simplify
     v = f.var
     acc, stmts = f.body.buffer, f.body.body.stmts
     k = stmts[0]
@@ -564,8 +561,8 @@ def row_groups(func: PrimFunc) -> PrimFunc:
     (acc, ...); epilogue }``, a panels-outer GEMM's row loop) gets one tile of two blocks per
     pair and the epilogue once per half (the tile's ``origin``, which moves with the loop, is
     resolved into plain indices). Only where the doubled block still fits the register file
-    (``ROW_GROUP_MAX_ACC``: ``2 * mr * ceil(nr / lanes)`` accumulators, plus the ``B`` vectors
-    and one broadcast), without a register epilogue and with ``A`` broadcast (not
+    (``tensorize.MAX_ACCUMULATORS``: ``2 * mr * ceil(nr / lanes)`` accumulators, plus the ``B``
+    vectors and one broadcast within ``rules.gemm.REGISTERS``), without a register epilogue and with ``A`` broadcast (not
     lane-aligned). Results are identical: each output element sums the same products in the
     same order."""
     body = _groups(func.body)

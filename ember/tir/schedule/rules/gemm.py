@@ -512,8 +512,7 @@ def _image_ivs(g) -> list:
     return [iv for iv in g["sp"] if iv is not g["m"] and iv is not g["n"] and iv.extent != 1]
 
 
-def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None,
-                 max_acc: int | None = None):
+def _kblock_plan(g, mr: int, nr: int, lanes: int, max_acc: int, kc: int | None = None):
     """``(mr, nr, kc)`` when the reduction should be blocked (see ``_kblocked``), else
     ``None``: small images (whole output rows as the register block, and the whole image's
     accumulators for one channel tile in L1) with a long reduction, where streaming the packed
@@ -547,7 +546,7 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int, kc: int | None = None,
         nr //= 2
     if o_iv.extent * mr * nr * 4 > KBLOCK_TILE_BYTES:
         return None
-    if max_acc is not None and mr * -(-nr // lanes) > max_acc:
+    if mr * -(-nr // lanes) > max_acc:
         return None
     if kc is not None:
         return (mr, nr, kc) if 0 < kc <= inner.extent and inner.extent % kc == 0 else None

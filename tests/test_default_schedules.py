@@ -136,6 +136,54 @@ def test_default_loop_order_streams_a_large_activation_once(hw, cin, order):
         np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
+def _first_half_rows(g, batch: int, rows: int, k: int):
+    """``(batches, rows)`` whose ``A`` rows the first half of ``g``'s parallel loop (one
+    thread's range on two threads) reads: evaluates the micro-kernel call's ``A`` address
+    (``A`` of shape ``(batch, rows, k)``) at each of those iterations (loops inside the
+    parallel one at 0: the first row of each block)."""
+    from ember.tir.arith import flat_index, simplify, substitute, walk_stmt
+    from ember.tir.expr import Const
+    from ember.tir.stmt import For, KernelCall
+    par, = [s for s in walk_stmt(g.body) if isinstance(s, For) and s.kind == "parallel"]
+    call = next(s for s in walk_stmt(par.body) if isinstance(s, KernelCall))
+    a = call.args[1]
+    inner = {s.var: Const(0, "int64") for s in walk_stmt(par.body) if isinstance(s, For)}
+    seen_b, seen_r = set(), set()
+    for i in range(par.extent // 2):
+        off = simplify(substitute(flat_index(a.src, a.indices),
+                                  {**inner, par.var: Const(i, "int64")}))
+        assert isinstance(off, Const), off
+        seen_b.add(off.value // (rows * k))
+        seen_r.add(off.value % (rows * k) // k)
+    return seen_b, seen_r
+
+
+def test_winograd_products_go_tiles_outer_and_every_order_computes_the_product():
+    """A batched matmul whose every batch element has its own constant weights (Winograd's
+    products, ``(n*n, P, C) x (n*n, C, K)``) takes the ``tiles`` order by default: row blocks
+    outermost in the parallel loop, so one thread's range is a band of rows (tiles) of every
+    batch element, where rows-outer gave it half of the batch elements. All three orders are in
+    the tuning space and compute the NumPy reference; an activation ``B`` (attention's batched
+    matmul) keeps the rows/panels default."""
+    from ember.tir.schedule.rules import gemm_knobs, schedule_config
+    target = ember.Target("llvm")
+    f, xs, ref = _op_kernel("matmul", [(16, 49, 64), (16, 64, 64)], {}, RELU)
+    knobs = gemm_knobs(f, target)
+    assert knobs["order"][0] == "tiles" and set(knobs["order"]) == {"tiles", "rows", "panels"}
+    for o in knobs["order"]:
+        g = schedule_config(f, target, "gemm_rule", {"order": o})
+        out = compile_prim_func(g, target).run(_packed(g, xs))[0]
+        np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+        batches, rows = _first_half_rows(g, 16, 49, 64)
+        if o == "tiles":
+            assert batches == set(range(16)) and max(rows) < 49 // 2 + 7
+        else:
+            assert batches != set(range(16)) or rows == set(range(0, 49, 7))
+    f2, _, _ = _op_kernel("matmul", [(16, 49, 64), (16, 64, 64)], {}, RELU)
+    f2.attrs["constant_params"] = []
+    assert "tiles" not in gemm_knobs(f2, target)["order"]
+
+
 def test_streamed_weights_of_a_batched_matmul_are_prefetched_a_panel_ahead(monkeypatch):
     """A batched matmul (Winograd's products) whose constant weights total at least
     ``PREFETCH_MIN_B_BYTES`` prefetches the next panel (``pfnext``) by default, a plain GEMM

@@ -19,6 +19,12 @@ task runs its tuned configuration only when that was at least ``margin`` faster 
 ``ApplyHistoryBest.replaced`` lists ``(kernel name, record)`` of every kernel it replaced;
 ``ApplyHistoryBest.matched`` counts the kernels that had a record at all (replaced or not: 0
 means the records are of another model or target).
+
+Thread counts: times are compared only at one thread count per workload
+(``records.one_thread_count``): when the records of a kernel were measured at several counts
+(a run resumed with another ``--measure-threads``), those at the target's own count
+(``-num-threads``; none given: the runtime's default, recorded as 0) are read when present,
+else those of the most recent count; the others are ignored.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import Iterable, Sequence
 from ..errors import ScheduleError, TuningError
 from ..target import Target
 from .records import (Record, best_paired_speedup, best_records, is_in_model, load_records,
-                      paired_speedups)
+                      one_thread_count, paired_speedups)
 
 logger = logging.getLogger("ember.tune")
 _current: contextvars.ContextVar = contextvars.ContextVar("ember_tune_dispatch", default=None)
@@ -47,7 +53,7 @@ class ApplyHistoryBest:
                 raise TuningError(f"records file {os.fspath(records)!r} does not exist: give the "
                                   f"file `ember tune --records FILE` wrote (or tune first)")
             records = load_records(records)
-        records = list(records)
+        records = one_thread_count(records)
         self.best = best_records(records)
         self.margin = margin
         self.min_evidence = min_evidence
@@ -151,6 +157,8 @@ def apply_history_best(records, margin: float = 0.02, min_evidence: int = 2) -> 
     side-by-side measurements of a ``rule`` task with its configuration 0 (``tune_model``'s
     confirmation), the configuration with the best median side-by-side speed-up over at least
     ``min_evidence`` repeats, if at least ``1 + margin``; otherwise the fastest record against the default's fastest measurement.
+    Records of one kernel measured at several thread counts: only one count's are read (the
+    target's own when present, else the most recent; ``records.one_thread_count``).
     Raises ``TuningError`` on a missing or malformed records file."""
     return ApplyHistoryBest(records, margin, min_evidence)
 

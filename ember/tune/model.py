@@ -7,8 +7,10 @@ scheduler decides by expected gain), tunes each with a progress bar, appends eve
 to ``records`` and returns a ``TuneSummary`` whose ``table()`` is the per-task summary. The untuned kernel of each task is measured and recorded too, so
 ``apply_history_best`` never applies a program slower than the default. Running
 it again with the same records resumes: measured candidates are skipped and count toward each
-task's budget (the untuned times only when they were measured with the same thread count,
-``measure_threads``: another count measures them again). Then ``with
+task's budget, when they were measured with the same thread count (``measure_threads``;
+records without a count, from older files, count too): a run resumed with another count
+measures the candidates and the untuned kernel again and ranks only its own times (the
+untuned time needs a known, equal count). Then ``with
 apply_history_best(records): ember.compile(model)`` builds the tuned model.
 
 With a template tuner, the algorithm tasks (``conv_algo``: direct vs Winograd F(2x2) vs F(4x4)
@@ -31,8 +33,8 @@ from .callbacks import log_to_file, progress_bar
 from .extract import TaskInfo, extract_tasks
 from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult,
                       measure_option, measure_reference, measured_threads)
-from .records import (best_paired_speedup, is_in_model, load_records, paired_speedups,
-                      save_records)
+from .records import (at_threads, best_paired_speedup, is_in_model, load_records,
+                      paired_speedups, save_records)
 
 
 #: templates whose configuration 0 is the untuned program (measured first, the baseline)
@@ -370,7 +372,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
     option = _make_option(target, dask, timeout, repeat, number, per_call, cache_flush,
                           measure_threads)
     deadline = time.monotonic() + time_budget if time_budget else None
-    history = list(load_records(records))
+    # what this run counts as measured: records timed with its thread count (or an unknown
+    # one); a candidate timed with another count is measured again and its time not ranked
+    threads = measured_threads(option["runner"], target)
+    history = at_threads(load_records(records), threads)
     summary = TuneSummary(records=records)
     if log:
         log(f"tuning {len(tasks)} tasks for {target} with {tuner}, {trials} trials, "
@@ -411,8 +416,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             tasks = kernels + algos
             results = results[len(algos):] + results[:len(algos)]
         # read once: the loop below appends only "default" records (for tasks without one)
-        measured = list(load_records(records))
-        threads = measured_threads(option["runner"], target)
+        measured = at_threads(load_records(records), threads)
         for info, (n, errors, best) in zip(tasks, results):
             ref_task = info.task
             if ref_task is None:

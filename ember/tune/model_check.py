@@ -41,7 +41,8 @@ import numpy as np
 from ..errors import TuningError
 from ..target import Target
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult
-from .records import MODEL_GROUP, is_in_model, load_records, paired_speedups, save_records
+from .records import (MODEL_GROUP, is_in_model, load_records, one_thread_count, paired_speedups,
+                      save_records)
 
 logger = logging.getLogger("ember.tune")
 
@@ -221,7 +222,7 @@ def _run_check(mod, params, target: Target, records: str, rounds: int, repeat: i
     from .space import ConfigEntity
     from .task import Task
     tgt = str(target)
-    recs = list(load_records(records))
+    recs = one_thread_count(load_records(records))  # the times apply_history_best reads
     cands = _candidates(recs, ApplyHistoryBest(recs, margin=margin), tgt, top)
     if not cands:
         return []

@@ -8,6 +8,10 @@ search program) or ``"default": {}`` (the untuned kernel, measured for compariso
 ``"group": id``, and ``"threads": n`` (the thread count it was timed with; 0: the target's
 default; absent in older files: unknown). Files are appended to, so an interrupted run keeps what it
 measured, and a resumed run skips it (``Tuner.load_history``).
+
+Thread counts: a time is comparable only with times taken at the same thread count. A resumed
+run keeps (skips, and ranks against) only the records of its own count or of an unknown count
+(``at_threads``); ``apply_history_best`` reads one count per workload (``one_thread_count``).
 """
 
 from __future__ import annotations
@@ -179,6 +183,54 @@ MODEL_GROUP = "model:"
 def is_in_model(r: Record) -> bool:
     """Whether ``r`` is an in-model measurement (``ember.tune.model_check``)."""
     return r.result.group.startswith(MODEL_GROUP)
+
+
+def at_threads(records: Iterable[Record], threads: int) -> list[Record]:
+    """The records a run timing with ``threads`` threads counts as measured: those timed with
+    ``threads`` and those of an unknown count (``threads`` absent: written before ember recorded
+    it, kept as before). Records timed with another count are left out, so a run resumed with
+    another ``--measure-threads`` measures their candidates again and never ranks their times
+    against its own."""
+    return [r for r in records if r.result.threads is None or r.result.threads == threads]
+
+
+def _workload(r: Record) -> tuple[str, str]:
+    """``(workload, target)`` of a record: the kernel (``task_args[0]``) all its tasks share
+    (``rule``, ``tile``, ``search`` and the untuned ``default``), so their times are compared."""
+    return (str(r.task_args[0]) if r.task_args else r.task_key), r.target
+
+
+def _target_threads(target: str) -> int | None:
+    """The thread count a target string runs with (``-num-threads``; 0: the runtime's
+    default), as ``measure.measured_threads`` stamps it; ``None`` for a malformed string."""
+    from ..errors import TargetError
+    from ..target import Target
+    try:
+        return Target(target).num_threads or 0
+    except TargetError:
+        return None
+
+
+def one_thread_count(records: Iterable[Record]) -> list[Record]:
+    """``records`` with, per ``(workload, target)``, only those timed at one thread count, so
+    no time of one count is compared with a time of another: the target's own count
+    (``-num-threads=N``, 0 when it has none, as the tuner stamps it) when the records hold
+    it, else the count of the most recent record (largest ``timestamp``). An unknown count
+    (records written before ember recorded it) is a count of its own: a file holding only
+    such records reads as before. In-model measurements (``is_in_model``: interleaved
+    tuned-vs-default ratios) are all kept."""
+    records = list(records)
+    latest: dict[tuple[str, str], dict] = {}
+    for r in records:
+        if not is_in_model(r):
+            counts = latest.setdefault(_workload(r), {})
+            t = r.result.threads
+            counts[t] = max(counts.get(t, float("-inf")), r.result.timestamp)
+    chosen = {}
+    for k, counts in latest.items():
+        own = _target_threads(k[1])
+        chosen[k] = own if own in counts else max(counts, key=lambda t: counts[t])
+    return [r for r in records if is_in_model(r) or r.result.threads == chosen[_workload(r)]]
 
 
 def best_records(records: Iterable[Record]) -> dict[tuple[str, str], Record]:

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 from ...errors import TuningError
 from ..measure import (MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch,
                        measure_option)
-from ..records import Record, is_in_model
+from ..records import Record, at_threads, is_in_model
 from ..space import ConfigEntity
 
 logger = logging.getLogger("ember.tune")
@@ -74,11 +74,16 @@ class Tuner:
             self.best_config = config
             self.best_iter = it
 
-    def load_history(self, records: Iterable[Record]) -> int:
+    def load_history(self, records: Iterable[Record], threads: int | None = None) -> int:
         """Seed the tuner with earlier measurements of this task (records of other tasks or
-        targets are ignored); those configurations will not be measured again. Returns how
+        targets are ignored); those configurations will not be measured again. ``threads``:
+        the thread count this run times with (``measure.measured_threads``); records timed
+        with another count are ignored too (measured again, never ranked against this run's
+        times; records of an unknown count are kept, see ``records.at_threads``). Returns how
         many of them count as trials (configurations the template rejected do not)."""
         inputs, results = [], []
+        if threads is not None:
+            records = at_threads(records, threads)
         for r in records:
             if r.task_key != self.task.key or r.target != str(self.task.target) \
                     or r.kind != "config" or is_in_model(r):

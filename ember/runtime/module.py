@@ -51,6 +51,11 @@ class Weights(dict):
         return (dict, (dict(self),))
 
 
+#: numpy functions that write into their first argument (``RepackedWeight`` refuses them)
+_WRITES_FIRST = frozenset({np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
+                           np.put_along_axis})
+
+
 class RepackedWeight(np.ndarray):
     """A ``CompiledModel.params`` entry whose values some kernel reads from a re-laid-out copy
     packed at compile time (``NAME@packed...``, another entry of ``params``): a write into it
@@ -68,9 +73,14 @@ class RepackedWeight(np.ndarray):
             does not share the model's memory.
 
     Raises:
-        EmberError: on item assignment or a ufunc writing into it (``w[...] = 0``,
-            ``w += 1``, ``np.add(a, b, out=w)``), naming the weight, its packed copies and the
-            fix. Other numpy writes (``np.copyto``) raise numpy's read-only ``ValueError``.
+        EmberError: on a write into it, naming the weight, its packed copies and the fix:
+            item assignment (``w[...] = 0``), a ufunc writing into it (``w += 1``,
+            ``np.add(a, b, out=w)``), a numpy function writing into its first argument
+            (``np.copyto(w, v)``, ``np.put``, ``np.place``, ``np.putmask``,
+            ``np.fill_diagonal``, ``np.put_along_axis``) or into ``out=w`` (``np.dot(a, b,
+            out=w)``...), and the in-place methods ``fill``, ``put``, ``sort``,
+            ``partition``. A write numpy makes some other way (a positional ``out``) raises
+            numpy's read-only ``ValueError``.
     """
 
     packed: tuple = ()
@@ -109,6 +119,30 @@ class RepackedWeight(np.ndarray):
         results = result if isinstance(result, tuple) else (result,)
         final = tuple(r if o is None else o for o, r in zip(out, results))
         return final[0] if len(final) == 1 else final
+
+    def __array_function__(self, func, types, args, kwargs):
+        # numpy functions that write into an array argument: their first one, or ``out=``
+        out = kwargs.get("out")
+        written = (out if isinstance(out, tuple) else (out,)) + \
+            ((args[0],) if args and func in _WRITES_FIRST else ())
+        for a in written:
+            if isinstance(a, RepackedWeight) and a.packed:
+                a._refuse()
+        return super().__array_function__(func, types, args, kwargs)
+
+    def _checked(method):  # noqa: N805 - wraps an in-place ndarray method (class body helper)
+        def write(self, *args, **kwargs):
+            if self.packed:
+                self._refuse()
+            return method(self, *args, **kwargs)
+        write.__name__, write.__doc__ = method.__name__, method.__doc__
+        return write
+
+    fill = _checked(np.ndarray.fill)
+    put = _checked(np.ndarray.put)
+    sort = _checked(np.ndarray.sort)
+    partition = _checked(np.ndarray.partition)
+    del _checked
 
     def copy(self, order="C") -> np.ndarray:
         """A plain, writable ``numpy.ndarray`` copy, independent of the model."""

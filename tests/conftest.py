@@ -26,17 +26,26 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False,
-                     help="also run the tests marked slow (whole heavy models)")
+                     help="also run the tests marked slow (more than a few seconds each: whole "
+                          "heavy models, a dask cluster...)")
+
+
+#: how to run the tests marked slow (the end of their skip reason)
+RUN_SLOW = "run with --runslow, EMBER_RUN_SLOW=1 or -m slow"
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``slow`` run with ``--runslow``, ``EMBER_RUN_SLOW=1`` or a ``-m`` that
-    names them; the default run leaves them out (skipped, with the reason)."""
+    names them; the default run leaves them out, skipped with the reason: ``slow test`` and
+    what the test gives as ``@pytest.mark.slow(reason="...")`` (e.g. "a whole model", "a
+    dask cluster"), then how to run it."""
     import pytest
     if config.getoption("--runslow") or os.environ.get("EMBER_RUN_SLOW") == "1" \
             or "slow" in (config.getoption("-m") or ""):
         return
-    skip = pytest.mark.skip(reason="slow whole-model test: run with --runslow or EMBER_RUN_SLOW=1")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        mark = item.get_closest_marker("slow")
+        if mark is not None:
+            why = mark.kwargs.get("reason")
+            item.add_marker(pytest.mark.skip(
+                reason=f"slow test{f' ({why})' if why else ''}: {RUN_SLOW}"))

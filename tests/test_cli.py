@@ -71,7 +71,7 @@ def test_supported_onnx_ops_never_precede_the_onnx_schema():
             assert all(onnx.defs.has(op, s, domain) for s, _ in ranges), (domain, op, ranges)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a whole model: ResNet-50")
 def test_demo_checks_against_a_reference(capsys):
     assert main(["demo", "--repeat", "1"]) == 0
     assert "OK" in capsys.readouterr().out

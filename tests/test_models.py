@@ -24,8 +24,8 @@ SLOW_LIGHT = {"vgg19"}  # ~20 s of naive convolution
 
 
 def light_params():
-    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LIGHT else n
-            for n in M.LIGHT_MODELS]
+    return [pytest.param(n, marks=pytest.mark.slow(reason=f"a whole model: {n}"))
+            if n in SLOW_LIGHT else n for n in M.LIGHT_MODELS]
 
 
 @pytest.mark.parametrize("name", light_params())
@@ -105,7 +105,7 @@ def test_built_model_matches_onnxruntime(name):
         assert_close(g, w, 1e-4, 1e-5, f"{name} output {k}")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a whole model: BERT-base")
 def test_bert_base_matches_onnxruntime():
     """The benchmark model (12 layers, hidden 768) is correct too."""
     model = M.bert_base(seq=128)

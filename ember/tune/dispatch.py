@@ -24,7 +24,8 @@ Thread counts: times are compared only at one thread count per workload
 (``records.one_thread_count``): when the records of a kernel were measured at several counts
 (a run resumed with another ``--measure-threads``), those at the target's own count
 (``-num-threads``; none given: the runtime's default, recorded as 0) are read when present,
-else those of the most recent count; the others are ignored.
+else those of the most recent count; the others are ignored. Records without a count (older
+files) are read as before, beside the chosen count's.
 """
 
 from __future__ import annotations

@@ -213,16 +213,16 @@ def _target_threads(target: str) -> int | None:
 
 def one_thread_count(records: Iterable[Record]) -> list[Record]:
     """``records`` with, per ``(workload, target)``, only those timed at one thread count, so
-    no time of one count is compared with a time of another: the target's own count
+    no time of one known count is compared with a time of another: the target's own count
     (``-num-threads=N``, 0 when it has none, as the tuner stamps it) when the records hold
-    it, else the count of the most recent record (largest ``timestamp``). An unknown count
-    (records written before ember recorded it) is a count of its own: a file holding only
-    such records reads as before. In-model measurements (``is_in_model``: interleaved
-    tuned-vs-default ratios) are all kept."""
+    it, else the count of the most recent record with a count (largest ``timestamp``).
+    Records of an unknown count (written before ember recorded it) are kept beside it, as
+    ``at_threads`` keeps them for a resumed run, so an older file reads as before. In-model
+    measurements (``is_in_model``: interleaved tuned-vs-default ratios) are all kept."""
     records = list(records)
     latest: dict[tuple[str, str], dict] = {}
     for r in records:
-        if not is_in_model(r):
+        if not is_in_model(r) and r.result.threads is not None:
             counts = latest.setdefault(_workload(r), {})
             t = r.result.threads
             counts[t] = max(counts.get(t, float("-inf")), r.result.timestamp)
@@ -230,7 +230,8 @@ def one_thread_count(records: Iterable[Record]) -> list[Record]:
     for k, counts in latest.items():
         own = _target_threads(k[1])
         chosen[k] = own if own in counts else max(counts, key=lambda t: counts[t])
-    return [r for r in records if is_in_model(r) or r.result.threads == chosen[_workload(r)]]
+    return [r for r in records if is_in_model(r) or r.result.threads is None
+            or r.result.threads == chosen[_workload(r)]]
 
 
 def best_records(records: Iterable[Record]) -> dict[tuple[str, str], Record]:

@@ -84,7 +84,7 @@ def test_dask_runner_without_a_worker_is_a_typed_error(client):
         cluster.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a dask LocalCluster with a worker frozen mid-batch")
 def test_a_worker_lost_mid_batch_costs_one_measurement_not_minutes():
     # (was: each measurement waited up to 4 x timeout + 60 s on a worker that stopped
     # answering, one after another). A frozen worker process (SIGSTOP) is lost the way a dead

@@ -120,11 +120,13 @@ def test_one_thread_count_per_workload():
     recs = [_rec("a", 1, 1.0, 1), _rec("a", 2, 2.0, 2),         # a: most recent count 2
             _rec("b", 0, 1.0, 1), _rec("b", 2, 2.0, 3),         # b: the target's count (0)
             _rec("c", None, 1.0, 1), _rec("c", None, 1.5, 2),   # c: unknown only: as before
-            _rec("d", 1, 1.0, 5), _rec("d", 2, 1.0, 1, "model:x")]  # in-model: kept
-    kept = one_thread_count(recs)
+            _rec("d", 1, 1.0, 5), _rec("d", 2, 1.0, 1, "model:x"),  # in-model: kept
+            _rec("e", None, 1.0, 9), _rec("e", 1, 1.0, 1), _rec("e", 2, 1.0, 2)]
+    kept = one_thread_count(recs)  # e: unknown beside the most recent known count
     assert [(r.task_args[0], r.result.threads) for r in kept] == [
-        ("a", 2), ("b", 0), ("c", None), ("c", None), ("d", 1), ("d", 2)]
-    assert [r.result.threads for r in at_threads(recs, 2)] == [2, 2, None, None, 2]
+        ("a", 2), ("b", 0), ("c", None), ("c", None), ("d", 1), ("d", 2), ("e", None),
+        ("e", 2)]
+    assert [r.result.threads for r in at_threads(recs, 2)] == [2, 2, None, None, 2, None, 2]
 
 
 def test_tuner_load_history_with_a_thread_count(monkeypatch, tmp_path):

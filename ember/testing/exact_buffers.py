@@ -60,7 +60,7 @@ def _bind_params(self, params):
         out[name][...] = a
     return out
 
-_orig_read = _ex.GraphExecutor._read
+_orig_output_source = _ex.GraphExecutor._output_source
 
 
 def _init(self, lib, plan, params, num_threads=None):
@@ -73,17 +73,18 @@ def _init(self, lib, plan, params, num_threads=None):
             self._slot_bufs[k] = b
             self._ptr[k] = b.ctypes.data
     self.use_aot = False
+    self._out_src = [self._output_source(o["slot"]) for o in self.output_specs]
 
 
-def _read(self, slot, arrays):
+def _output_source(self, slot):
     s = self.plan["slots"][slot]
     if s["kind"] == "arena" and slot in getattr(self, "_slot_bufs", {}):
         dt = _ex._dtype(s["dtype"])
-        return self._slot_bufs[slot].view(dt).reshape(tuple(s["shape"])).copy()
-    return _orig_read(self, slot, arrays)
+        return self._slot_bufs[slot].view(dt).reshape(tuple(s["shape"])), None
+    return _orig_output_source(self, slot)
 
 
 _ex.aligned_empty = aligned_empty
 _ex.GraphExecutor.__init__ = _init
 _ex.GraphExecutor._bind_params = _bind_params
-_ex.GraphExecutor._read = _read
+_ex.GraphExecutor._output_source = _output_source

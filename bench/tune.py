@@ -231,9 +231,9 @@ def main(argv=None) -> int:
                     help="threads candidates are timed with (1: robust on a shared machine)")
     ap.add_argument("--no-algorithms", action="store_true",
                     help="keep the Winograd heuristic (no conv_algo tasks: direct / F2 / F4)")
-    ap.add_argument("--model-check", type=int, default=6,
+    ap.add_argument("--model-check", type=int, default=8,
                     help="rounds of the in-model check of the tuned kernels (0: off)")
-    ap.add_argument("--check-top", type=int, default=4,
+    ap.add_argument("--check-top", type=int, default=12,
                     help="candidate configurations per task the in-model check times")
     ap.add_argument("--wide-space", action="store_true",
                     help="a wider GEMM-rule space: 12 register tiles, K-blocks up to 256 and the "

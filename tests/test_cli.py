@@ -115,7 +115,7 @@ def test_profile_table_and_chrome_trace(tiny_model, tmp_path, capsys):
 def test_tune_and_conformance_are_wired():
     parser = __import__("ember.cli", fromlist=["build_parser"]).build_parser()
     args = parser.parse_args(["tune", "m.onnx", "--trials", "4", "--tuner", "random"])
-    assert args.trials == 4 and args.tuner == "random" and args.check_top == 4
+    assert args.trials == 4 and args.tuner == "random" and args.check_top == 12
     args = parser.parse_args(["tune", "m.onnx", "--check-top", "2"])
     assert args.check_top == 2
     args = parser.parse_args(["compile", "m.onnx", "--records", "r.jsonl"])

@@ -50,12 +50,12 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-algorithms", action="store_true",
                    help="keep the Winograd heuristic's choice per 3x3 convolution instead of "
                    "tuning it (direct / F(2x2) / F(4x4) conv_algo tasks)")
-    p.add_argument("--model-check", type=int, default=6, metavar="R",
+    p.add_argument("--model-check", type=int, default=8, metavar="R",
                    help="time the tuned kernels inside the running model against the "
                    "defaults for R interleaved rounds and keep only the tasks that are faster "
-                   "there (default 6; 0 = off)")
-    p.add_argument("--check-top", type=int, default=4, metavar="N",
-                   help="configurations per task the in-model check times (default 4)")
+                   "there (default 8; 0 = off)")
+    p.add_argument("--check-top", type=int, default=12, metavar="N",
+                   help="configurations per task the in-model check times (default 12)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 

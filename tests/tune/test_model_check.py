@@ -263,7 +263,7 @@ def test_a_resumed_run_reuses_the_in_model_check(tmp_path, monkeypatch):
     tune_model((mod, params), TARGET, **dict(kw, model_check=3))
     assert len(calls) == n_timed + 2 * 3 * 2
     # the outcome is keyed by the target (its thread count) too
-    settings = {"rounds": 3, "repeat": 5, "margin": 0.02, "seed": 0, "top": 4}
+    settings = {"rounds": 3, "repeat": 5, "margin": 0.02, "seed": 0, "top": 12}
     assert load_outcome(mod, params, TARGET, str(log), settings) is not None
     assert load_outcome(mod, params, ember.Target("llvm -num-threads=1"), str(log),
                         settings) is None

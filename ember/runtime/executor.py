@@ -321,7 +321,10 @@ class GraphExecutor:
         """Run once. ``inputs``: ``{name: array}`` or a list in graph-input order. Uses the
         ahead-of-time entry point (one native call) when the library has one and ``use_aot``
         is set, else calls the kernels one by one from Python. Calls from several threads are
-        serialized (they share the arena); the kernels themselves run multi-threaded.
+        serialized (they share the arena); the kernels themselves run multi-threaded. The
+        executor keeps a reference to the last input arrays it bound (so a next call with the
+        same objects skips binding them; ``ndarray.resize`` on such an array then refuses, as
+        for any array referenced elsewhere).
 
         Returns:
             the outputs as new numpy arrays, in graph-output order.

@@ -123,6 +123,76 @@ def test_outputs_that_are_inputs_constants_or_repeated():
     assert m.run({"x": xv})[1][0, 1] == 1  # a constant output is not the model's own buffer
 
 
+def _three_input_model():
+    """x (2, 3, 5) float32, y (0, 5) float32 (empty), s () float32 -> [x * s, concat(y, x[0]),
+    x] (the last an input returned as an output)."""
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5]),
+           helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 5]),
+           helper.make_tensor_value_info("s", TensorProto.FLOAT, [])]
+    zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
+    nodes = [helper.make_node("Mul", ["x", "s"], ["xs"]),
+             helper.make_node("Gather", ["x", "zero"], ["x0"], axis=0),
+             helper.make_node("Reshape", ["x0", "shape"], ["x0r"]),
+             helper.make_node("Concat", ["y", "x0r"], ["cat"], axis=0),
+             helper.make_node("Identity", ["x"], ["xo"])]
+    shape = numpy_helper.from_array(np.array([3, 5], np.int64), "shape")
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("xs", "cat", "xo")]
+    g = helper.make_graph(nodes, "g", ins, outs, [zero, shape])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_input_containers_and_layouts_two_models_sharing_a_library(tmp_path):
+    """What the run's fast path (a plain dict of C-contiguous arrays) must not misread, against
+    onnxruntime: other mappings (OrderedDict, a dict subclass, a read-only mapping proxy),
+    read-only, Fortran-order and unaligned arrays, a 0-d and an empty input, the same objects
+    mutated in place; two models of the same kernels (one library) run alternately on
+    different objects, so each keeps its own bound addresses."""
+    import collections
+    import types
+    ort = pytest.importorskip("onnxruntime")
+    model = _three_input_model()
+    sess = ort.InferenceSession(model.SerializeToString())
+    ember.compile(model, target="llvm -num-threads=1").save(tmp_path / "m.ember")
+    m1, m2 = ember.load(tmp_path / "m.ember"), ember.load(tmp_path / "m.ember")
+    assert m1.lib_path == m2.lib_path and m1._executor is not m2._executor
+
+    def feeds(seed):
+        r = np.random.default_rng(seed)
+        return {"x": r.standard_normal((2, 3, 5)).astype(np.float32),
+                "y": np.zeros((0, 5), np.float32), "s": np.array(r.standard_normal(), np.float32)}
+
+    def same(got, f):
+        want = sess.run(None, {k: np.ascontiguousarray(v) for k, v in dict(f).items()})
+        for g_, w in zip(got, want):
+            assert g_.shape == w.shape
+            np.testing.assert_allclose(g_, w, rtol=1e-6, atol=1e-6)
+
+    class Sub(dict):
+        pass
+    a, b = feeds(1), feeds(2)
+    for k in range(3):
+        same(m1.run(a), a)
+        same(m2.run(b), b)
+        for wrap in (collections.OrderedDict, Sub, types.MappingProxyType):
+            same(m1.run(wrap(a)), a)
+        a["x"][...] += 1  # the same objects, new contents
+        a["s"][()] = k - 1.5
+        b["x"][...] *= -1
+    ro = feeds(3)
+    for v in ro.values():
+        v.flags.writeable = False
+    same(m1.run(ro), ro)
+    same(m2.run(ro), ro)
+    f = feeds(4)
+    fortran = dict(f, x=np.asfortranarray(f["x"]))
+    raw = bytearray(f["x"].nbytes + 1)  # float32 at an odd address
+    unaligned = np.frombuffer(raw, np.float32, f["x"].size, offset=1).reshape(f["x"].shape)
+    unaligned[...] = f["x"]
+    for g_ in (fortran, dict(f, x=unaligned), f, dict(f, x=unaligned)):
+        same(m1.run(g_), f)
+        same(m2.run(b), b)
+
+
 def test_pickling_a_compiled_model_names_save_and_load(tmp_path):
     import copy
     import pickle

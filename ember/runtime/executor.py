@@ -400,17 +400,19 @@ class GraphExecutor:
         return [(src if src is not None else arrays[k]).copy() for src, k in self._out_src]
 
     def time_steps(self, inputs, repeat: int = 10) -> list[dict]:
-        """Per-kernel median time in ms over ``repeat`` runs: ``[{"op", "name", "ms"}]``."""
+        """Per-kernel median time in ms over ``repeat`` runs: ``[{"op", "name", "ms"}]``.
+        Holds the run lock (the kernels write the arena a concurrent ``run`` uses)."""
         arrays = self._bind_inputs(inputs)
         ptr = list(self._ptr)
         self.bind_pointers(ptr, arrays)
-        self.apply_num_threads()
         times = [[] for _ in self._steps]
-        for _ in range(repeat):
-            for k, (fn, args, st) in enumerate(self._steps):
-                t0 = time.perf_counter()
-                fn(*[ptr[a] for a in args])
-                times[k].append((time.perf_counter() - t0) * 1e3)
+        with self._run_lock:
+            self.apply_num_threads()
+            for _ in range(repeat):
+                for k, (fn, args, st) in enumerate(self._steps):
+                    t0 = time.perf_counter()
+                    fn(*[ptr[a] for a in args])
+                    times[k].append((time.perf_counter() - t0) * 1e3)
         return [{"op": st["op"], "name": st["name"], "symbol": st["symbol"],
                  "ms": float(np.median(t))} for (_, _, st), t in zip(self._steps, times)]
 

@@ -210,35 +210,43 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
     arrays = ex._bind_inputs(inputs)
     ptr = list(ex._ptr)
     ex.bind_pointers(ptr, arrays)
-    ex.apply_num_threads()  # the library may be shared with a model of another thread count
     calls = [(fn, [ptr[a] for a in args]) for fn, args, _ in ex._steps]
-    for _ in range(warmup):
-        for fn, a in calls:
-            fn(*a)
+    # the kernels write the model's arena: hold its run lock while they run (a concurrent
+    # model.run waits), released for the end-to-end model.run of each repeat
+    lock = ex._run_lock
+    with lock:
+        ex.apply_num_threads()  # the library may be shared with a model of another count
+        for _ in range(warmup):
+            for fn, a in calls:
+                fn(*a)
     samples, e2e = [], []
     for _ in range(repeat):
         run = []
-        t_start = time.perf_counter()
-        for fn, a in calls:
-            t0 = time.perf_counter()
-            fn(*a)
-            t1 = time.perf_counter()
-            run.append(((t0 - t_start) * 1e6, (t1 - t0) * 1e6))
+        with lock:
+            ex.apply_num_threads()
+            t_start = time.perf_counter()
+            for fn, a in calls:
+                t0 = time.perf_counter()
+                fn(*a)
+                t1 = time.perf_counter()
+                run.append(((t0 - t_start) * 1e6, (t1 - t0) * 1e6))
         samples.append(run)
         t0 = time.perf_counter()
         model.run(inputs)
         e2e.append((time.perf_counter() - t0) * 1e3)
     hot_ms = [None] * len(calls)
     if hot:
-        for k, (fn, a) in enumerate(calls):
-            for _ in range(warmup):
-                fn(*a)
-            ts = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                fn(*a)
-                ts.append(time.perf_counter() - t0)
-            hot_ms[k] = float(np.median(ts)) * 1e3
+        with lock:
+            ex.apply_num_threads()
+            for k, (fn, a) in enumerate(calls):
+                for _ in range(warmup):
+                    fn(*a)
+                ts = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    fn(*a)
+                    ts.append(time.perf_counter() - t0)
+                hot_ms[k] = float(np.median(ts)) * 1e3
     peak, threads = measure_peak_gflops(model.target, _threads(model))
     stats = []
     for k, st in enumerate(plan["steps"]):

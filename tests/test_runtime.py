@@ -59,10 +59,10 @@ def test_inputs_are_not_modified_and_outputs_are_fresh(compiled):
 
 
 def test_rebinding_follows_the_array_objects_and_their_contents(compiled):
-    """The executor binds an input's address again only for a new array object: the same
-    object with new contents, a new object, the general path (a list, a non-contiguous view)
-    and an address bound by hand in between (as the tuning worker does) all give the outputs
-    of a fresh model on the same values."""
+    """Inputs are bound by address every run: the same object with new contents, the same
+    object whose data ``ndarray.resize(refcheck=False)`` moved, a new object, the general path
+    (a list, a non-contiguous view) and an address bound by hand in between (as the tuning
+    worker does) all give the outputs of a fresh model on the same values."""
     m, model, feeds = compiled
     ref = ember.compile(model)  # its own executor: a fresh binding every call
     a, b = feeds(model, 6), feeds(model, 7)
@@ -76,6 +76,16 @@ def test_rebinding_follows_the_array_objects_and_their_contents(compiled):
     same(m.run(a), b)
     c = feeds(model, 8)
     same(m.run(c), c)  # new objects
+    name0 = m.input_names[0]
+    moved = c[name0].copy()
+    r = {**c, name0: moved}
+    same(m.run(r), c)
+    shape = moved.shape
+    moved.resize((moved.size * 64,), refcheck=False)  # a new buffer: the old one is freed
+    moved[:] = 0
+    moved.resize(shape, refcheck=False)
+    moved[...] = c[name0]
+    same(m.run(r), c)
     name = m.input_names[0]
     if c[name].ndim >= 1 and c[name].shape[-1] > 1:  # a strided view: the general path
         wide = np.repeat(c[name], 2, axis=-1)

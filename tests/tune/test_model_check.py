@@ -130,10 +130,14 @@ def test_each_task_gets_its_own_in_model_evidence(tmp_path):
     np.testing.assert_allclose(tuned.run([x])[0], base, rtol=1e-4, atol=1e-4)
 
 
-def test_a_recorded_algorithm_choice_does_not_skip_the_check(tmp_path):
+def test_a_recorded_algorithm_choice_does_not_skip_the_check(tmp_path, monkeypatch):
     """An algorithm record (``conv_algo``) changes the graph the tuned kernels run in: the
-    default model of the check must be built under it too, or no kernel lines up."""
+    default model of the check must be built under it too, or no kernel lines up. (The
+    algorithm's own in-model check, which could revert it on this machine's timings, is
+    left out here: test_algorithm_choices_are_checked_in_the_model covers it.)"""
+    from ember.tune import model_check
     from .test_strategy import _stated
+    monkeypatch.setattr(model_check, "_check_algorithms", lambda *a, **k: [])
     model = _two_conv_model()
     mod, params = from_onnx(model)
     algo = next(t.task for t in tune.extract_tasks(mod, params, TARGET) if t.op == "conv_algo")
@@ -273,3 +277,41 @@ def test_a_resumed_run_reuses_the_in_model_check(tmp_path, monkeypatch):
         f.write("{not json")
     tune_model((mod, params), TARGET, **dict(kw, model_check=3))
     assert len(calls) == n + 2 * 3
+
+
+@pytest.mark.parametrize("direct_in_model_ms, kept", [(50.0, False), (0.5, True)])
+def test_algorithm_choices_are_checked_in_the_model(tmp_path, monkeypatch, direct_in_model_ms,
+                                                    kept):
+    """A conv_algo choice that won timed alone (direct convolution, 1.5x faster than the
+    heuristic's F(2x2) side by side) is timed in the model against the heuristic's algorithm
+    (whole model: the kernels differ), and apply_history_best keeps it only where it was faster
+    there. The model's step times are faked: every kernel 1 ms, except that a direct
+    convolution's kernel takes ``direct_in_model_ms``."""
+    from ember.runtime.executor import GraphExecutor
+    from ember.tune.model import tune_model  # noqa: F401  (the check runs as tune_model's)
+    from .test_strategy import _algo_task, _conv_model
+    info = _algo_task()
+    task = info.task
+    direct = next(c for c in task.config_space if c.values()["tile"] == -1)
+    log = tmp_path / "r.jsonl"
+    save_records(log, _evidence(task, direct, 1.5, "g1"))
+    with tune.apply_history_best(log) as ctx:
+        assert not any(s["op"].startswith("nn.winograd") for s in
+                       ember.compile(_conv_model(), target=TARGET).plan["steps"])
+    orig = GraphExecutor.time_steps
+
+    def time_steps(self, inputs, repeat=10):
+        steps = orig(self, inputs, 1)
+        return [dict(s, ms=direct_in_model_ms if "conv" in s["op"] and "winograd" not in s["op"]
+                     and not s["op"].startswith("matmul") else 1.0) for s in steps]
+    monkeypatch.setattr(GraphExecutor, "time_steps", time_steps)
+    mod, params = from_onnx(_conv_model())
+    results = check_in_model(mod, params, TARGET, str(log), rounds=3, repeat=1)
+    algo = [r for r in results if r.op == "conv_algo"]
+    assert len(algo) == 1 and algo[0].task_key == task.key and algo[0].kept == kept
+    assert (algo[0].speedup > 1.0) == kept
+    assert "conv_algo (whole model)" in format_results(results)
+    with tune.apply_history_best(log) as ctx:
+        ops = [s["op"] for s in ember.compile(_conv_model(), target=TARGET).plan["steps"]]
+    assert any(o.startswith("nn.winograd") for o in ops) == (not kept)
+    assert ctx.algorithms_applied == int(kept)

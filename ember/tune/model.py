@@ -368,6 +368,7 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
         records = default_records(model)
     records = os.fspath(records)
     mod, params = load_model(model, shapes)
+    algo_checked: list = []  # the in-model check of the algorithm choices (below)
     tasks = extract_tasks(mod, params, target, include_all=tuner == "search", template=template,
                           algorithms=algorithms and tuner != "search")
     if max_tasks:  # the heaviest kernel tasks (algorithm tasks are few and all kept)
@@ -402,6 +403,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                                       deadline, sum(n_algo[k:]) + trials, seed, per_call,
                                       confirm, confirm_rounds, early_stopping, progress)
                            for k, (info, n) in enumerate(zip(algos, n_algo))]
+                if model_check:  # the choices are final before their kernels are tuned
+                    from .model_check import _check_algorithms
+                    algo_checked = _check_algorithms(mod, params, Target(target), records,
+                                                     model_check, 5, margin, 0)
                 from .dispatch import ApplyHistoryBest
                 with ApplyHistoryBest(list(load_records(records)), margin=margin):
                     kernels = extract_tasks(mod, params, target, template=template,
@@ -457,8 +462,9 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
             close()
     if model_check:
         from .model_check import check_in_model
-        summary.in_model = check_in_model(mod, params, target, records, rounds=model_check,
-                                          margin=margin, top=check_top, reuse=True)
+        summary.in_model = algo_checked + check_in_model(
+            mod, params, target, records, rounds=model_check, margin=margin, top=check_top,
+            reuse=True, algorithms=False)
     summary.wall_s = time.perf_counter() - t0
     if log:
         log(summary.table())

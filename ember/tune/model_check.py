@@ -114,7 +114,8 @@ def _candidates(records: list, ctx, target: str, top: int) -> dict[str, list]:
 
 def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | Target",
                    records: str, rounds: int = 6, repeat: int = 5, margin: float = 0.02,
-                   seed: int = 0, top: int = 4, reuse: bool = False) -> list[InModelResult]:
+                   seed: int = 0, top: int = 4, reuse: bool = False,
+                   algorithms: bool = True) -> list[InModelResult]:
     """Time the tuned kernels of ``records`` inside the running model against the defaults and
     append the evidence to ``records`` (see the module doc).
 
@@ -132,6 +133,9 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
         margin: the speed-up over the default that keeps a tuned configuration, as in
             ``apply_history_best``.
         top: candidate configurations per task.
+        algorithms: also check the recorded algorithm choices not checked before
+            (``_check_algorithms``; ``tune_model`` checks them itself, right after tuning
+            them, so that the kernel tasks it tunes next are those of the final choices).
         reuse: when the records file is byte for byte the one an earlier check (with the same
             model, target, thread count, rounds, repeat, margin, seed and top) left behind,
             return that check's results without timing anything (``tune_model`` resuming a
@@ -157,7 +161,8 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
         if prev is not None:
             logger.info("in-model check: reusing the outcome of the check of these records")
             return prev
-    out = _check_algorithms(mod, params, target, records, rounds, repeat, margin, seed)
+    out = (_check_algorithms(mod, params, target, records, rounds, repeat, margin, seed)
+           if algorithms else [])
     out += _run_check(mod, params, target, records, rounds, repeat, margin, seed, top)
     if reuse:
         save_outcome(mod, params, target, records, settings, out)
@@ -235,9 +240,11 @@ def _check_algorithms(mod, params, target: Target, records: str, rounds: int, re
     tgt = str(target)
     recs = one_thread_count(load_records(records))
     ctx = ApplyHistoryBest(recs, margin=margin)
+    checked = set(paired_speedups(recs, in_model=True))  # decided by an earlier check
     chosen = {}
     for r in recs:
-        if r.task_name == "conv_algo" and r.target == tgt and r.task_key not in chosen:
+        if r.task_name == "conv_algo" and r.target == tgt and r.task_key not in chosen \
+                and (r.task_key, tgt) not in checked:
             rec = ctx.choose(r.task_key, tgt)
             if rec is not None and isinstance(rec.config, dict) and rec.config.get("index") != 0:
                 chosen[r.task_key] = rec

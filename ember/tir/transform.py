@@ -562,8 +562,8 @@ def row_groups(func: PrimFunc) -> PrimFunc:
     pair and the epilogue once per half (the tile's ``origin``, which moves with the loop, is
     resolved into plain indices). Only where the doubled block still fits the register file
     (``tensorize.MAX_ACCUMULATORS``: ``2 * mr * ceil(nr / lanes)`` accumulators, plus the ``B``
-    vectors and one broadcast within ``rules.gemm.REGISTERS``), without a register epilogue and with ``A`` broadcast (not
-    lane-aligned). Results are identical: each output element sums the same products in the
+    vectors and one broadcast within ``rules.gemm.REGISTERS``), without a register epilogue
+    and with ``A`` broadcast (not lane-aligned). Results are identical: each output element sums the same products in the
     same order."""
     body = _groups(func.body)
     if body is func.body:

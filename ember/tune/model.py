@@ -404,9 +404,10 @@ def tune_model(model: Any, target: "str | Target" = "llvm", trials: int = 200,
                                       confirm, confirm_rounds, early_stopping, progress)
                            for k, (info, n) in enumerate(zip(algos, n_algo))]
                 if model_check:  # the choices are final before their kernels are tuned
-                    from .model_check import _check_algorithms
-                    algo_checked = _check_algorithms(mod, params, Target(target), records,
-                                                     model_check, 5, margin, 0)
+                    from .model_check import check_algorithms
+                    algo_checked = check_algorithms(mod, params, Target(target), records,
+                                                    rounds=model_check, repeat=5,
+                                                    margin=margin, seed=0)
                 from .dispatch import ApplyHistoryBest
                 with ApplyHistoryBest(list(load_records(records)), margin=margin):
                     kernels = extract_tasks(mod, params, target, template=template,

@@ -7,7 +7,7 @@ pages, and every core is busy. A configuration that won alone can lose there. On
 the tuned kernels were 1.02x faster summed over the tasks timed alone, but the model was 0.98x
 as fast end to end.
 
-``check_in_model`` first checks the algorithm choices (``_check_algorithms``: each recorded
+``check_in_model`` first checks the algorithm choices (``check_algorithms``: each recorded
 ``conv_algo`` choice that is not the heuristic's, the whole model timed with and without it).
 Then it takes, for every ``rule`` task the records have side-by-side evidence for,
 up to ``top`` candidate configurations: the one ``apply_history_best`` would apply, then the
@@ -134,7 +134,7 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
             ``apply_history_best``.
         top: candidate configurations per task.
         algorithms: also check the recorded algorithm choices not checked before
-            (``_check_algorithms``; ``tune_model`` checks them itself, right after tuning
+            (``check_algorithms``; ``tune_model`` checks them itself, right after tuning
             them, so that the kernel tasks it tunes next are those of the final choices).
         reuse: when the records file is byte for byte the one an earlier check (with the same
             model, target, thread count, rounds, repeat, margin, seed and top) left behind,
@@ -161,7 +161,7 @@ def check_in_model(mod, params: Mapping[str, np.ndarray] | None, target: "str | 
         if prev is not None:
             logger.info("in-model check: reusing the outcome of the check of these records")
             return prev
-    out = (_check_algorithms(mod, params, target, records, rounds, repeat, margin, seed)
+    out = (check_algorithms(mod, params, target, records, rounds, repeat, margin, seed)
            if algorithms else [])
     out += _run_check(mod, params, target, records, rounds, repeat, margin, seed, top)
     if reuse:
@@ -222,7 +222,29 @@ def save_outcome(mod, params, target: Target, records: str, settings: dict,
                        outcome_path(records), e)
 
 
-def _check_algorithms(mod, params, target: Target, records: str, rounds: int, repeat: int,
+def _step_times(models: list, rounds: int, repeat: int, seed: int) -> list[list[list]]:
+    """Per model, per round, its kernels' times in ms (``time_steps``: median over ``repeat``
+    runs) on the first model's seeded random inputs, the models alternating forward and
+    backward in ``rounds`` interleaved rounds."""
+    inputs = models[0].random_inputs(seed)
+    times: list[list] = [[] for _ in models]
+    for r in range(rounds):
+        for k in (range(len(models)) if r % 2 == 0 else reversed(range(len(models)))):
+            times[k].append([s["ms"] for s in models[k]._executor.time_steps(inputs, repeat)])
+    return times
+
+
+def _mark_kept(out: list[InModelResult], records: str, tgt: str, margin: float) -> None:
+    """Set each result's ``kept``: what a build now applies, the evidence just appended to
+    ``records`` pooled with earlier checks' (or, with fewer than ``min_evidence`` rounds in
+    the model, the evidence of the candidates alone)."""
+    from .dispatch import ApplyHistoryBest
+    final = ApplyHistoryBest(list(load_records(records)), margin=margin)
+    for r in out:
+        r.kept = final.paired.get((r.task_key, tgt), (None, 0.0))[0] is not None
+
+
+def check_algorithms(mod, params, target: Target, records: str, rounds: int, repeat: int,
                       margin: float, seed: int) -> list[InModelResult]:
     """The in-model check of the algorithm choices (``conv_algo`` tasks): each choice the
     records would apply that is not the heuristic's is timed in the model, the model with every
@@ -232,7 +254,15 @@ def _check_algorithms(mod, params, target: Target, records: str, rounds: int, re
     evidence is appended to ``records`` like the rule tasks' (configuration 0 = the heuristic's
     choice), so ``apply_history_best`` keeps a choice only where it was at least ``margin``
     faster in the model. (Timed alone on one thread, ResNet-18's stage-1 F(4x4) products ranked
-    1.05x faster than the heuristic's choice; in the model they made it 0.89x as fast.)"""
+    1.05x faster than the heuristic's choice; in the model they made it 0.89x as fast.) A
+    choice that already has in-model evidence is not timed again.
+
+    Returns:
+        One ``InModelResult`` per choice timed (``op`` ``"conv_algo"``; ``default_ms`` and
+        ``tuned_ms`` are whole-model sums of kernel times, ms); empty when none was to time.
+    Raises:
+        TuningError: a malformed records file. Build errors propagate as from ``ember.build``.
+    """
     from ..driver import build
     from .dispatch import ApplyHistoryBest
     from .space import ConfigEntity
@@ -260,12 +290,8 @@ def _check_algorithms(mod, params, target: Target, records: str, rounds: int, re
     for key in [None] + list(chosen):
         with reverted(key):
             models.append(build(mod, target, params))
-    inputs = models[0].random_inputs(seed)
-    totals: list[list] = [[] for _ in models]
-    for r in range(rounds):
-        for k in (range(len(models)) if r % 2 == 0 else reversed(range(len(models)))):
-            totals[k].append(sum(s["ms"] for s in models[k]._executor.time_steps(inputs, repeat))
-                             / 1e3)
+    totals = [[sum(step_ms) / 1e3 for step_ms in per_round]
+              for per_round in _step_times(models, rounds, repeat, seed)]
     out, pairs = [], []
     run = f"{MODEL_GROUP}{uuid.uuid4().hex[:12]}"
     now = time.time()
@@ -282,9 +308,7 @@ def _check_algorithms(mod, params, target: Target, records: str, rounds: int, re
                                  float(np.median(d)) * 1e3, float(np.median(u)) * 1e3, speed,
                                  False, 1, str(task.args[0])))
     save_records(records, pairs)
-    final = ApplyHistoryBest(list(load_records(records)), margin=margin)
-    for r in out:
-        r.kept = final.paired.get((r.task_key, tgt), (None, 0.0))[0] is not None
+    _mark_kept(out, records, tgt, margin)
     return out
 
 
@@ -328,11 +352,7 @@ def _run_check(mod, params, target: Target, records: str, rounds: int, repeat: i
                 steps.setdefault(rec.task_key, (rec, []))[1].append(int(name[1:]))
         variants.append((model, steps))
     models = [default] + [m for m, _ in variants]
-    inputs = default.random_inputs(seed)
-    times: list[list] = [[] for _ in models]
-    for r in range(rounds):
-        for k in (range(len(models)) if r % 2 == 0 else reversed(range(len(models)))):
-            times[k].append([s["ms"] for s in models[k]._executor.time_steps(inputs, repeat)])
+    times = _step_times(models, rounds, repeat, seed)
     out, pairs = [], []
     run = f"{MODEL_GROUP}{uuid.uuid4().hex[:12]}"
     now = time.time()
@@ -362,11 +382,7 @@ def _run_check(mod, params, target: Target, records: str, rounds: int, repeat: i
                                  best[0], best[0] >= 1.0 + margin, len(timed),
                                  str(task.args[0])))
     save_records(records, pairs)
-    # what a build now applies: this check's evidence pooled with earlier checks', or, with
-    # fewer than ``min_evidence`` rounds in the model, the evidence of the candidates alone
-    final = ApplyHistoryBest(list(load_records(records)), margin=margin)
-    for r in out:
-        r.kept = final.paired.get((r.task_key, tgt), (None, 0.0))[0] is not None
+    _mark_kept(out, records, tgt, margin)
     return out
 
 

@@ -137,7 +137,7 @@ def test_a_recorded_algorithm_choice_does_not_skip_the_check(tmp_path, monkeypat
     left out here: test_algorithm_choices_are_checked_in_the_model covers it.)"""
     from ember.tune import model_check
     from .test_strategy import _stated
-    monkeypatch.setattr(model_check, "_check_algorithms", lambda *a, **k: [])
+    monkeypatch.setattr(model_check, "check_algorithms", lambda *a, **k: [])
     model = _two_conv_model()
     mod, params = from_onnx(model)
     algo = next(t.task for t in tune.extract_tasks(mod, params, TARGET) if t.op == "conv_algo")
@@ -288,14 +288,13 @@ def test_algorithm_choices_are_checked_in_the_model(tmp_path, monkeypatch, direc
     there. The model's step times are faked: every kernel 1 ms, except that a direct
     convolution's kernel takes ``direct_in_model_ms``."""
     from ember.runtime.executor import GraphExecutor
-    from ember.tune.model import tune_model  # noqa: F401  (the check runs as tune_model's)
     from .test_strategy import _algo_task, _conv_model
     info = _algo_task()
     task = info.task
     direct = next(c for c in task.config_space if c.values()["tile"] == -1)
     log = tmp_path / "r.jsonl"
     save_records(log, _evidence(task, direct, 1.5, "g1"))
-    with tune.apply_history_best(log) as ctx:
+    with tune.apply_history_best(log):
         assert not any(s["op"].startswith("nn.winograd") for s in
                        ember.compile(_conv_model(), target=TARGET).plan["steps"])
     orig = GraphExecutor.time_steps

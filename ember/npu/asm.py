@@ -40,8 +40,10 @@ def register_format(kind_name: str, mnemonic: str | None = None, values: dict | 
 
 
 def _names(table):
-    return (lambda v: table[v]), (lambda s: table.index(s.upper()) if s.upper() in table
-                                  else int(s))
+    # a value outside the table (an encoding the simulator rejects) prints as its number
+    return (lambda v: table[v] if v < len(table) else str(v)), \
+        (lambda s: [t.upper() for t in table].index(s.upper())
+         if s.upper() in [t.upper() for t in table] else int(s, 0))
 
 
 register_format("LOAD", values={"mem": _names(isa.MEM_TYPES)})

@@ -93,6 +93,13 @@ class Tiling:
     def P(self):
         return self.t_oh * self.t_ow
 
+    @classmethod
+    def make(cls, s: "ConvShape", t_ocb, t_oh, t_ow, t_icb, vthreads=2) -> "Tiling":
+        """A tiling of ``s`` with the input tile derived from the output tile."""
+        t_oh, t_ow = min(t_oh, s.OH), min(t_ow, s.OW)
+        return cls(t_ocb, t_oh, t_ow, t_icb, vthreads, (t_oh - 1) * s.strides[0] + s.KH,
+                   (t_ow - 1) * s.strides[1] + s.KW)
+
 
 def _footprint_ok(cfg, s: ConvShape, ocb, icb_total, t, nvt):
     t_ocb, t_oh, t_ow, t_icb = t
@@ -152,7 +159,7 @@ def choose_tiling(cfg: NPUConfig, s: ConvShape, vthreads: int = 2) -> Tiling:
                     mem = (inp_b + wgt_b + out_b) / cfg.dram_bytes_per_cycle + n_dma * (
                         cfg.dram_latency_cycles + cfg.dma_setup_cycles)
                     cost = max(comp, mem) if vthreads > 1 else comp + mem
-                    key = (cost, -t_oh * t_ow)
+                    key = (cost, mem, -t_oh * t_ow)
                     if best is None or key < best[0]:
                         best = (key, Tiling(t_ocb, t_oh, t_ow, t_icb, vthreads, iht, iwt))
     if best is None:
@@ -311,7 +318,17 @@ def lower_conv2d(weight, bias=None, *, input_shape, strides=(1, 1), pads=(0, 0, 
     if it.block != (cfg.batch, cfg.block_in, cfg.block_out):
         raise TargetError(f"NPU intrinsic {it.name} computes {it.block} blocks; the config "
                           f"has {(cfg.batch, cfg.block_in, cfg.block_out)}")
-    t = tiling or choose_tiling(cfg, s, virtual_threads)
+    if tiling is None:
+        t = choose_tiling(cfg, s, virtual_threads)
+    else:
+        t = Tiling.make(s, min(tiling.t_ocb, -(-s.O // cfg.block_out)), tiling.t_oh,
+                        tiling.t_ow, min(tiling.t_icb, -(-s.C // cfg.block_in)),
+                        tiling.vthreads)
+        fails = _footprint_ok(cfg, s, 0, 0, (t.t_ocb, t.t_oh, t.t_ow, t.t_icb), t.vthreads)
+        if fails:
+            raise TargetError(f"NPU: tiling {t} does not fit the {fails[0]} scratchpad "
+                              f"({cfg.depth(fails[0])} entries, {t.vthreads} virtual "
+                              f"thread(s)); use smaller tiles")
     prog = _generate(cfg, s, t, rq, it, weight, bias)
     return NPUKernel(cfg, s, t, it.name, prog)
 

@@ -103,38 +103,9 @@ class Store(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gemm(Instruction):
-    """The GEMM core: for ``i0 < iter_out``, ``i1 < iter_in``, micro-op ``u`` in
-    ``uop[uop_bgn:uop_end]``::
+class _Loop(Instruction):
+    """The micro-op loop shared by GEMM, ALU and GEMM_RS (see :class:`Gemm`)."""
 
-        d = u.dst + i0*dst_fo + i1*dst_fi; s = u.src + i0*src_fo + i1*src_fi
-        w = u.wgt + i0*wgt_fo + i1*wgt_fi
-        acc[d] = 0 if reset else acc[d] + inp[s] @ wgt[w].T     (int8 x int8 -> int32, wraps)
-    """
-
-    reset: int = 0
-    uop_bgn: int
-    uop_end: int
-    iter_out: int
-    iter_in: int
-    dst_fo: int
-    dst_fi: int
-    src_fo: int
-    src_fi: int
-    wgt_fo: int = 0
-    wgt_fi: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Alu(Instruction):
-    """The vector ALU on accumulator entries: same loop as :class:`Gemm` (no weights),
-    ``acc[d] = op(acc[d], imm if use_imm else acc[s])`` with int32 wrap-around. ``op``: MIN,
-    MAX, ADD, SHR (arithmetic shift right by the operand; a negative operand shifts left), MUL
-    (low 32 bits of the product)."""
-
-    op: int
-    use_imm: int = 1
-    imm: int = 0
     uop_bgn: int
     uop_end: int
     iter_out: int
@@ -146,13 +117,44 @@ class Alu(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
+class _WeightLoop(_Loop):
+    wgt_fo: int = 0
+    wgt_fi: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemm(_WeightLoop):
+    """The GEMM core: for ``i0 < iter_out``, ``i1 < iter_in``, micro-op ``u`` in
+    ``uop[uop_bgn:uop_end]``::
+
+        d = u.dst + i0*dst_fo + i1*dst_fi; s = u.src + i0*src_fo + i1*src_fi
+        w = u.wgt + i0*wgt_fo + i1*wgt_fi
+        acc[d] = 0 if reset else acc[d] + inp[s] @ wgt[w].T     (int8 x int8 -> int32, wraps)
+    """
+
+    reset: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alu(_Loop):
+    """The vector ALU on accumulator entries: same loop as :class:`Gemm` (no weights),
+    ``acc[d] = op(acc[d], imm if use_imm else acc[s])`` with int32 wrap-around. ``op``: MIN,
+    MAX, ADD, SHR (arithmetic shift right by the operand; a negative operand shifts left), MUL
+    (low 32 bits of the product)."""
+
+    op: int
+    use_imm: int = 1
+    imm: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Finish(Instruction):
     """End of the program (compute unit). Every instruction must happen before it and every
     token queue must be empty after it."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class GemmRS(Instruction):
+class GemmRS(_WeightLoop):
     """GEMM with fused ReLU, rounding shift and int8 saturation (added as a hardware team's
     request; docs/npu.md, "Adding an instruction"). Runs the :class:`Gemm` micro-op loop
     (accumulate, no reset), then replaces every accumulator entry the loop wrote with::
@@ -164,16 +166,6 @@ class GemmRS(Instruction):
 
     shift: int = 0
     relu: int = 0
-    uop_bgn: int
-    uop_end: int
-    iter_out: int
-    iter_in: int
-    dst_fo: int
-    dst_fi: int
-    src_fo: int
-    src_fi: int
-    wgt_fo: int = 0
-    wgt_fi: int = 0
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ class Tiling:
                    (t_ow - 1) * s.strides[1] + s.KW)
 
 
-def _footprint_ok(cfg, s: ConvShape, ocb, icb_total, t, nvt):
+def _footprint_ok(cfg, s: ConvShape, t, nvt):
     t_ocb, t_oh, t_ow, t_icb = t
     kk = s.KH * s.KW
     iht = (t_oh - 1) * s.strides[0] + s.KH
@@ -137,14 +137,14 @@ def choose_tiling(cfg: NPUConfig, s: ConvShape, vthreads: int = 2) -> Tiling:
     for t_icb in cands(icb_n):
         n_k = -(-icb_n // t_icb)
         for t_ocb in cands(ocb_n):
-            if _footprint_ok(cfg, s, ocb_n, icb_n, (t_ocb, 1, 1, t_icb), vthreads):
+            if _footprint_ok(cfg, s, (t_ocb, 1, 1, t_icb), vthreads):
                 continue
             for t_ow in cands(ow):
-                if _footprint_ok(cfg, s, ocb_n, icb_n, (t_ocb, 1, t_ow, t_icb), vthreads):
+                if _footprint_ok(cfg, s, (t_ocb, 1, t_ow, t_icb), vthreads):
                     continue
                 for t_oh in cands(oh):
                     t = (t_ocb, t_oh, t_ow, t_icb)
-                    if _footprint_ok(cfg, s, ocb_n, icb_n, t, vthreads):
+                    if _footprint_ok(cfg, s, t, vthreads):
                         continue
                     iht = (t_oh - 1) * s.strides[0] + s.KH
                     iwt = (t_ow - 1) * s.strides[1] + s.KW
@@ -163,7 +163,7 @@ def choose_tiling(cfg: NPUConfig, s: ConvShape, vthreads: int = 2) -> Tiling:
                     if best is None or key < best[0]:
                         best = (key, Tiling(t_ocb, t_oh, t_ow, t_icb, vthreads, iht, iwt))
     if best is None:
-        fails = _footprint_ok(cfg, s, ocb_n, icb_n, (1, 1, 1, 1), vthreads)
+        fails = _footprint_ok(cfg, s, (1, 1, 1, 1), vthreads)
         buf = fails[0] if fails else "uop"
         raise TargetError(
             f"NPU config {cfg.name!r}: the {buf} scratchpad ({cfg.depth(buf)} entries, "
@@ -324,7 +324,7 @@ def lower_conv2d(weight, bias=None, *, input_shape, strides=(1, 1), pads=(0, 0, 
         t = Tiling.make(s, min(tiling.t_ocb, -(-s.O // cfg.block_out)), tiling.t_oh,
                         tiling.t_ow, min(tiling.t_icb, -(-s.C // cfg.block_in)),
                         tiling.vthreads)
-        fails = _footprint_ok(cfg, s, 0, 0, (t.t_ocb, t.t_oh, t.t_ow, t.t_icb), t.vthreads)
+        fails = _footprint_ok(cfg, s, (t.t_ocb, t.t_oh, t.t_ow, t.t_icb), t.vthreads)
         if fails:
             raise TargetError(f"NPU: tiling {t} does not fit the {fails[0]} scratchpad "
                               f"({cfg.depth(fails[0])} entries, {t.vthreads} virtual "
@@ -403,7 +403,7 @@ def _generate(cfg, s: ConvShape, t: Tiling, rq: Requant, it, weight, bias) -> Pr
             for b in range(s.KW)])
 
     e = _Emitter()
-    uop_load = e.emit(isa.Load, mem=isa.MEM_UOP, sram_base=0, dram_base=base_uop(regions),
+    uop_load = e.emit(isa.Load, mem=isa.MEM_UOP, sram_base=0, dram_base=regions["uop"][0] // 4,
                       y_size=1, x_size=1, x_stride=0)
     oc_starts = _starts(ocb_n, t_ocb)
     sp = [(a, b) for a in _starts(s.OH, t_oh) for b in _starts(s.OW, t_ow)]
@@ -495,10 +495,6 @@ def _generate(cfg, s: ConvShape, t: Tiling, rq: Requant, it, weight, bias) -> Pr
     words = isa.encode_uops(uops)
     image[regions["uop"][0]:regions["uop"][0] + words.nbytes] = words.view(np.uint8)
     return Program(e.freeze(), uops, regions, image)
-
-
-def base_uop(regions):
-    return regions["uop"][0] // 4
 
 
 def simulate(kernel: NPUKernel, x: np.ndarray, mode: str = "cycle") -> tuple:

@@ -323,3 +323,17 @@ def test_malformed_programs():
          Finish()]
     with pytest.raises(NPUError, match="inp index 2048 out of range"):
         Simulator(CFG).run(p, d.image())
+
+
+def test_chrome_trace_of_the_three_units():
+    k, x = _conv_kernel(2)
+    _, st = _run(k, x, k.program.instrs, "cycle")
+    tr = st.chrome_trace(k.program.instrs, CFG.clock_mhz)
+    ev = [e for e in tr["traceEvents"] if e["ph"] == "X"]
+    assert len(ev) == len(k.program.instrs)
+    for u in (LOAD, COMPUTE, STORE):
+        mine = [e for e in ev if e["tid"] == u]
+        assert sum(e["args"]["cycles"] for e in mine) == st.busy[u]
+        # a unit runs one instruction at a time
+        ends = [e["ts"] + e["dur"] for e in mine]
+        assert all(b["ts"] >= a - 1e-9 for a, b in zip(ends, mine[1:]))

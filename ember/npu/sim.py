@@ -411,6 +411,18 @@ class Stats:
         sooner."""
         return self.busy[LOAD] + self.busy[STORE]
 
+    def chrome_trace(self, instrs, clock_mhz: float) -> dict:
+        """The cycle-mode trace as Chrome trace-event JSON (``chrome://tracing``, Perfetto):
+        one complete event per instruction on the thread of its unit, times in microseconds
+        at ``clock_mhz``. ``instrs``: the program that ran."""
+        events = [{"ph": "M", "pid": 0, "tid": u, "name": "thread_name",
+                   "args": {"name": isa.UNITS[u]}} for u in range(3)]
+        for pc, u, start, end in self.trace:
+            events.append({"ph": "X", "pid": 0, "tid": u, "name": instrs[pc].kind.name,
+                           "ts": start / clock_mhz, "dur": (end - start) / clock_mhz,
+                           "args": {"pc": pc, "cycles": end - start}})
+        return {"traceEvents": events, "displayTimeUnit": "ns"}
+
 
 class Simulator:
     """Runs an NPU instruction stream against DRAM (see the module docstring).

@@ -29,7 +29,7 @@ Steps (docs/npu.md, "Kernel generation"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -227,7 +227,6 @@ class NPUKernel:
     intrinsic: str
     program: Program
     dense: bool = False
-    info: dict = field(default_factory=dict)
 
     @property
     def macs(self) -> int:

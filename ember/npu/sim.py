@@ -49,21 +49,23 @@ class Semantics:
     """What one instruction kind does: ``execute(state, instr, pc)`` performs it on the
     :class:`State` and returns its scratchpad accesses ``[(buffer, indices, is_write), ...]``
     for the hazard checker; ``cost(cfg, instr)`` is its cycles once started; ``dram_bytes(cfg,
-    instr)`` is ``(read, written)`` DRAM bytes (non-zero only for a DMA on the DRAM port)."""
+    instr)`` is ``(read, written)`` DRAM bytes (only for a DMA on the DRAM port);
+    ``gemm_uops(instr)`` the GEMM-core micro-op executions that multiply (for utilization)."""
 
     execute: object
     cost: object
     dram_bytes: object = None
+    gemm_uops: object = None
 
 
 SEMANTICS: dict[str, Semantics] = {}
 
 
-def register_semantics(kind_name: str, execute, cost, dram_bytes=None):
+def register_semantics(kind_name: str, execute, cost, dram_bytes=None, gemm_uops=None):
     """Register the simulator side of an instruction kind (the simulator's extension point)."""
     if kind_name not in isa.KINDS:
         raise NPUError(f"{kind_name!r} is not a registered NPU instruction kind")
-    SEMANTICS[kind_name] = Semantics(execute, cost, dram_bytes)
+    SEMANTICS[kind_name] = Semantics(execute, cost, dram_bytes, gemm_uops)
 
 
 class State:
@@ -311,10 +313,15 @@ def _alu_cost(cfg, ins):
 
 register_semantics("LOAD", _exec_load, _dma_cost, _load_bytes)
 register_semantics("STORE", _exec_store, _dma_cost, _store_bytes)
-register_semantics("GEMM", _exec_gemm, _gemm_cost)
+def _loop_uops(ins):
+    return 0 if getattr(ins, "reset", 0) else ins.iter_out * ins.iter_in * (ins.uop_end -
+                                                                             ins.uop_bgn)
+
+
+register_semantics("GEMM", _exec_gemm, _gemm_cost, gemm_uops=_loop_uops)
 register_semantics("ALU", _exec_alu, _alu_cost)
 register_semantics("FINISH", lambda st, ins, pc: [], lambda cfg, ins: 1)
-register_semantics("GEMM_RS", _exec_gemm_rs, _gemm_rs_cost)
+register_semantics("GEMM_RS", _exec_gemm_rs, _gemm_rs_cost, gemm_uops=_loop_uops)
 
 
 # ---------------------------------------------------------------- hazard checker
@@ -495,8 +502,8 @@ class Simulator:
             r, w = sem.dram_bytes(self.cfg, ins)
             s.dram_read += r
             s.dram_written += w
-        if isinstance(ins, (isa.Gemm, isa.GemmRS)) and not getattr(ins, "reset", 0):
-            s.gemm_uops += ins.iter_out * ins.iter_in * (ins.uop_end - ins.uop_bgn)
+        if sem.gemm_uops is not None:
+            s.gemm_uops += sem.gemm_uops(ins)
         if ins.push_prev:
             self.queues[(u, u - 1)].append((end_time, vc.copy()))
         if ins.push_next:

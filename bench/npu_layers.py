@@ -63,7 +63,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="skip the whole-network timing")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    lines = [f"# bench/npu_layers.py on {platform.node()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+    when = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    lines = [f"# bench/npu_layers.py on {platform.node()}, {when}",
              f"# config {npu.load_config().name}: 1x16x16 GEMM, 8 B/cycle DRAM, latency 64",
              "# layer              vt  MACs        cycles     compute    memory     "
              "max<=cyc<=sum  util   stall(l,c,s)          exact  tiling(ocb,oh,ow,icb)"]

@@ -41,7 +41,8 @@ class Dram:
 
 
 def dma(nbytes):
-    return CFG.dma_setup_cycles + CFG.dram_latency_cycles + math.ceil(nbytes / CFG.dram_bytes_per_cycle)
+    return (CFG.dma_setup_cycles + CFG.dram_latency_cycles
+            + math.ceil(nbytes / CFG.dram_bytes_per_cycle))
 
 
 def _small_gemm_program(n_pos, rng):

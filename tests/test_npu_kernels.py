@@ -206,3 +206,25 @@ def test_program_text_and_binary_round_trip():
     assert instrs == k.program.instrs and uops == k.program.uops
     assert npu.isa.decode_program(k.program.binary()) == k.program.instrs
     json.dumps(k.program.regions)  # plain data
+
+
+def test_random_shapes_bit_exact():
+    """Random convolutions: channels 1-40, sizes 1-12, kernels 1-5 (rectangular), strides
+    1-3, pads 0-kernel-1 per side, both thread counts, random requantize."""
+    rng = np.random.default_rng(14)
+    for _ in range(12):
+        kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+        pads = tuple(int(rng.integers(0, k)) if k > 1 else 0 for k in (kh, kw, kh, kw))
+        h = int(rng.integers(max(1, kh - pads[0] - pads[2]), 13))
+        w = int(rng.integers(max(1, kw - pads[1] - pads[3]), 13))
+        c, o = (int(v) for v in rng.integers(1, 41, 2))
+        st = tuple(int(v) for v in rng.integers(1, 4, 2))
+        mult = int(rng.choice([1, int(rng.integers(-300, 300))]))
+        shift = int(rng.choice([0, int(rng.integers(2, 20))]))
+        relu, vt = bool(rng.integers(2)), int(rng.integers(1, 3))
+        x, wt, b = _case(rng, c, h, w, o, kh, kw)
+        k = npu.lower_conv2d(wt, b, input_shape=x.shape, strides=st, pads=pads,
+                             multiplier=mult, shift=shift, relu=relu, virtual_threads=vt)
+        y, _ = k.run(x, mode="cycle")
+        want = reference.conv2d_int8(x, wt, b, st, pads, mult, shift, relu)
+        assert np.array_equal(y, want), (c, h, w, o, kh, kw, st, pads, mult, shift, relu, vt)

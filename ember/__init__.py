@@ -17,3 +17,11 @@ from .target import Target  # noqa: F401
 from . import frontend  # noqa: F401,E402
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # ember.npu (the NPU target, docs/npu.md) is imported on first use only.
+    if name == "npu":
+        import importlib
+        return importlib.import_module(".npu", __name__)
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")

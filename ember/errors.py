@@ -107,3 +107,26 @@ class RuntimeValueError(UnsupportedOpError):
         super().__init__(message, op, node, opset)
         self.value_name = value_name
         self.node_index = node_index
+
+
+class NPUError(EmberError):
+    """An NPU instruction stream or kernel request that the NPU cannot run (``ember.npu``): an
+    instruction field out of range, a token pop with no matching push, unbalanced tokens at
+    FINISH, a deadlock, or a layer form the NPU kernel generator does not support."""
+
+
+class HazardError(NPUError):
+    """A scratchpad access on the NPU that no dependency token orders after the access it
+    conflicts with (read after write, write after read or write after write across units).
+
+    Attributes:
+        pc: index of the offending instruction in the program.
+        other_pc: index of the conflicting earlier instruction.
+        buffer: the scratchpad (``"inp"``, ``"wgt"``, ``"acc"``, ``"uop"``).
+    """
+
+    def __init__(self, message: str, pc: int = -1, other_pc: int = -1, buffer: str = ""):
+        super().__init__(message)
+        self.pc = pc
+        self.other_pc = other_pc
+        self.buffer = buffer

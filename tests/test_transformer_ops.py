@@ -53,6 +53,34 @@ def run_case(case):
                                        else 1e-2, err_msg=f"{case.name} output {k}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_backend_case_native(case):
+# a quick cross-section (every operator, GQA, causal with past, masks, softcap, qk output, 3-D,
+# fp16); the whole list runs as a slow test (125 cases, about 5 minutes on 2 busy cores)
+QUICK = {"test_attention_4d_gqa_with_past_and_present_fp16", "test_attention_3d_diff_heads_sizes_causal",
+         "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal",
+         "test_attention_4d_attn_mask_bool", "test_attention_4d_gqa_softcap",
+         "test_attention_3d_with_past_and_present_qk_matmul_softmax",
+         "test_attention_4d_causal_nonpad_batch_prefill", "test_attention_local_window_with_past",
+         "test_rms_normalization_4d_axis1", "test_rotary_embedding_with_interleaved_rotary_dim",
+         "test_rotary_embedding_3d_input", "test_rotary_embedding_no_position_ids_rotary_dim",
+         "test_group_normalization_epsilon", "test_swiglu_alpha"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in QUICK],
+                         ids=[c.name for c in CASES if c.name in QUICK])
+def test_backend_case_native_quick(case):
     run_case(case)
+
+
+@pytest.mark.slow(reason="all 125 onnx backend cases of the transformer operators (~5 min)")
+def test_backend_cases_native_all():
+    failed = []
+    for case in CASES:
+        try:
+            run_case(case)
+        except AssertionError as e:
+            failed.append(f"{case.name}: {str(e)[:300]}")
+    assert not failed, "\n".join(failed)
+
+
+def test_quick_cases_exist():
+    assert len(CASES) >= 125 and QUICK <= {c.name for c in CASES}

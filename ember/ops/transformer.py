@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
-from ..errors import ShapeMismatchError
+from ..errors import LoweringError, ShapeMismatchError
 from ..graph.ir import TensorType
 from .elemwise import broadcast_load
 from .registry import REQUIRED, OpPattern, broadcast_shapes, normalize_axis, register_op
@@ -425,6 +425,11 @@ def _att_compute(inputs, attrs, out_types):
     g = _att_geom([TensorType(tuple(t.shape), t.dtype) for t in inputs], attrs)
 
     def body(kb):
+        if len(kb.params) != len(inputs):
+            raise LoweringError(f"nn.attention: an input with at most 16 elements is an inline "
+                                f"constant, not a kernel parameter; the kernel reads q, k, v, "
+                                f"mask and nonpad_kv_seqlen from memory (feed it as a graph "
+                                f"input or a larger initializer)")
         return attention_body(g, kb.params + kb.outputs, "scalar")
     checks = []
     if g.nonpad:

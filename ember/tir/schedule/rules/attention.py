@@ -5,12 +5,15 @@ the ``(S, T)`` score matrix of a head is never materialized: a block of ``MQ`` q
 its running row maxima ``m``, its running sums ``l`` and its ``(MQ, Dv)`` output accumulator
 on the stack, and visits the keys ``BK`` at a time.
 
-Per parallel item (batch ``b``, query head ``h``, query block ``i0 .. i0 + MQ``), with the key
-head ``h // (H / Hkv)`` (grouped-query attention repeats each key/value head over
-``H / Hkv`` query heads, as ONNX Attention-23's reference does):
+Grouped-query attention repeats each key/value head ``hk`` over the ``rep = H / Hkv`` query
+heads ``hk * rep .. hk * rep + rep - 1`` (as ONNX Attention-23's reference does); those heads'
+``rep * S`` query rows are contiguous in ``q`` and ``y`` and share every key, so they are one
+row range, cut into blocks of ``MQ`` rows (a decode step, ``S = 1``, fills ``rep`` lanes of a
+block instead of one). Per parallel item (batch ``b``, key head ``hk``, rows ``i0 .. i0 + MQ``
+of its group; row ``i`` is query head ``hk * rep + i // S`` at position ``i mod S``):
 
 1. ``QT (D, MQ)``: the block's query rows transposed and multiplied by ``scale`` (rows past
-   ``S`` repeat the last row; their results are not written);
+   ``rep * S`` repeat the last row; their results are not written);
 2. per key tile ``j0 .. j0 + n`` (``n = BK``, the last tile ``T mod BK``), skipped when causal
    masking hides all of it from the block:
    a. ``ST (n, MQ) = K[j0:j0+n] @ QT``: ``gemm`` micro-kernel calls (``MR`` keys x ``MQ``
@@ -149,16 +152,16 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
     y = rest.pop(0)
     qk = rest.pop(0) if g.qk_mode >= 0 else None
     MQ = lanes
-    nq = -(-g.s // MQ)
-    D, Dv, T, S = g.d, g.dv, g.t, g.s
     rep = g.h // g.hkv
+    R = rep * g.s                                 # query rows of one key head's group
+    nq = -(-R // MQ)
+    D, Dv, T, S = g.d, g.dv, g.t, g.s
     bk = min(BK, T)
     p = _var("blk")
-    bidx = p // _i(g.h * nq)
-    hidx = (p // _i(nq)) % _i(g.h)
+    bidx = p // _i(g.hkv * nq)
+    hk = (p // _i(nq)) % _i(g.hkv)
     i0 = (p % _i(nq)) * _i(MQ)
-    hk = hidx // _i(rep)
-    q0 = (bidx * _i(g.h) + hidx) * _i(S)          # first row of (b, h) in q / y / qk
+    q0 = (bidx * _i(g.h) + hk * _i(rep)) * _i(S)  # first row of the group in q / y / qk
     k0 = (bidx * _i(g.hkv) + hk) * _i(T)          # first row of (b, hk) in k / v
     npb = Load(nonpad, (bidx,)) if nonpad is not None else None
     off = (npb - _i(S)) if npb is not None else _i(g.past)
@@ -172,8 +175,11 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
     AL = Buffer(f"atA{_ids[0]}", (MQ,), F32, scope="local")
     scale = Const(float(g.scale), F32)
 
-    def row(r):  # the query row of block lane r, clamped into range
-        return _min(i0 + r, _i(S - 1))
+    def row(r):  # the group row of block lane r, clamped into range
+        return _min(i0 + r, _i(R - 1))
+
+    def srow(r):  # its query position
+        return row(r) % _i(S) if rep > 1 else row(r)
 
     # 1. QT = scale * Q[block]^T
     load_q = _loop(D, lambda d: _loop(MQ, lambda r: _st(
@@ -184,11 +190,12 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
 
     def bias(r, j):
         """Additive bias of block lane ``r`` and key ``j`` (0 or -inf, plus the float mask)."""
-        i = row(r)
+        i = srow(r)
         val = ZERO
         if mask is not None:
             bm, hm, sm, tm = g.mask
-            mi = ((bidx if bm > 1 else _i(0)) * _i(hm) + (hidx if hm > 1 else _i(0))) * _i(sm) \
+            hrow = hk * _i(rep) + row(r) // _i(S)
+            mi = ((bidx if bm > 1 else _i(0)) * _i(hm) + (hrow if hm > 1 else _i(0))) * _i(sm) \
                 + (i if sm > 1 else _i(0))
             ld = _ld(mask, mi * _i(tm) + _min(j, _i(tm - 1)))
             val = ld if tm >= T else Select(binop("lt", j, _i(tm)), ld, NEG_INF)
@@ -227,7 +234,7 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
                 if qk is None or g.qk_mode != mode:
                     return
                 steps.append(_loop(MQ, lambda r: IfThenElse(
-                    binop("lt", i0 + r, _i(S)),
+                    binop("lt", i0 + r, _i(R)),
                     _st(qk, (q0 + i0 + r) * _i(T) + j, val(r))), "r"))
             put(0, lambda r: _ld(ST, jj * _i(MQ) + r))
             if g.softcap > 0:
@@ -268,7 +275,9 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
                     _addr(v, (k0 + j0) * _i(Dv) + _i(c0)), Dv, 1, [(n, MQ, Dv)], 1))
         body = seq(parts)
         if g.causal and qk is None:  # the tile past the block's causal frontier: skipped
-            last = _min(i0 + _i(MQ - 1), _i(S - 1))
+            last = _min(i0 + _i(MQ - 1), _i(R - 1))
+            if rep > 1:  # a block across two heads of the group: up to the last position
+                last = Select(binop("eq", i0 // _i(S), last // _i(S)), last % _i(S), _i(S - 1))
             body = IfThenElse(binop("le", j0, last + off), body)
         return body
 
@@ -282,7 +291,7 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
     # 3. Y = ACC / L (0 for a fully masked row)
     def write(r):
         inv = Select(binop("gt", _ld(L, r), ZERO), ONE / _ld(L, r), ZERO)
-        return IfThenElse(binop("lt", i0 + r, _i(S)), _loop(Dv, lambda c: _st(
+        return IfThenElse(binop("lt", i0 + r, _i(R)), _loop(Dv, lambda c: _st(
             y, (q0 + i0 + r) * _i(Dv) + c, _ld(ACC, r * _i(Dv) + c) * inv), "c", "vectorized"))
     out = [_loop(MQ, write, "r")]
     if qk is not None and g.qk_mode == 3:
@@ -290,15 +299,15 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
             m = Select(binop("eq", _ld(M, r), NEG_INF), ZERO, _ld(M, r))
             inv = Select(binop("gt", _ld(L, r), ZERO), ONE / _ld(L, r), ZERO)
             base = (q0 + i0 + r) * _i(T)
-            return IfThenElse(binop("lt", i0 + r, _i(S)), _loop(T, lambda j: _st(
+            return IfThenElse(binop("lt", i0 + r, _i(R)), _loop(T, lambda j: _st(
                 qk, base + j, Call("exp", [_ld(qk, base + j) - m], F32) * inv), "j",
                 "vectorized"))
         out.append(_loop(MQ, probs, "r"))
     block = seq([load_q, init] + tiles + out)
     for buf in (AL, L, MN, M, ACC, ST, QT):
         block = Allocate(buf, block)
-    kind = "parallel" if g.b * g.h * nq > 1 else "serial"
-    return For(p, g.b * g.h * nq, block, kind)
+    kind = "parallel" if g.b * g.hkv * nq > 1 else "serial"
+    return For(p, g.b * g.hkv * nq, block, kind)
 
 
 def attention_rule(func: PrimFunc, target: Target) -> Schedule | None:

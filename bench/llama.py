@@ -1,0 +1,89 @@
+"""Llama-style decoder latency: ember vs onnxruntime, batch 1, 2 threads.
+
+The model is ``ember.testing.llama.llama_decoder`` (2 layers, d=512, 8 query heads, 2 key/value
+heads, FFN 1408; RMSNormalization, RotaryEmbedding, Attention-23 with a KV cache): prefill of
+128 and 1024 tokens, and one decode step on a 128- and a 1024-token cache. Per case both
+runtimes are checked against each other (rtol 1e-4 / atol 1e-5), then timed interleaved (one
+ember run, one onnxruntime run, ``--repeat`` times after a warm-up); the medians are printed
+and written to ``bench/results/llama.txt``.
+
+Usage: ``python bench/llama.py [--threads 2] [--repeat 20] [--cases prefill128,...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run from a checkout without installing ember
+
+CASES = {"prefill128": (128, 0), "prefill1024": (1024, 0), "decode128": (1, 128),
+         "decode1024": (1, 1024)}
+
+
+def _median_ms(xs):
+    return float(np.median(xs)) * 1e3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "llama.txt"))
+    args = ap.parse_args(argv)
+
+    import onnxruntime as ort
+
+    import ember
+    from ember.testing.llama import llama_decoder, llama_inputs
+
+    lines = [f"# bench/llama.py: ember vs onnxruntime {ort.__version__}, batch 1, "
+             f"{args.threads} threads, {args.repeat} interleaved runs, median; "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
+             f"load {os.getloadavg()[0]:.1f}",
+             f"{'case':<12} {'ember ms':>10} {'ort ms':>10} {'ember/ort':>10} {'compile s':>10}"]
+    print("\n".join(lines), flush=True)
+    for name in args.cases.split(","):
+        seq, past = CASES[name]
+        model = llama_decoder(seq, past)
+        feeds = llama_inputs(model)
+        t0 = time.perf_counter()
+        cm = ember.compile(model, target=f"llvm -num-threads={args.threads}")
+        compile_s = time.perf_counter() - t0
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        got, want = cm.run(feeds), sess.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        for _ in range(2):
+            cm.run(feeds)
+            sess.run(None, feeds)
+        te, to = [], []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            cm.run(feeds)
+            te.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            sess.run(None, feeds)
+            to.append(time.perf_counter() - t)
+        e, o = _median_ms(te), _median_ms(to)
+        line = f"{name:<12} {e:>10.2f} {o:>10.2f} {e / o:>10.2f} {compile_s:>10.1f}"
+        lines.append(line)
+        print(line, flush=True)
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,7 +2,8 @@
 
 The model is ``ember.testing.llama.llama_decoder`` (2 layers, d=512, 8 query heads, 2 key/value
 heads, FFN 1408; RMSNormalization, RotaryEmbedding, Attention-23 with a KV cache): prefill of
-128 and 1024 tokens, and one decode step on a 128- and a 1024-token cache. Per case both
+128 and 1024 tokens, and one decode step on a 128- and a 1024-token cache; and the causal attention of 1024 tokens
+alone (``attn1024``: one Attention node, the decoder's head geometry). Per case both
 runtimes are checked against each other (rtol 1e-4 / atol 1e-5), then timed interleaved (one
 ember run, one onnxruntime run, ``--repeat`` times after a warm-up); the medians are printed
 and written to ``bench/results/llama.txt``.
@@ -24,7 +25,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run from a checkout without installing ember
 
 CASES = {"prefill128": (128, 0), "prefill1024": (1024, 0), "decode128": (1, 128),
-         "decode1024": (1, 1024)}
+         "decode1024": (1, 1024), "attn1024": None}
+
+
+def _attention_only(seq: int = 1024):
+    """One causal Attention-23 node, the decoder's geometry: q (1, 8, seq, 64), k/v (1, 2, seq,
+    64) (the kernel alone, next to onnxruntime's Attention kernel)."""
+    from onnx import TensorProto, helper
+    F = TensorProto.FLOAT
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
+    g = helper.make_graph([node], "attention", [
+        helper.make_tensor_value_info("q", F, [1, 8, seq, 64]),
+        helper.make_tensor_value_info("k", F, [1, 2, seq, 64]),
+        helper.make_tensor_value_info("v", F, [1, 2, seq, 64])],
+        [helper.make_tensor_value_info("y", F, [1, 8, seq, 64])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
 
 
 def _median_ms(xs):
@@ -51,9 +66,15 @@ def main(argv=None) -> int:
              f"{'case':<12} {'ember ms':>10} {'ort ms':>10} {'ember/ort':>10} {'compile s':>10}"]
     print("\n".join(lines), flush=True)
     for name in args.cases.split(","):
-        seq, past = CASES[name]
-        model = llama_decoder(seq, past)
-        feeds = llama_inputs(model)
+        if CASES[name] is None:
+            model = _attention_only()
+            rng = np.random.default_rng(0)
+            feeds = {i.name: rng.standard_normal([d.dim_value for d in
+                                                  i.type.tensor_type.shape.dim]).astype(np.float32)
+                     for i in model.graph.input}
+        else:
+            model = llama_decoder(*CASES[name])
+            feeds = llama_inputs(model)
         t0 = time.perf_counter()
         cm = ember.compile(model, target=f"llvm -num-threads={args.threads}")
         compile_s = time.perf_counter() - t0

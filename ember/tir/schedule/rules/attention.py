@@ -216,8 +216,21 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
             val = Select(ok, val, NEG_INF)
         return val
 
+    causal_only = g.causal and mask is None and npb is None and g.window == (-1, -1) \
+        and qk is None
+
+    def first_pos():  # the smallest query position of the block
+        if rep == 1:
+            return i0
+        last = _min(i0 + _i(MQ - 1), _i(R - 1))
+        return Select(binop("eq", i0 // _i(S), last // _i(S)), i0 % _i(S), _i(0))
+
     def tile(j0, n):
         parts = []
+
+        def add_bias(jj):
+            return _loop(MQ, lambda r: _st(ST, jj * _i(MQ) + r, _ld(ST, jj * _i(MQ) + r)
+                                           + bias(r, j0 + jj)), "r")
         # a. ST = K[j0 : j0+n] @ QT
         for jj0, mr in _blocks(n, MR_KEYS):
             parts.append(gemm_kernel_call(
@@ -242,13 +255,16 @@ def attention_body(g: AttentionGeometry, params: list, isa: str) -> Stmt:
                 steps.append(_loop(MQ, lambda r: _st(ST, jj * _i(MQ) + r, Call(
                     "tanh", [_ld(ST, jj * _i(MQ) + r) / c], F32) * c), "r", "vectorized"))
             put(1, lambda r: _ld(ST, jj * _i(MQ) + r))
-            if mask is not None or g.causal or npb is not None or g.window != (-1, -1):
-                steps.append(_loop(MQ, lambda r: _st(ST, jj * _i(MQ) + r, _ld(
-                    ST, jj * _i(MQ) + r) + bias(r, j)), "r"))
+            if (mask is not None or g.causal or npb is not None or g.window != (-1, -1)) \
+                    and not causal_only:
+                steps.append(add_bias(jj))
             put(2, lambda r: _ld(ST, jj * _i(MQ) + r))
             put(3, lambda r: _ld(ST, jj * _i(MQ) + r))
             return seq(steps)
         parts.append(_loop(n, score, "jj"))
+        if causal_only:  # only the tiles across the causal frontier get a bias
+            parts.append(IfThenElse(binop("gt", j0 + _i(n - 1), first_pos() + off),
+                                    _loop(n, add_bias, "jj")))
         # c. online softmax
         parts.append(_loop(MQ, lambda r: _st(MN, r, _ld(M, r)), "r", "vectorized"))
         parts.append(_loop(n, lambda jj: _loop(MQ, lambda r: _st(MN, r, binop(

@@ -56,11 +56,10 @@ def _need_float(types, name, allowed=FLOATS):
 def _rms_type(types, attrs):
     _need_float(types, "nn.rms_norm")
     x, s = types
-    ax = normalize_axis(attrs["axis"], x.ndim, "nn.rms_norm: ")
+    normalize_axis(attrs["axis"], x.ndim, "nn.rms_norm: ")
     if broadcast_shapes(x.shape, s.shape, where="nn.rms_norm scale: ") != tuple(x.shape):
         raise ShapeMismatchError(f"nn.rms_norm: scale {s.shape} does not broadcast to x "
                                  f"{x.shape}")
-    del ax
     return [x]
 
 

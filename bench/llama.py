@@ -2,11 +2,12 @@
 
 The model is ``ember.testing.llama.llama_decoder`` (2 layers, d=512, 8 query heads, 2 key/value
 heads, FFN 1408; RMSNormalization, RotaryEmbedding, Attention-23 with a KV cache): prefill of
-128 and 1024 tokens, and one decode step on a 128- and a 1024-token cache; and the causal attention of 1024 tokens
-alone (``attn1024``: one Attention node, the decoder's head geometry). Per case both
-runtimes are checked against each other (rtol 1e-4 / atol 1e-5), then timed interleaved (one
-ember run, one onnxruntime run, ``--repeat`` times after a warm-up); the medians are printed
-and written to ``bench/results/llama.txt``.
+128 and 1024 tokens, and one decode step on a 128- and a 1024-token cache; and the causal
+attention of 1024 tokens alone (``attn1024``: one Attention node, the decoder's head geometry).
+Per case ember is checked against onnxruntime (rtol 1e-4 / atol 1e-5), then both are timed
+interleaved by ``ember.benchmark.compare_runtimes`` (turns of runs, a settling pause between
+runtimes so one's spinning pool does not take the other's cores); the medians are printed and
+written to ``bench/results/llama.txt``.
 
 Usage: ``python bench/llama.py [--threads 2] [--repeat 20] [--cases prefill128,...]``.
 """
@@ -42,10 +43,6 @@ def _attention_only(seq: int = 1024):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
 
 
-def _median_ms(xs):
-    return float(np.median(xs)) * 1e3
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -57,12 +54,14 @@ def main(argv=None) -> int:
     import onnxruntime as ort
 
     import ember
+    from ember.benchmark import compare_runtimes
     from ember.testing.llama import llama_decoder, llama_inputs
 
     lines = [f"# bench/llama.py: ember vs onnxruntime {ort.__version__}, batch 1, "
              f"{args.threads} threads, {args.repeat} interleaved runs, median; "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
              f"load {os.getloadavg()[0]:.1f}",
+             "# compile s: ember.compile wall time with the kernel cache as found",
              f"{'case':<12} {'ember ms':>10} {'ort ms':>10} {'ember/ort':>10} {'compile s':>10}"]
     print("\n".join(lines), flush=True)
     for name in args.cases.split(","):
@@ -78,26 +77,12 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         cm = ember.compile(model, target=f"llvm -num-threads={args.threads}")
         compile_s = time.perf_counter() - t0
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
-        so.inter_op_num_threads = 1
-        sess = ort.InferenceSession(model.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
-        got, want = cm.run(feeds), sess.run(None, feeds)
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-        for _ in range(2):
-            cm.run(feeds)
-            sess.run(None, feeds)
-        te, to = [], []
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            cm.run(feeds)
-            te.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            sess.run(None, feeds)
-            to.append(time.perf_counter() - t)
-        e, o = _median_ms(te), _median_ms(to)
+        rows = {r.name: r for r in compare_runtimes(model, feeds, threads=args.threads,
+                                                    repeat=args.repeat, ember_model=cm)}
+        if not rows["ember"].matches:
+            raise SystemExit(f"{name}: ember differs from onnxruntime (max abs err "
+                             f"{rows['ember'].max_abs_err})")
+        e, o = rows["ember"].median_ms, rows["onnxruntime"].median_ms
         line = f"{name:<12} {e:>10.2f} {o:>10.2f} {e / o:>10.2f} {compile_s:>10.1f}"
         lines.append(line)
         print(line, flush=True)

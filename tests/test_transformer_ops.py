@@ -59,7 +59,8 @@ def run_case(case):
 
 # a quick cross-section (every operator, GQA, causal with past, masks, softcap, qk output, 3-D,
 # fp16); the whole list runs as a slow test (125 cases, about 5 minutes on 2 busy cores)
-QUICK = {"test_attention_4d_gqa_with_past_and_present_fp16", "test_attention_3d_diff_heads_sizes_causal",
+QUICK = {"test_attention_4d_gqa_with_past_and_present_fp16",
+         "test_attention_3d_diff_heads_sizes_causal",
          "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal",
          "test_attention_4d_attn_mask_bool", "test_attention_4d_gqa_softcap",
          "test_attention_3d_with_past_and_present_qk_matmul_softmax",

@@ -621,3 +621,4 @@ from op_cases_signal import *  # noqa: E402,F401,F403  (cases of the signal oper
 from op_cases_linalg import *  # noqa: E402,F401,F403  (cases of the linear-algebra operators)
 from op_cases_spatial import *  # noqa: E402,F401,F403  (cases of the data-driven spatial operators)
 from op_cases_random import *  # noqa: E402,F401,F403  (cases of the random operators)
+from op_cases_transformer import *  # noqa: E402,F401,F403  (cases of the transformer operators)

@@ -12,7 +12,7 @@ from ember.testing import assert_matches_reference
 from op_cases import CASES
 
 MAX_EXAMPLES = {"nn.conv": 20, "nn.max_pool": 15, "nn.avg_pool": 20, "strided_slice": 15,
-                "cast": 20}
+                "cast": 20, "nn.attention": 8}
 SCALE = float(os.environ.get("EMBER_OP_EXAMPLES_SCALE", "1"))  # e.g. 10 for a deeper search
 
 

@@ -16,6 +16,7 @@ from ....errors import ScheduleError
 from ....target import Target
 from ...stmt import PrimFunc
 from ..schedule import Schedule
+from .attention import attention_rule
 from .depthwise import depthwise_rule
 from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
@@ -27,7 +28,7 @@ from .winograd import winograd_rule
 ScheduleRule = Callable[[PrimFunc, Target], "Schedule | None"]
 
 RULES: dict[str, list] = {
-    "llvm": [inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule,
+    "llvm": [attention_rule, inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule,
              row_reduction_rule, generic_rule],
 }
 
@@ -102,6 +103,6 @@ def schedule_config(func: PrimFunc, target: "Target | str", rule: str, cfg: dict
     return out
 
 
-__all__ = ["RULES", "RULE_KNOBS", "rule_knobs", "schedule_config", "schedule_default",
+__all__ = ["RULES", "attention_rule", "RULE_KNOBS", "rule_knobs", "schedule_config", "schedule_default",
            "depthwise_rule", "gemm_knobs", "gemm_rule", "generic_rule", "pooling_rule",
            "row_reduction_rule", "winograd_rule"]

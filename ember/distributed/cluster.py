@@ -127,30 +127,32 @@ class DeviceCluster:
             raise DistributedError(f"could not start {self.size} ranks with MPI_Comm_spawn: "
                                    f"{e}") from None
         from .. import __version__
-        hello = self._collect("start", 60.0)
+        atexit.register(self.close)
+        hello = self._collect("start", 120.0)
         for r, (_, rank, pid, version) in sorted(hello.items()):
             self.pids.append(pid)
             if version != __version__:
                 self.broken = "version mismatch"
+                self.close()
                 raise DistributedError(f"rank {r} runs ember {version}, the driver ember "
                                        f"{__version__}: every rank must run the same version",
                                        rank=r)
-        atexit.register(self.close)
 
     def close(self) -> None:
         """Stop the spawned ranks (nothing to do in SPMD mode). Idempotent."""
         if self.inter is None:
             return
         inter, self.inter = self.inter, None
+        for r in range(self.size):   # small messages: sent eagerly even to a busy rank
+            inter.send(("close",), dest=r, tag=TAG_CTRL)
         if self.broken is None:
             try:
-                for r in range(self.size):
-                    inter.send(("close",), dest=r, tag=TAG_CTRL)
                 self._collect("close", 10.0, inter=inter)
                 inter.Disconnect()
             except DistributedError:
                 pass
-        # after a failure a rank may still wait in a collective: leave the inter-communicator
+        # after a failure a rank may still wait in a collective until its own timeout; it then
+        # reads the close request and exits: the inter-communicator is left to it
 
     def __enter__(self):
         self._tokens.append(_CURRENT.set(self))

@@ -102,7 +102,7 @@ class DistributedModel:
         for sh in self.sharded.shards:
             want = [i for i, k in enumerate(sh.outputs) if self.owners[k] == sh.rank]
             msgs.append(("run", feeds, want))
-        replies = self.cluster.request(msgs, "run", self.cluster.timeout * 2 + 5.0)
+        replies = self.cluster.request(msgs, "run", self.cluster.timeout + 3.0)
         outs = [[None] * len(self.output_names) for _ in feeds]
         for sh in self.sharded.shards:
             rep = replies[sh.rank]

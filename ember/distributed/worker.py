@@ -4,6 +4,7 @@ driver's requests (see ``ember.distributed.cluster``)."""
 from __future__ import annotations
 
 import os
+import time
 
 
 def main() -> None:
@@ -21,7 +22,12 @@ def main() -> None:
     rank = comm.rank
     parent.send(("hello", rank, os.getpid(), __version__), dest=0, tag=TAG_REPLY)
     program = None
+    last = time.perf_counter()
     while True:
+        # MPI's blocking receive spins a core: idle ranks poll and sleep instead, spinning only
+        # for a moment after each request so that back-to-back runs are not delayed
+        while not parent.iprobe(source=0, tag=TAG_CTRL):
+            time.sleep(0 if time.perf_counter() - last < 0.05 else 1e-3)
         msg = parent.recv(source=0, tag=TAG_CTRL)
         cmd = msg[0]
         try:
@@ -48,6 +54,7 @@ def main() -> None:
             else:
                 raise ValueError(f"unknown command {cmd!r}")
             parent.send(("ok", rank, reply), dest=0, tag=TAG_REPLY)
+            last = time.perf_counter()
         except Exception as e:  # noqa: BLE001 - every failure goes back to the driver, typed
             parent.send(worker_reply_error(rank, e), dest=0, tag=TAG_REPLY)
     parent.Disconnect()

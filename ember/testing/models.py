@@ -11,6 +11,8 @@
   ReduceMean/Sub/Pow/Sqrt/Div (or the opset-17 ``LayerNormalization`` op with
   ``fused_layer_norm=True``), Erf-GELU, a Tanh pooler on a Slice/Squeeze of the first token,
   Expand/ConstantOfShape for position and token-type ids. Opset 11 to 21 (default 14).
+- ``gpt2_decoder(num_layers, hidden, heads, seq, vocab, seed)``: a GPT-2-style decoder
+  (pre-LayerNorm causal self-attention, GELU MLP, untied LM head), opset 14.
 - ``bert_base(seq)``: 12 layers, hidden 768, 12 heads (for benchmarks).
 - ``light_model(name)``: the onnx package's light models (``onnx/backend/test/data/light``),
   with ``light_model_inputs``, ``light_model_expected`` and ``light_model_tolerance`` (the
@@ -32,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..zoo import LIGHT_MODELS, light_model_path
 
-__all__ = ["resnet18", "mobilenet_v2", "bert_encoder", "bert_base", "LIGHT_MODELS",
+__all__ = ["resnet18", "mobilenet_v2", "bert_encoder", "bert_base", "gpt2_decoder", "LIGHT_MODELS",
            "light_model", "light_model_path", "light_model_inputs", "light_model_expected",
            "light_model_tolerance"]
 
@@ -358,6 +360,60 @@ def bert_base(seq: int = 128, seed: int = 0, batch: int = 1, opset: int = 14
     """BERT-base shaped encoder (12 layers, hidden 768, 12 heads, vocab 30522) for benchmarks."""
     return bert_encoder(num_layers=12, hidden=768, heads=12, seq=seq, seed=seed, batch=batch,
                         vocab=30522, opset=opset)
+
+
+def gpt2_decoder(num_layers: int = 2, hidden: int = 64, heads: int = 4, seq: int = 16,
+                 seed: int = 0, batch: int = 1, vocab: int = 256, max_position: int = 64,
+                 intermediate: int | None = None, opset: int = 14) -> onnx.ModelProto:
+    """A GPT-2-style decoder with seeded random weights (Radford et al., 2019): token and
+    position embeddings (Gather), pre-LayerNorm blocks of causal self-attention (separate Q/K/V
+    projections, an additive causal mask, Softmax) and an Erf-GELU MLP with residuals, a final
+    LayerNorm and an untied LM head (MatMul to the vocabulary).
+
+    Input: ``input_ids`` int64 ``(batch, seq)`` in ``[0, vocab)``. Output: ``logits`` float32
+    ``(batch, seq, vocab)``. Opset 11 to 16 (LayerNorm decomposed).
+    """
+    if hidden % heads:
+        raise ValueError(f"hidden {hidden} is not divisible by heads {heads}")
+    inter = intermediate or 4 * hidden
+    dh = hidden // heads
+    g = _GraphBuilder(seed)
+    b = _Bert(g, opset)
+    tok = g.op("Gather", [g.init("wte", g.normal((vocab, hidden), 0.5)), "input_ids"],
+               hint="tok_emb", axis=0)
+    pos = g.op("Gather", [g.init("wpe", g.normal((max_position, hidden), 0.5)),
+                          g.init("position_ids", np.arange(seq, dtype=np.int64)[None])],
+               hint="pos_emb", axis=0)
+    x = g.op("Add", [tok, pos], hint="emb")
+    causal = np.triu(np.full((seq, seq), -10000.0, np.float32), 1)[None, None]
+    mask = g.init("causal_mask", causal)
+    scale = g.init("sqrt_dh", np.array(np.sqrt(dh), np.float32))
+
+    def heads_view(t, perm):
+        r = b.reshape(t, [[batch], [seq], [heads], [dh]])
+        return g.op("Transpose", [r], hint="heads", perm=perm)
+
+    for _ in range(num_layers):
+        h = b.layer_norm(x, hidden, False)
+        q = heads_view(b.linear(h, hidden, hidden), [0, 2, 1, 3])
+        k = heads_view(b.linear(h, hidden, hidden), [0, 2, 3, 1])
+        v = heads_view(b.linear(h, hidden, hidden), [0, 2, 1, 3])
+        scores = g.op("Div", [g.op("MatMul", [q, k], hint="qk"), scale], hint="scores")
+        probs = g.op("Softmax", [g.op("Add", [scores, mask], hint="masked")], hint="probs",
+                     axis=-1 if opset >= 13 else 3)
+        ctx = g.op("Transpose", [g.op("MatMul", [probs, v], hint="context")], hint="context_t",
+                   perm=[0, 2, 1, 3])
+        ctx = b.reshape(ctx, [[batch], [seq], [hidden]])
+        x = g.op("Add", [x, b.linear(ctx, hidden, hidden)], hint="attn_residual")
+        h = b.layer_norm(x, hidden, False)
+        x = g.op("Add", [x, b.linear(b.gelu(b.linear(h, hidden, inter)), inter, hidden)],
+                 hint="mlp_residual")
+    x = b.layer_norm(x, hidden, False)
+    lm = g.init("lm_head", g.normal((hidden, vocab), 1.0 / np.sqrt(hidden)))
+    g.nodes.append(helper.make_node("MatMul", [x, lm], ["logits"], name="lm_head_node"))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, seq, vocab])]
+    return g.model("gpt2_decoder", inputs, outputs, opset)
 
 
 def bert_inputs(model: onnx.ModelProto, seed: int = 0, pad: int = 0) -> dict[str, np.ndarray]:

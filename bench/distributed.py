@@ -14,7 +14,7 @@ attention and MLP output projections; one for the vocabulary-parallel embedding)
 ``p (2 L + 1) B S H 4 + B S V 4`` bytes per inference. A ring all-reduce puts
 ``2 (p - 1) / p`` of its payload on the wire per rank.
 
-Usage: python bench/distributed.py [--layers 2] [--hidden 512] [--seq 64] [--rounds 7]
+Usage: python bench/distributed.py [--layers 2] [--hidden 384] [--seq 64] [--rounds 7]
 Results: bench/results/distributed.txt
 """
 
@@ -40,7 +40,10 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "d
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=512)
+    # hidden 512 hits a slow single-device schedule of the 2048 -> 512 MLP matmul with its
+    # residual epilogue (85 ms of a 170 ms run, found here; reported): 384 keeps the
+    # comparison about distribution
+    ap.add_argument("--hidden", type=int, default=384)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--vocab", type=int, default=2048)
@@ -58,6 +61,7 @@ def main(argv=None) -> int:
     batches = [{"input_ids": rng.integers(0, V, (B, S)).astype(np.int64)}
                for _ in range(a.micro_batches)]
     total_w = sum(x.nbytes for x in params.values())
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     one = ember.build(mod, "llvm -num-threads=1", params)
     two_threads = ember.build(mod, "llvm -num-threads=2", params)
@@ -67,9 +71,11 @@ def main(argv=None) -> int:
         pp = ember.build(partition_for_distributed(mod, params, strategy="pipeline"), "llvm")
     compile_s = time.perf_counter() - t0
     ref = one.run(feeds)[0]
+    errs = {}
     for name, m in (("tensor", tp), ("pipeline", pp), ("1 rank 2 threads", two_threads)):
-        err = float(np.max(np.abs(m.run(feeds)[0] - ref) / (np.abs(ref) + 1e-3)))
-        assert err < 1e-4, (name, err)
+        # float32 sums in another order: error relative to the logits' scale
+        errs[name] = float(np.max(np.abs(m.run(feeds)[0] - ref)) / np.max(np.abs(ref)))
+        assert errs[name] < 1e-5, (name, errs[name])
 
     def lat(m):
         ts = []
@@ -107,10 +113,16 @@ def main(argv=None) -> int:
     formula = p * (2 * L + 1) * B * S * H * 4 + B * S * V * 4
     lines = [
         f"# bench/distributed.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"# host: {platform.machine()} {os.cpu_count()} cores (shared with other jobs: noisy); "
-        f"ember {ember.__version__}; MPI ranks spawned locally (mpich wheel)",
+        f"# host: {platform.machine()} {os.cpu_count()} cores, load average "
+        f"{load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; ember {ember.__version__}; "
+        "MPI ranks spawned locally (mpich wheel)",
+        "# on a host with more runnable jobs than cores, the scheduler gives each process its "
+        "share: 2 ranks get about twice the CPU of 1 process, so the latency ratios below are "
+        "only meaningful on an idle host (load average < cores); the volume check is exact",
         f"model: gpt2_decoder layers={L} hidden={H} heads={a.heads} seq={S} vocab={V} batch={B}"
         f"; weights {total_w / 2**20:.1f} MiB; compile of all four {compile_s:.0f} s",
+        "max |y - y_1rank| / max |y_1rank|: " + ", ".join(f"{k} {v:.1e}"
+                                                           for k, v in errs.items()),
         f"timing: {a.rounds} interleaved rounds x {a.runs} runs (latency, median), "
         f"{a.micro_batches} inputs per throughput sample (median of rounds)",
         "",

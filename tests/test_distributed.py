@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import ember
-from ember.distributed import mpi_available, partition_for_distributed, split_sizes
-from ember.errors import (CollectiveTimeoutError, DistributedError, RankFailedError,
-                          ShardingError)
+from ember.distributed import (load_sharded, mpi_available, partition_for_distributed,
+                               split_sizes)
+from ember.errors import (ArtifactError, CollectiveTimeoutError, DistributedError,
+                          RankFailedError, ShardingError)
 from ember.frontend.onnx import from_onnx
 from ember.testing.models import bert_encoder, bert_inputs, gpt2_decoder
 
@@ -100,16 +101,34 @@ def test_tensor_parallel_equals_single_device(clusters, n, heads, builder):
 
 @needs_mpi
 @pytest.mark.parametrize("n,builder", [(2, _bert), (3, _gpt2)])
-def test_pipeline_parallel_equals_single_device(clusters, n, builder):
+def test_pipeline_parallel_equals_single_device(clusters, n, builder, tmp_path):
     model, feeds = builder()
     mod, params, single = _references(model, feeds)
     sharded, dm, outs = _run_sharded(clusters(n), mod, params, feeds, "pipeline")
     assert len(sharded.info["stages"]) == n
     for a, b in zip(outs, single):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    # the shards and their plan save and load as one artifact that builds to the same model
+    path = tmp_path / "sharded.zip"
+    sharded.save(path)
+    loaded = load_sharded(path)
+    assert loaded.strategy == "pipeline" and loaded.weight_bytes == sharded.weight_bytes
+    with clusters(n):
+        again = ember.build(loaded, target="llvm")
+    for a, b in zip(again.run(feeds), single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    (tmp_path / "bad.zip").write_bytes(b"not a zip")
+    with pytest.raises(ArtifactError):
+        load_sharded(tmp_path / "bad.zip")
     # each weight lives on exactly one stage
     names = [set(s.params) for s in sharded.shards]
     assert sum(len(s) for s in names) == len(set().union(*names)) == len(params)
+    # another model built on the same ranks does not replace this one
+    with clusters(n):
+        tp = ember.build(partition_for_distributed(mod, params, strategy="tensor"), "llvm")
+    for m in (dm, tp):
+        for a, b in zip(m.run(feeds), single):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     # micro-batches stream through the stages
     rng = np.random.default_rng(7)
     batches = [dict(feeds, input_ids=rng.integers(0, 64, (1, 8)).astype(np.int64))
@@ -167,12 +186,16 @@ def test_bad_cluster_arguments():
         DeviceCluster(["gpu0", "gpu1"])
 
 
-@needs_mpi
-def test_a_rank_that_fails_names_the_rank():
+def _own_cluster(timeout):
+    """A fresh 2-rank cluster (a failure makes a cluster unusable) and the GPT-2 model."""
     from ember.distributed import DeviceCluster
     model, feeds = _gpt2()
-    mod, params = from_onnx(model)
-    cluster = DeviceCluster(["cpu:0", "cpu:1"], timeout=3)
+    return (DeviceCluster(["cpu:0", "cpu:1"], timeout=timeout), feeds) + from_onnx(model)
+
+
+@needs_mpi
+def test_a_rank_that_fails_names_the_rank():
+    cluster, feeds, mod, params = _own_cluster(3)
     try:
         with cluster:
             sharded = partition_for_distributed(mod, params, strategy="tensor")
@@ -199,10 +222,7 @@ def test_ranks_of_another_ember_version_are_refused(monkeypatch):
 
 @needs_mpi
 def test_a_rank_that_hangs_gives_a_timeout_naming_it():
-    from ember.distributed import DeviceCluster
-    model, feeds = _gpt2()
-    mod, params = from_onnx(model)
-    cluster = DeviceCluster(["cpu:0", "cpu:1"], timeout=2)
+    cluster, feeds, mod, params = _own_cluster(2)
     try:
         with cluster:
             dm = ember.build(partition_for_distributed(mod, params, strategy="tensor"),
@@ -217,3 +237,46 @@ def test_a_rank_that_hangs_gives_a_timeout_naming_it():
         assert e.value.rank == 1 and "rank 1" in str(e.value)
     finally:
         cluster.close()
+
+
+_SPMD_APP = """
+import sys
+import numpy as np
+import ember
+from ember.distributed import DeviceCluster, partition_for_distributed
+from ember.frontend.onnx import from_onnx
+from ember.testing.models import gpt2_decoder
+model = gpt2_decoder(num_layers=1, hidden=32, heads=4, seq=8, vocab=96, max_position=8)
+mod, params = from_onnx(model)
+cluster = DeviceCluster(timeout=60)
+with cluster:
+    dm = ember.build(partition_for_distributed(mod, params, strategy=sys.argv[2]), "llvm")
+ids = np.load(sys.argv[1] + "/ids.npy")
+logits, = dm.run({"input_ids": ids})
+np.save(sys.argv[1] + f"/out{cluster.comm.rank}.npy", logits)
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("strategy", ["tensor", "pipeline"])
+def test_under_mpiexec_every_rank_returns_the_outputs(tmp_path, strategy):
+    import shutil
+    import subprocess
+    import sys
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or \
+        shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to the Python executable or on PATH (the mpich wheel "
+                    "installs one)")
+    model, feeds = _gpt2()
+    mod, params = from_onnx(model)
+    single = ember.build(mod, "llvm", params).run(feeds)[0]
+    np.save(tmp_path / "ids.npy", feeds["input_ids"])
+    app = tmp_path / "app.py"
+    app.write_text(_SPMD_APP)
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, str(app), str(tmp_path),
+                           strategy], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        np.testing.assert_allclose(np.load(tmp_path / f"out{r}.npy"), single, rtol=1e-5,
+                                   atol=1e-5)

@@ -11,9 +11,10 @@ See docs/distributed.md. Modules: ``placement`` (mesh, Replicate/Shard), ``tenso
 (Megatron layers found by placement propagation), ``pipeline`` (stages by a roofline cost
 model), ``partition`` (strategies, memory budget), ``comm`` (communicator interface, MPI),
 ``executor`` (a rank's segments and collectives), ``cluster`` (ranks: spawned or mpiexec),
-``model`` (``DistributedModel``), ``worker`` (a spawned rank).
+``model`` (``DistributedModel``), ``artifact`` (save/load), ``worker`` (a spawned rank).
 """
 
+from .artifact import load_sharded  # noqa: F401
 from .cluster import DeviceCluster, current_cluster  # noqa: F401
 from .comm import MPI_MISSING, Communicator, MPICommunicator, mpi_available  # noqa: F401
 from .model import DistributedModel  # noqa: F401
@@ -23,4 +24,4 @@ from .placement import DeviceMesh, Replicate, Shard, split_sizes  # noqa: F401
 __all__ = ["DeviceCluster", "partition_for_distributed", "ShardedModule", "RankShard",
            "DistributedModel", "Communicator", "MPICommunicator", "DeviceMesh", "Replicate",
            "Shard", "split_sizes", "mpi_available", "MPI_MISSING", "STRATEGIES",
-           "current_cluster"]
+           "current_cluster", "load_sharded"]

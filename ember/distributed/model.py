@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..errors import InputError, RankFailedError
@@ -10,6 +12,8 @@ from .cluster import DeviceCluster
 from .executor import RankProgram
 
 __all__ = ["DistributedModel"]
+
+_MODEL_IDS = itertools.count()
 
 
 def _rank_target(target, cluster: DeviceCluster) -> str:
@@ -71,10 +75,13 @@ class DistributedModel:
                                       f"{type(e).__name__}: {e}", rank=cluster.comm.rank) from e
             cluster.comm.barrier()
             return cls(sharded, cluster, tgt, local=prog)
-        msgs = [("build", sh.mod.text(), sh.params, tgt, cluster.timeout)
+        key = next(_MODEL_IDS)
+        msgs = [("build", key, sh.mod.text(), sh.params, tgt, cluster.timeout)
                 for sh in sharded.shards]
         cluster.request(msgs, "build", cluster.build_timeout)
-        return cls(sharded, cluster, tgt)
+        model = cls(sharded, cluster, tgt)
+        model._key = key
+        return model
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run one inference: ``inputs`` ``{name: array}`` as for the single-device model;
@@ -101,7 +108,7 @@ class DistributedModel:
         msgs = []
         for sh in self.sharded.shards:
             want = [i for i, k in enumerate(sh.outputs) if self.owners[k] == sh.rank]
-            msgs.append(("run", feeds, want))
+            msgs.append(("run", self._key, feeds, want))
         replies = self.cluster.request(msgs, "run", self.cluster.timeout + 3.0)
         outs = [[None] * len(self.output_names) for _ in feeds]
         for sh in self.sharded.shards:

@@ -75,6 +75,12 @@ class ShardedModule:
         """Rank ``rank``'s graph in the IR's text form."""
         return self.shards[rank].mod.text()
 
+    def save(self, path) -> None:
+        """Write every rank's graph, weights and the plan to one zip file
+        (``ember.distributed.load_sharded`` reads it back)."""
+        from .artifact import save_sharded
+        save_sharded(self, path)
+
     def build(self, target="llvm", cluster=None):
         """Compile the shards on the cluster's ranks (``ember.build`` calls this)."""
         from .model import DistributedModel

@@ -21,7 +21,7 @@ def main() -> None:
     comm = MPICommunicator(MPI.COMM_WORLD)
     rank = comm.rank
     parent.send(("hello", rank, os.getpid(), __version__), dest=0, tag=TAG_REPLY)
-    program = None
+    programs: dict = {}    # model id -> RankProgram (several models may share the ranks)
     last = time.perf_counter()
     while True:
         # MPI's blocking receive spins a core: idle ranks poll and sleep instead, spinning only
@@ -35,15 +35,16 @@ def main() -> None:
                 parent.send(("ok", rank, {}), dest=0, tag=TAG_REPLY)
                 break
             if cmd == "build":
-                _, text, params, target, timeout = msg
+                _, key, text, params, target, timeout = msg
                 comm.timeout = timeout
-                program = None
-                program = RankProgram(IRModule.from_text(text).main, params, target, build)
+                program = programs[key] = RankProgram(IRModule.from_text(text).main, params,
+                                                      target, build)
                 comm.barrier()
                 reply = {"weight_bytes": program.weight_bytes,
                          "segments": sum(1 for it in program.items if hasattr(it, "model"))}
             elif cmd == "run":
-                _, feeds, want = msg
+                _, key, feeds, want = msg
+                program = programs[key]
                 comm.reset_stats()
                 outputs, compute = [], 0.0
                 for f in feeds:

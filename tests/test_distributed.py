@@ -100,7 +100,9 @@ def test_tensor_parallel_equals_single_device(clusters, n, heads, builder):
 
 
 @needs_mpi
-@pytest.mark.parametrize("n,builder", [(2, _bert), (3, _gpt2)])
+@pytest.mark.parametrize("n,builder", [
+    (2, _bert), pytest.param(3, _gpt2, marks=pytest.mark.slow(
+        reason="a second pipeline configuration: 3 more shards to compile"))])
 def test_pipeline_parallel_equals_single_device(clusters, n, builder, tmp_path):
     model, feeds = builder()
     mod, params, single = _references(model, feeds)
@@ -258,7 +260,8 @@ np.save(sys.argv[1] + f"/out{cluster.comm.rank}.npy", logits)
 
 
 @needs_mpi
-@pytest.mark.parametrize("strategy", ["tensor", "pipeline"])
+@pytest.mark.parametrize("strategy", ["tensor", pytest.param("pipeline", marks=pytest.mark.slow(
+    reason="an mpiexec job of 2 ranks for each strategy"))])
 def test_under_mpiexec_every_rank_returns_the_outputs(tmp_path, strategy):
     import shutil
     import subprocess

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ShardingError
 from ..graph.builder import FunctionBuilder
-from ..graph.ir import Function, TensorType, Var
+from ..graph.ir import Function, Var
 
 __all__ = ["binding_cost", "cut_stages", "stage_function", "PEAK_FLOPS", "PEAK_BYTES_PER_S"]
 

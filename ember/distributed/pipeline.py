@@ -10,7 +10,8 @@ works on ``k - 1``.
 Cost model: a binding costs ``max(flops / PEAK_FLOPS, bytes / PEAK_BYTES_PER_S)`` seconds
 (a roofline: ``2 M N K`` flops for a matmul, one per output element otherwise; bytes of its
 inputs and outputs). Stages are cut at the binding boundaries nearest to equal shares of the
-total cost, and earlier when a stage's weights would exceed ``memory_per_device``.
+total cost, traded against the bytes sent across each cut (``LINK_BYTES_PER_S``), and
+earlier when a stage's weights would exceed ``memory_per_device``.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from ..errors import ShardingError
 from ..graph.builder import FunctionBuilder
 from ..graph.ir import Function, Var
 
-__all__ = ["binding_cost", "cut_stages", "stage_function", "PEAK_FLOPS", "PEAK_BYTES_PER_S"]
+__all__ = ["binding_cost", "crossing_bytes", "cut_stages", "stage_function", "PEAK_FLOPS",
+           "PEAK_BYTES_PER_S", "LINK_BYTES_PER_S"]
 
 PEAK_FLOPS = 50e9          # one CPU core's float32 FMA rate, order of magnitude
 PEAK_BYTES_PER_S = 10e9    # one core's memory bandwidth, order of magnitude
+LINK_BYTES_PER_S = 5e9     # rank-to-rank transfer (shared memory between local ranks)
 
 
 def binding_flops(b) -> int:
@@ -47,9 +50,54 @@ def _weights_of(b, params) -> set:
     return {a.name for a in b.call.args if isinstance(a, Var) and a.name in params}
 
 
+def crossing_bytes(func: Function) -> list[int]:
+    """``out[i]``: bytes of the values computed before binding ``i`` and read from ``i`` on
+    (what a stage boundary at ``i`` sends)."""
+    bs = func.bindings
+    last: dict = {}
+    for i, b in enumerate(bs):
+        for a in b.call.args:
+            if isinstance(a, Var):
+                last[id(a)] = i
+    for o in func.outputs:
+        if isinstance(o, Var):
+            last[id(o)] = len(bs)
+    delta = np.zeros(len(bs) + 2, np.int64)
+    for i, b in enumerate(bs):
+        for o in b.outputs:
+            if last.get(id(o), i) > i and o.type.is_static:
+                delta[i + 1] += o.type.nbytes       # live from boundary i + 1 ...
+                delta[last[id(o)] + 1] -= o.type.nbytes   # ... to its last reader
+    return [int(x) for x in np.cumsum(delta)[:len(bs) + 1]]
+
+
+def _balanced(cum, cross, n) -> list[int]:
+    """Each cut at the boundary minimizing ``|cost so far - k/n of the total| + bytes sent /
+    LINK_BYTES_PER_S`` (seconds of imbalance plus seconds of transfer)."""
+    total, m = cum[-1], len(cum) - 1
+    starts = [0]
+    for k in range(1, n):
+        share = total * k / n
+        lo, hi = starts[-1] + 1, m - (n - k) + 1
+        if lo >= hi:
+            starts.append(min(lo, m - 1))
+            continue
+        idx = np.arange(lo, hi)
+        score = np.abs(cum[idx] - share) + np.asarray(cross)[idx] / LINK_BYTES_PER_S
+        starts.append(int(idx[int(np.argmin(score))]))
+    return starts
+
+
 def cut_stages(func: Function, params, n: int, memory_per_device: int | None = None
                ) -> list[int]:
     """Start indices of the ``n`` stages (``[0, s1, ..., s_{n-1}]``) over ``func.bindings``.
+
+    Each cut is placed at the boundary that minimizes the imbalance (seconds between the cost
+    so far and ``k / n`` of the total) plus the seconds to send the values live across it
+    (``crossing_bytes / LINK_BYTES_PER_S``; between blocks only the residual stream is
+    live). If a stage's
+    weights then exceed ``memory_per_device``, stages are instead closed greedily before
+    the budget is exceeded.
 
     Raises:
         ShardingError: fewer bindings than stages, or the weights do not fit ``n`` stages of
@@ -60,6 +108,20 @@ def cut_stages(func: Function, params, n: int, memory_per_device: int | None = N
         raise ShardingError(f"pipeline parallelism: {len(bs)} bindings cannot form {n} stages")
     costs = np.array([binding_cost(b) for b in bs])
     cum = np.concatenate([[0.0], np.cumsum(costs)])
+    starts = _balanced(cum, crossing_bytes(func), n)
+    if memory_per_device is None or all(
+            _stage_weight_bytes(bs, params, a, b) <= memory_per_device
+            for a, b in zip(starts, starts[1:] + [len(bs)])):
+        return starts
+    return _greedy(bs, params, n, memory_per_device, cum)
+
+
+def _stage_weight_bytes(bs, params, a, b) -> int:
+    names = set().union(*[_weights_of(x, params) for x in bs[a:b]])
+    return int(sum(params[w].nbytes for w in names))
+
+
+def _greedy(bs, params, n, memory_per_device, cum) -> list[int]:
     total = cum[-1]
     starts = [0]
     held: dict = {}

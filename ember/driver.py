@@ -221,11 +221,16 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     ``params`` is not modified, and the model keeps no reference to its arrays (the weights
     are copied into the model's weight arena).
 
+    A ``ShardedModule`` (``ember.distributed.partition_for_distributed``) is compiled on the
+    ranks of the current ``DeviceCluster`` and gives a ``DistributedModel``.
+
     ``_consume_params`` (internal, ``compile``): the caller hands ``params`` over; the dict is
     emptied once the weights are bound into the graph, so the imported weights the passes
     replace (batch-norm folding, Winograd transforms) are freed instead of living on beside the
     new ones until the build returns.
     """
+    if hasattr(mod, "shards"):  # an ember.distributed.ShardedModule: built on its ranks
+        return mod.build(target)
     target = Target(target)
     t0 = time.perf_counter()
     num_imported = len(mod.main.bindings)

@@ -130,3 +130,31 @@ class HazardError(NPUError):
         self.pc = pc
         self.other_pc = other_pc
         self.buffer = buffer
+
+
+class DistributedError(EmberError):
+    """Multi-device compilation or execution failed (``ember.distributed``): a cluster that
+    cannot be started or reached, a rank that failed, a collective that timed out.
+
+    Attributes:
+        rank: the rank the error is about (``None`` when it concerns the whole cluster).
+    """
+
+    def __init__(self, message: str, rank: int | None = None):
+        super().__init__(message)
+        self.rank = rank
+
+
+class RankFailedError(DistributedError):
+    """One rank raised while building or running its shard; the message names the rank and
+    carries its error (type and message)."""
+
+
+class CollectiveTimeoutError(DistributedError):
+    """A collective or point-to-point transfer did not complete within the cluster's timeout
+    (a rank hangs or died); the message names the rank(s) that did not answer."""
+
+
+class ShardingError(EmberError):
+    """A model cannot be partitioned as asked: it does not fit ``memory_per_device`` on the
+    ranks given (names the largest tensor and the budget), or a placement is invalid."""

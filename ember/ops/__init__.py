@@ -12,3 +12,4 @@ from . import random  # noqa: F401,E402  (counter-based uniform/normal/bernoulli
 from . import winograd  # noqa: F401,E402  (Winograd transforms of 3x3 convolutions)
 from . import inverted_residual  # noqa: F401,E402  (MobileNetV2 block as one kernel)
 from . import transformer  # noqa: F401,E402  (attention, RMS/group norm, rotary, SwiGLU)
+from . import collective  # noqa: F401,E402  (dist.* communication operators)

@@ -11,6 +11,8 @@
   ReduceMean/Sub/Pow/Sqrt/Div (or the opset-17 ``LayerNormalization`` op with
   ``fused_layer_norm=True``), Erf-GELU, a Tanh pooler on a Slice/Squeeze of the first token,
   Expand/ConstantOfShape for position and token-type ids. Opset 11 to 21 (default 14).
+- ``gpt2_decoder(num_layers, hidden, heads, seq, vocab, seed)``: a GPT-2-style decoder
+  (pre-LayerNorm causal self-attention, GELU MLP, untied LM head), opset 14.
 - ``bert_base(seq)``: 12 layers, hidden 768, 12 heads (for benchmarks).
 - ``light_model(name)``: the onnx package's light models (``onnx/backend/test/data/light``),
   with ``light_model_inputs``, ``light_model_expected`` and ``light_model_tolerance`` (the
@@ -32,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..zoo import LIGHT_MODELS, light_model_path
 
-__all__ = ["resnet18", "mobilenet_v2", "bert_encoder", "bert_base", "LIGHT_MODELS",
+__all__ = ["resnet18", "mobilenet_v2", "bert_encoder", "bert_base", "gpt2_decoder", "LIGHT_MODELS",
            "light_model", "light_model_path", "light_model_inputs", "light_model_expected",
            "light_model_tolerance"]
 
@@ -258,6 +260,26 @@ class _Bert:
         y = g.op("Div", [d, std], hint="normed")
         return g.op("Add", [g.op("Mul", [y, gamma], hint="scaled"), beta], hint="ln_out")
 
+    def attention(self, x, hidden, heads, mask, scale, bdim, sdim) -> str:
+        """Multi-head self-attention of ``x`` (Q/K/V projections, ``Softmax(QK^T / scale +
+        mask) V``, output projection); ``bdim``/``sdim`` are reshape parts for batch and seq."""
+        g, dh = self.g, hidden // heads
+
+        def heads_view(t, perm):
+            r = self.reshape(t, [bdim, sdim, [heads], [dh]])
+            return g.op("Transpose", [r], hint="heads", perm=perm)
+
+        q = heads_view(self.linear(x, hidden, hidden), [0, 2, 1, 3])
+        k = heads_view(self.linear(x, hidden, hidden), [0, 2, 3, 1])
+        v = heads_view(self.linear(x, hidden, hidden), [0, 2, 1, 3])
+        scores = g.op("Div", [g.op("MatMul", [q, k], hint="qk"), scale], hint="scores")
+        probs = g.op("Softmax", [g.op("Add", [scores, mask], hint="masked")], hint="probs",
+                     axis=-1 if self.opset >= 13 else 3)
+        ctx = g.op("MatMul", [probs, v], hint="context")
+        ctx = g.op("Transpose", [ctx], hint="context_t", perm=[0, 2, 1, 3])
+        ctx = self.reshape(ctx, [bdim, sdim, [hidden]])
+        return self.linear(ctx, hidden, hidden)
+
     def gelu(self, x) -> str:
         g = self.g
         e = g.op("Erf", [g.op("Div", [x, g.init("sqrt2", np.array(np.sqrt(2.0), np.float32))],
@@ -266,6 +288,14 @@ class _Bert:
         half = g.init("half", np.array(0.5, np.float32))
         return g.op("Mul", [g.op("Mul", [x, g.op("Add", [e, one], hint="gelu_add")],
                                  hint="gelu_mul"), half], hint="gelu")
+
+
+def _transformer_start(hidden, heads, intermediate, seed, opset):
+    """``(intermediate size, head dim, graph builder, exporter helpers)`` of a transformer."""
+    if hidden % heads:
+        raise ValueError(f"hidden {hidden} is not divisible by heads {heads}")
+    g = _GraphBuilder(seed)
+    return intermediate or 4 * hidden, hidden // heads, g, _Bert(g, opset)
 
 
 def bert_encoder(num_layers: int = 4, hidden: int = 256, heads: int = 4, seq: int = 128,
@@ -284,12 +314,7 @@ def bert_encoder(num_layers: int = 4, hidden: int = 256, heads: int = 4, seq: in
         raise ValueError(f"bert_encoder supports opsets 11 to 21, not {opset}")
     if fused_layer_norm and opset < 17:
         raise ValueError("LayerNormalization needs opset >= 17")
-    if hidden % heads:
-        raise ValueError(f"hidden {hidden} is not divisible by heads {heads}")
-    inter = intermediate or 4 * hidden
-    dh = hidden // heads
-    g = _GraphBuilder(seed)
-    b = _Bert(g, opset)
+    inter, dh, g, b = _transformer_start(hidden, heads, intermediate, seed, opset)
 
     # embeddings: word + position (Slice of a range, Expand to the batch) + token type (zeros)
     word = g.op("Gather", [g.init("word_embeddings", g.normal((vocab, hidden), 0.5)),
@@ -319,20 +344,7 @@ def bert_encoder(num_layers: int = 4, hidden: int = 256, heads: int = 4, seq: in
     for _ in range(num_layers):
         bdim, sdim = b.dim(x, 0), b.dim(x, 1)
 
-        def heads_view(t, perm):
-            r = b.reshape(t, [bdim, sdim, [heads], [dh]])
-            return g.op("Transpose", [r], hint="heads", perm=perm)
-
-        q = heads_view(b.linear(x, hidden, hidden), [0, 2, 1, 3])
-        k = heads_view(b.linear(x, hidden, hidden), [0, 2, 3, 1])
-        v = heads_view(b.linear(x, hidden, hidden), [0, 2, 1, 3])
-        scores = g.op("Div", [g.op("MatMul", [q, k], hint="qk"), scale], hint="scores")
-        probs = g.op("Softmax", [g.op("Add", [scores, mask], hint="masked")], hint="probs",
-                     axis=-1 if opset >= 13 else 3)
-        ctx = g.op("MatMul", [probs, v], hint="context")
-        ctx = g.op("Transpose", [ctx], hint="context_t", perm=[0, 2, 1, 3])
-        ctx = b.reshape(ctx, [bdim, sdim, [hidden]])
-        attn = b.linear(ctx, hidden, hidden)
+        attn = b.attention(x, hidden, heads, mask, scale, bdim, sdim)
         x = b.layer_norm(g.op("Add", [attn, x], hint="attn_residual"), hidden, fused_layer_norm)
         h = b.gelu(b.linear(x, hidden, inter))
         ffn = b.linear(h, inter, hidden)
@@ -358,6 +370,43 @@ def bert_base(seq: int = 128, seed: int = 0, batch: int = 1, opset: int = 14
     """BERT-base shaped encoder (12 layers, hidden 768, 12 heads, vocab 30522) for benchmarks."""
     return bert_encoder(num_layers=12, hidden=768, heads=12, seq=seq, seed=seed, batch=batch,
                         vocab=30522, opset=opset)
+
+
+def gpt2_decoder(num_layers: int = 2, hidden: int = 64, heads: int = 4, seq: int = 16,
+                 seed: int = 0, batch: int = 1, vocab: int = 256, max_position: int = 64,
+                 intermediate: int | None = None, opset: int = 14) -> onnx.ModelProto:
+    """A GPT-2-style decoder with seeded random weights (Radford et al., 2019): token and
+    position embeddings (Gather), pre-LayerNorm blocks of causal self-attention (separate Q/K/V
+    projections, an additive causal mask, Softmax) and an Erf-GELU MLP with residuals, a final
+    LayerNorm and an untied LM head (MatMul to the vocabulary).
+
+    Input: ``input_ids`` int64 ``(batch, seq)`` in ``[0, vocab)``. Output: ``logits`` float32
+    ``(batch, seq, vocab)``. Opset 11 to 16 (LayerNorm decomposed).
+    """
+    inter, dh, g, b = _transformer_start(hidden, heads, intermediate, seed, opset)
+    tok = g.op("Gather", [g.init("wte", g.normal((vocab, hidden), 0.5)), "input_ids"],
+               hint="tok_emb", axis=0)
+    pos = g.op("Gather", [g.init("wpe", g.normal((max_position, hidden), 0.5)),
+                          g.init("position_ids", np.arange(seq, dtype=np.int64)[None])],
+               hint="pos_emb", axis=0)
+    x = g.op("Add", [tok, pos], hint="emb")
+    causal = np.triu(np.full((seq, seq), -10000.0, np.float32), 1)[None, None]
+    mask = g.init("causal_mask", causal)
+    scale = g.init("sqrt_dh", np.array(np.sqrt(dh), np.float32))
+
+    for _ in range(num_layers):
+        h = b.layer_norm(x, hidden, False)
+        x = g.op("Add", [x, b.attention(h, hidden, heads, mask, scale, [batch], [seq])],
+                 hint="attn_residual")
+        h = b.layer_norm(x, hidden, False)
+        x = g.op("Add", [x, b.linear(b.gelu(b.linear(h, hidden, inter)), inter, hidden)],
+                 hint="mlp_residual")
+    x = b.layer_norm(x, hidden, False)
+    lm = g.init("lm_head", g.normal((hidden, vocab), 1.0 / np.sqrt(hidden)))
+    g.nodes.append(helper.make_node("MatMul", [x, lm], ["logits"], name="lm_head_node"))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, seq, vocab])]
+    return g.model("gpt2_decoder", inputs, outputs, opset)
 
 
 def bert_inputs(model: onnx.ModelProto, seed: int = 0, pad: int = 0) -> dict[str, np.ndarray]:

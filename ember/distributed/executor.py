@@ -1,0 +1,129 @@
+"""One rank's executor: compiled segments with the communicator called between them.
+
+As the staged executor (``ember.frontend.staging``) runs compiled segments with host kernels
+between them, a rank's graph is cut at every ``dist.*`` binding: each run of ordinary bindings
+is one ``ember.build`` (static plan, its weights in its own arena), and each collective is a
+call of the rank's ``Communicator``. Nothing else runs between kernels.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..graph.ir import Function, IRModule, Var
+from ..ops.collective import COLLECTIVE_OPS
+from .comm import Communicator
+
+__all__ = ["RankProgram"]
+
+
+class _Segment:
+    def __init__(self, func: Function, model, inputs: list, outputs: list):
+        self.func, self.model, self.inputs, self.outputs = func, model, inputs, outputs
+
+
+class RankProgram:
+    """Rank ``rank``'s compiled shard.
+
+    Args:
+        func: the rank's graph (``dist.*`` bindings between ordinary ones).
+        params: ``{weight name: array}`` the rank holds (only its own shards).
+        target: the ``ember.build`` target of the segments.
+        build: ``(IRModule, target, params) -> CompiledModel`` (``ember.driver.build``).
+
+    Attributes:
+        items: ``_Segment``s and collective bindings, in order.
+        weight_bytes: bytes of the weights this rank holds.
+        timings: ``{"compute_s", "comm_s"}`` of the last ``run``.
+    """
+
+    def __init__(self, func: Function, params: dict, target, build):
+        self.func = func
+        self.output_names = list(func.attrs.get("output_names") or [])
+        self.weight_bytes = int(sum(np.asarray(a).nbytes for a in params.values()))
+        self.items: list = []
+        later_use = self._later_uses()
+        run: list = []
+        for i, b in enumerate(func.bindings):
+            if b.call.op in COLLECTIVE_OPS:
+                if run:
+                    self.items.append(self._segment(run, later_use[run[-1][0] + 1], params,
+                                                    target, build))
+                    run = []
+                self.items.append(b)
+            else:
+                run.append((i, b))
+        if run:
+            self.items.append(self._segment(run, later_use[run[-1][0] + 1], params, target,
+                                            build))
+        self.timings = {"compute_s": 0.0, "comm_s": 0.0}
+
+    def _later_uses(self) -> list:
+        """``later[i]``: ids of values read by bindings ``i..`` or returned."""
+        bs = self.func.bindings
+        later = [set() for _ in range(len(bs) + 1)]
+        later[-1] = {id(o) for o in self.func.outputs if isinstance(o, Var)}
+        for i in range(len(bs) - 1, -1, -1):
+            later[i] = later[i + 1] | {id(a) for a in bs[i].call.args if isinstance(a, Var)}
+        return later
+
+    def _segment(self, run, later, params, target, build) -> _Segment:
+        defined = {id(o) for _, b in run for o in b.outputs}
+        seen, inputs = set(), []
+        for _, b in run:
+            for a in b.call.args:
+                if isinstance(a, Var) and id(a) not in defined and id(a) not in seen:
+                    seen.add(id(a))
+                    inputs.append(a)
+        outputs = [o for _, b in run for o in b.outputs if id(o) in later]
+        func = Function(inputs, [b for _, b in run], outputs, "main",
+                        {"output_names": [o.name for o in outputs]})
+        weights = {a.name: params[a.name] for a in inputs if a.name in params}
+        model = build(IRModule.from_function(func), target, weights)
+        return _Segment(func, model, [a for a in inputs if a.name not in params], outputs)
+
+    def run(self, feeds: dict, comm: Communicator) -> list:
+        """Run the shard on ``feeds`` (``{input name: array}``); returns this rank's outputs
+        (in ``output_names`` order)."""
+        env: dict = {}
+        names = {p.name: p for p in self.func.params}
+        for name, arr in feeds.items():
+            if name in names:
+                env[id(names[name])] = arr
+        compute = comm_s = 0.0
+        for item in self.items:
+            t0 = time.perf_counter()
+            if isinstance(item, _Segment):
+                outs = item.model.run({a.name: env[id(a)] for a in item.inputs})
+                for o, arr in zip(item.outputs, outs):
+                    env[id(o)] = arr
+                compute += time.perf_counter() - t0
+                continue
+            env[id(item.outputs[0])] = self._collective(item, env, comm)
+            comm_s += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        comm.flush()
+        comm_s += time.perf_counter() - t0
+        self.timings = {"compute_s": compute, "comm_s": comm_s}
+        return [env[id(o)] if isinstance(o, Var) else o.data for o in self.func.outputs]
+
+    @staticmethod
+    def _collective(b, env, comm: Communicator):
+        c = b.call
+        a = c.attrs
+        args = [env[id(x)] if isinstance(x, Var) else x.data for x in c.args]
+        if c.op == "dist.all_reduce":
+            return comm.all_reduce(args[0], a["op"])
+        if c.op == "dist.all_gather":
+            return comm.all_gather(args[0], int(a["axis"]) % args[0].ndim, a["sizes"])
+        if c.op == "dist.reduce_scatter":
+            return comm.reduce_scatter(args[0], int(a["axis"]) % args[0].ndim, a["sizes"])
+        if c.op == "dist.send":
+            comm.send(args[0], a["peer"], a["tag"])
+            return args[0]
+        if c.op == "dist.recv":
+            return comm.recv(a["shape"], a["dtype"], a["peer"], a["tag"])
+        t = b.outputs[0].type
+        return comm.broadcast(args[0] if args else None, a["root"], t.shape, t.dtype)

@@ -1,0 +1,146 @@
+"""``DistributedModel``: a sharded model compiled on a cluster's ranks, run like one model."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import InputError, RankFailedError
+from ..target import Target
+from .cluster import DeviceCluster
+from .executor import RankProgram
+
+__all__ = ["DistributedModel"]
+
+_MODEL_IDS = itertools.count()
+
+
+def _rank_target(target, cluster: DeviceCluster) -> str:
+    t = Target(target)
+    if t.num_threads is None:
+        t = Target(f"{t} -num-threads={cluster.threads_per_rank}")
+    return str(t)
+
+
+def _owners(sharded) -> list[int]:
+    """The rank that returns each model output (the lowest that holds it)."""
+    owner = {}
+    for sh in sharded.shards:
+        for k in sh.outputs:
+            owner.setdefault(k, sh.rank)
+    return [owner[k] for k in range(len(sharded.output_names))]
+
+
+class DistributedModel:
+    """A ``ShardedModule`` compiled on the ranks of a ``DeviceCluster``; ``run`` returns what the
+    single-device model returns.
+
+    Attributes:
+        strategy: ``"tensor"`` or ``"pipeline"``.
+        weight_bytes: bytes of weights each rank holds (list, by rank).
+        last_stats: per rank, ``compute_s`` / ``comm_s`` (seconds inside the communicator) /
+            ``bytes_sent`` / ``calls`` of the last ``run`` or ``run_batches``.
+    """
+
+    def __init__(self, sharded, cluster: DeviceCluster, target: str, local=None):
+        self.sharded = sharded
+        self.cluster = cluster
+        self.target = target
+        self.strategy = sharded.strategy
+        self.output_names = list(sharded.output_names)
+        self.input_names = list(sharded.input_names)
+        self.weight_bytes = sharded.weight_bytes
+        self.owners = _owners(sharded)
+        self._local = local       # SPMD: this rank's RankProgram
+        self.last_stats: list = []
+        self.info = dict(sharded.info, strategy=sharded.strategy, num_ranks=sharded.num_ranks,
+                         target=target, mode=cluster.mode)
+
+    @classmethod
+    def build(cls, sharded, target, cluster: DeviceCluster) -> "DistributedModel":
+        """Compile every shard on its rank (spawned ranks compile in parallel)."""
+        from ..driver import build
+        cluster.check_usable()
+        if sharded.num_ranks != cluster.size:
+            raise InputError(f"the module was partitioned for {sharded.num_ranks} ranks, the "
+                             f"cluster has {cluster.size}")
+        tgt = _rank_target(target, cluster)
+        if cluster.mode == "spmd":
+            sh = sharded.shards[cluster.comm.rank]
+            try:
+                prog = RankProgram(sh.mod.main, sh.params, tgt, build)
+            except Exception as e:  # noqa: BLE001 - reported with the rank that failed
+                raise RankFailedError(f"rank {cluster.comm.rank} failed to build its shard: "
+                                      f"{type(e).__name__}: {e}", rank=cluster.comm.rank) from e
+            cluster.comm.barrier()
+            return cls(sharded, cluster, tgt, local=prog)
+        key = next(_MODEL_IDS)
+        msgs = [("build", key, sh.mod.text(), sh.params, tgt, cluster.timeout)
+                for sh in sharded.shards]
+        cluster.request(msgs, "build", cluster.build_timeout)
+        model = cls(sharded, cluster, tgt)
+        model._key = key
+        return model
+
+    def run(self, inputs) -> list[np.ndarray]:
+        """Run one inference: ``inputs`` ``{name: array}`` as for the single-device model;
+        returns its outputs (list, model order) on this process.
+
+        Raises:
+            InputError: a missing input. RankFailedError / CollectiveTimeoutError: a rank
+                failed or hangs (names it).
+        """
+        return self.run_batches([inputs])[0]
+
+    def run_batches(self, batches: list) -> list[list[np.ndarray]]:
+        """Run several inputs (micro-batches) in one go: pipeline stages overlap, stage ``s``
+        working on batch ``k`` while stage ``s + 1`` works on ``k - 1``. Returns one output
+        list per batch."""
+        feeds = []
+        for b in batches:
+            missing = [n for n in self.input_names if n not in b]
+            if missing:
+                raise InputError(f"missing model inputs {missing} (inputs: {self.input_names})")
+            feeds.append({n: np.ascontiguousarray(b[n]) for n in self.input_names})
+        if self._local is not None:
+            return self._run_spmd(feeds)
+        msgs = []
+        for sh in self.sharded.shards:
+            want = [i for i, k in enumerate(sh.outputs) if self.owners[k] == sh.rank]
+            msgs.append(("run", self._key, feeds, want))
+        replies = self.cluster.request(msgs, "run", self.cluster.timeout + 3.0)
+        outs = [[None] * len(self.output_names) for _ in feeds]
+        for sh in self.sharded.shards:
+            rep = replies[sh.rank]
+            held = [k for k in sh.outputs if self.owners[k] == sh.rank]
+            for m, values in enumerate(rep["outputs"]):
+                for k, v in zip(held, values):
+                    outs[m][k] = v
+        self.last_stats = [replies[r]["stats"] for r in range(self.cluster.size)]
+        return outs
+
+    def _run_spmd(self, feeds):
+        comm, prog = self.cluster.comm, self._local
+        sh = self.sharded.shards[comm.rank]
+        comm.reset_stats()
+        compute = 0.0
+        results = []
+        for f in feeds:
+            try:
+                local = prog.run(f, comm)
+            except Exception as e:  # noqa: BLE001
+                if isinstance(e, (RankFailedError,)) or type(e).__name__.endswith("TimeoutError"):
+                    raise
+                raise RankFailedError(f"rank {comm.rank} failed: {type(e).__name__}: {e}",
+                                      rank=comm.rank) from e
+            compute += prog.timings["compute_s"]
+            mine = dict(zip(sh.outputs, local))
+            out = []
+            for k, t in enumerate(self.sharded.output_types):
+                v = mine.get(k) if self.owners[k] == comm.rank else None
+                out.append(comm.broadcast(v, self.owners[k], t.shape, t.dtype)
+                           if comm.size > 1 else v)
+            results.append(out)
+        self.last_stats = [dict(comm.stats, compute_s=compute)]
+        return results

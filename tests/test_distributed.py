@@ -1,0 +1,285 @@
+"""ember.distributed: tensor- and pipeline-parallel GPT-2/BERT-style models on 2, 3 and 4 local
+MPI ranks against the single-device compiled model (rtol 1e-5) and onnxruntime; memory
+budgets; failing and hanging ranks."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import ember
+from ember.distributed import (load_sharded, mpi_available, partition_for_distributed,
+                               split_sizes)
+from ember.errors import (ArtifactError, CollectiveTimeoutError, DistributedError,
+                          RankFailedError, ShardingError)
+from ember.frontend.onnx import from_onnx
+from ember.testing.models import bert_encoder, bert_inputs, gpt2_decoder
+
+needs_mpi = pytest.mark.skipif(not mpi_available(),
+                               reason="mpi4py with an MPI library is not installed "
+                                      "(pip install 'ember[distributed]')")
+
+
+def _gpt2(heads=4, hidden=32, layers=1):
+    m = gpt2_decoder(num_layers=layers, hidden=hidden, heads=heads, seq=8, vocab=96,
+                     max_position=8)
+    ids = np.random.default_rng(1).integers(0, 96, (1, 8)).astype(np.int64)
+    return m, {"input_ids": ids}
+
+
+def _bert(heads=4, hidden=32, layers=1):
+    m = bert_encoder(num_layers=layers, hidden=hidden, heads=heads, seq=8, vocab=64,
+                     max_position=16)
+    return m, bert_inputs(m, pad=2)
+
+
+def _references(model, feeds):
+    """Single-device compiled outputs, checked against onnxruntime first."""
+    mod, params = from_onnx(model)
+    single = ember.build(mod, "llvm", params).run(feeds)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for a, b in zip(single, sess.run(None, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    return mod, params, single
+
+
+_CLUSTERS = {}
+
+
+@pytest.fixture(scope="module")
+def clusters():
+    from ember.distributed import DeviceCluster
+
+    def get(n):
+        c = _CLUSTERS.get(n)
+        if c is None or c.broken:
+            c = _CLUSTERS[n] = DeviceCluster([f"cpu:{i}" for i in range(n)], timeout=30)
+        return c
+    yield get
+    for c in _CLUSTERS.values():
+        c.close()
+    _CLUSTERS.clear()
+
+
+def _run_sharded(cluster, mod, params, feeds, strategy, **kw):
+    with cluster:
+        sharded = partition_for_distributed(mod, params, strategy=strategy, **kw)
+        model = ember.build(sharded, target="llvm")
+    return sharded, model, model.run(feeds)
+
+
+def test_split_sizes_match_numpy_array_split():
+    for blocks in range(1, 20):
+        for n in range(1, 6):
+            ref = [len(a) for a in np.array_split(np.arange(blocks), n)]
+            assert split_sizes(blocks, n) == ref
+
+
+@needs_mpi
+@pytest.mark.parametrize("n,heads,builder", [(2, 4, _gpt2), (3, 8, _gpt2), (2, 4, _bert),
+                                             (3, 4, _bert)])
+def test_tensor_parallel_equals_single_device(clusters, n, heads, builder):
+    model, feeds = builder(heads=heads)
+    mod, params, single = _references(model, feeds)
+    sharded, dm, outs = _run_sharded(clusters(n), mod, params, feeds, "tensor")
+    assert sharded.strategy == "tensor"
+    for a, b in zip(outs, single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    text = sharded.text(n - 1)
+    # Megatron layers: column-parallel Q/K/V/MLP-up, all-reduce after the row-parallel
+    # projections and the vocabulary-parallel embedding
+    assert text.count("dist.all_reduce") == 3
+    # uneven split: the last rank holds heads // n whole heads
+    dh = 32 // heads
+    assert f"newshape=[1, 8, {heads // n}, {dh}]" in text
+    assert sum(sharded.weight_bytes) < n * sharded.info["total_weight_bytes"]
+    if builder is _gpt2:  # vocabulary-parallel LM head: logits all-gathered over the vocab
+        assert "dist.all_gather" in text and f"sizes={split_sizes(96, n)}" in text
+
+
+@needs_mpi
+@pytest.mark.parametrize("n,builder", [
+    (2, _bert), pytest.param(3, _gpt2, marks=pytest.mark.slow(
+        reason="a second pipeline configuration: 3 more shards to compile"))])
+def test_pipeline_parallel_equals_single_device(clusters, n, builder, tmp_path):
+    model, feeds = builder()
+    mod, params, single = _references(model, feeds)
+    sharded, dm, outs = _run_sharded(clusters(n), mod, params, feeds, "pipeline")
+    assert len(sharded.info["stages"]) == n
+    for a, b in zip(outs, single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    # the shards and their plan save and load as one artifact that builds to the same model
+    path = tmp_path / "sharded.zip"
+    sharded.save(path)
+    loaded = load_sharded(path)
+    assert loaded.strategy == "pipeline" and loaded.weight_bytes == sharded.weight_bytes
+    with clusters(n):
+        again = ember.build(loaded, target="llvm")
+    for a, b in zip(again.run(feeds), single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    (tmp_path / "bad.zip").write_bytes(b"not a zip")
+    with pytest.raises(ArtifactError):
+        load_sharded(tmp_path / "bad.zip")
+    # each weight lives on exactly one stage
+    names = [set(s.params) for s in sharded.shards]
+    assert sum(len(s) for s in names) == len(set().union(*names)) == len(params)
+    # another model built on the same ranks does not replace this one
+    with clusters(n):
+        tp = ember.build(partition_for_distributed(mod, params, strategy="tensor"), "llvm")
+    for m in (dm, tp):
+        for a, b in zip(m.run(feeds), single):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    # micro-batches stream through the stages
+    rng = np.random.default_rng(7)
+    batches = [dict(feeds, input_ids=rng.integers(0, 64, (1, 8)).astype(np.int64))
+               for _ in range(3)]
+    got = dm.run_batches(batches)
+    single_model = ember.build(mod, "llvm", params)
+    for b, outs_b in zip(batches, got):
+        for a, r in zip(outs_b, single_model.run(b)):
+            np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
+
+
+@needs_mpi
+@pytest.mark.slow(reason="4 ranks compile 4 shards of two models on a 2-core machine")
+@pytest.mark.parametrize("strategy,builder", [("tensor", _gpt2), ("pipeline", _bert)])
+def test_four_ranks(clusters, strategy, builder):
+    model, feeds = builder(heads=4)
+    mod, params, single = _references(model, feeds)
+    _, _, outs = _run_sharded(clusters(4), mod, params, feeds, strategy)
+    for a, b in zip(outs, single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@needs_mpi
+def test_auto_splits_a_model_over_budget_until_every_shard_fits(clusters):
+    model, feeds = _gpt2(heads=4, hidden=64)
+    mod, params, single = _references(model, feeds)
+    total = sum(a.nbytes for a in params.values())
+    budget = int(total * 0.6)
+    sharded, dm, outs = _run_sharded(clusters(2), mod, params, feeds, "auto",
+                                     memory_per_device=budget)
+    assert total > budget
+    assert all(w <= budget for w in dm.weight_bytes), (dm.weight_bytes, budget)
+    for a, b in zip(outs, single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_that_cannot_fit_names_the_largest_tensor_and_budget():
+    model, _ = _gpt2(heads=4, hidden=64)
+    mod, params = from_onnx(model)
+    with pytest.raises(ShardingError) as e:
+        partition_for_distributed(mod, params, "auto", memory_per_device=4096, num_ranks=2)
+    msg = str(e.value)
+    assert "memory_per_device=4096" in msg and "largest" in msg
+    biggest = max(params, key=lambda k: params[k].nbytes)
+    assert biggest in msg or "wte" in msg or "lm_head" in msg
+
+
+def test_bad_cluster_arguments():
+    from ember.distributed import DeviceCluster
+    with pytest.raises(ShardingError, match="strategy"):
+        partition_for_distributed(*from_onnx(_gpt2()[0]), strategy="data", num_ranks=2)
+    with pytest.raises(ShardingError, match="number of ranks"):
+        partition_for_distributed(*from_onnx(_gpt2()[0]), strategy="tensor")
+    with pytest.raises(DistributedError, match="NCCL"):
+        DeviceCluster(["gpu0", "gpu1"])
+
+
+def _own_cluster(timeout):
+    """A fresh 2-rank cluster (a failure makes a cluster unusable) and the GPT-2 model."""
+    from ember.distributed import DeviceCluster
+    model, feeds = _gpt2()
+    return (DeviceCluster(["cpu:0", "cpu:1"], timeout=timeout), feeds) + from_onnx(model)
+
+
+@needs_mpi
+def test_a_rank_that_fails_names_the_rank():
+    cluster, feeds, mod, params = _own_cluster(3)
+    try:
+        with cluster:
+            sharded = partition_for_distributed(mod, params, strategy="tensor")
+            w = sorted(sharded.shards[1].params)[0]
+            sharded.shards[1].params[w] = np.zeros((3, 3), np.float32)  # a corrupt shard
+            with pytest.raises(RankFailedError) as e:
+                ember.build(sharded, target="llvm")
+        assert e.value.rank == 1 and "rank 1" in str(e.value)
+        assert "ShapeMismatchError" in str(e.value)
+        with pytest.raises(DistributedError, match="unusable"):
+            cluster.check_usable()
+    finally:
+        cluster.close()
+
+
+@needs_mpi
+def test_ranks_of_another_ember_version_are_refused(monkeypatch):
+    from ember.distributed import DeviceCluster
+    monkeypatch.setattr(ember, "__version__", "0.0.0-driver")
+    with pytest.raises(DistributedError) as e:
+        DeviceCluster(["cpu:0", "cpu:1"], timeout=3)
+    assert e.value.rank == 0 and "version" in str(e.value)
+
+
+@needs_mpi
+def test_a_rank_that_hangs_gives_a_timeout_naming_it():
+    cluster, feeds, mod, params = _own_cluster(2)
+    try:
+        with cluster:
+            dm = ember.build(partition_for_distributed(mod, params, strategy="tensor"),
+                             target="llvm")
+        dm.run(feeds)
+        os.kill(cluster.pids[1], signal.SIGSTOP)
+        try:
+            with pytest.raises(CollectiveTimeoutError) as e:
+                dm.run(feeds)
+        finally:
+            os.kill(cluster.pids[1], signal.SIGCONT)
+        assert e.value.rank == 1 and "rank 1" in str(e.value)
+    finally:
+        cluster.close()
+
+
+_SPMD_APP = """
+import sys
+import numpy as np
+import ember
+from ember.distributed import DeviceCluster, partition_for_distributed
+from ember.frontend.onnx import from_onnx
+from ember.testing.models import gpt2_decoder
+model = gpt2_decoder(num_layers=1, hidden=32, heads=4, seq=8, vocab=96, max_position=8)
+mod, params = from_onnx(model)
+cluster = DeviceCluster(timeout=60)
+with cluster:
+    dm = ember.build(partition_for_distributed(mod, params, strategy=sys.argv[2]), "llvm")
+ids = np.load(sys.argv[1] + "/ids.npy")
+logits, = dm.run({"input_ids": ids})
+np.save(sys.argv[1] + f"/out{cluster.comm.rank}.npy", logits)
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("strategy", ["tensor", pytest.param("pipeline", marks=pytest.mark.slow(
+    reason="an mpiexec job of 2 ranks for each strategy"))])
+def test_under_mpiexec_every_rank_returns_the_outputs(tmp_path, strategy):
+    import shutil
+    import subprocess
+    import sys
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or \
+        shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to the Python executable or on PATH (the mpich wheel "
+                    "installs one)")
+    model, feeds = _gpt2()
+    mod, params = from_onnx(model)
+    single = ember.build(mod, "llvm", params).run(feeds)[0]
+    np.save(tmp_path / "ids.npy", feeds["input_ids"])
+    app = tmp_path / "app.py"
+    app.write_text(_SPMD_APP)
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, str(app), str(tmp_path),
+                           strategy], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        np.testing.assert_allclose(np.load(tmp_path / f"out{r}.npy"), single, rtol=1e-5,
+                                   atol=1e-5)

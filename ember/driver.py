@@ -395,6 +395,8 @@ def _compile_static(model, target, shapes) -> CompiledModel:
                                   target, shapes, PassContext.current())
     if key is not None and stamp != _file_stamp(model):
         key = None  # the file changed while it was read: its hash may not be what was compiled
+    if target.is_gpu:
+        key = None  # the compiled-model cache stores CPU artifacts only
     if key is not None:
         cached = compile_cache.lookup(key, target.num_threads)
         if cached is not None:

@@ -111,6 +111,11 @@ _HELPERS = {
                      "return sign(x) * (1.0 - r); }",
     "ember_sigmoid_f32": "fn ember_sigmoid_f32(a: f32) -> f32 { if (a >= 0.0) { return 1.0 / "
                          "(1.0 + exp(-a)); } let e = exp(a); return e / (1.0 + e); }",
+    "ember_asin_f32": "fn ember_asin_f32(a: f32) -> f32 { return atan2(a, sqrt(max(0.0, "
+                      "(1.0 - a) * (1.0 + a)))); }",
+    "ember_acos_f32": "fn ember_acos_f32(a: f32) -> f32 { return atan2(sqrt(max(0.0, "
+                      "(1.0 - a) * (1.0 + a))), a); }",
+    "ember_opaque_f32": "fn ember_opaque_f32(a: f32) -> f32 { return a; }",
     "ember_tanh_f32": "fn ember_tanh_f32(a: f32) -> f32 { return tanh(clamp(a, -15.0, 15.0)); }",
 }
 _HELPER_DEPS = {"ember_max_f32": ["ember_isnan_f32"], "ember_min_f32": ["ember_isnan_f32"]}
@@ -267,6 +272,19 @@ class WGSLPrinter(CStylePrinter):
             return f"({text} != 0u)"
         return text
 
+    def stmt(self, s, ind: int) -> None:
+        """As the base, except that a store of a select is printed as ``if``/``else`` stores:
+        WGSL's ``select`` evaluates both sides, which a chain of selects over positions
+        (Winograd transforms, per-tap code) turns into every side at every point."""
+        from ..tir.expr import Select
+        from ..tir.stmt import IfThenElse
+        if isinstance(s, Store) and isinstance(s.value, Select):
+            v = s.value
+            super().stmt(IfThenElse(v.cond, Store(s.buffer, s.indices, v.t),
+                                    Store(s.buffer, s.indices, v.f)), ind)
+            return
+        super().stmt(s, ind)
+
     def store_value(self, s: Store, value: str) -> str:
         dt = s.buffer.dtype
         if not self._stored_in_memory(s.buffer):
@@ -324,6 +342,9 @@ class WGSLPrinter(CStylePrinter):
         if op in self.dialect.infix:
             return f"({a} {self.dialect.infix[op]} {b})"
         if op == "div":
+            if reg == "f32" and isinstance(e.b, Const) and e.b.value == 0:
+                # x / 0.0 of constants is a shader-creation error in WGSL (const evaluation)
+                return f"({a} / {self.helper('ember_opaque_f32')}({b}))"
             if reg == "f32" or (isinstance(e.b, Const) and e.b.value not in (0, -1)):
                 return f"({a} / {b})"
             return f"{self.helper('ember_div_' + reg)}({a}, {b})"
@@ -360,7 +381,9 @@ class WGSLPrinter(CStylePrinter):
             if not is_float(dt):
                 return "false"
             return f"{self.helper('ember_' + name + '_f32')}({args[0]})"
-        if name in ("erf", "sigmoid", "tanh"):
+        if name in ("erf", "sigmoid", "tanh", "asin", "acos"):
+            # no built-in (erf, sigmoid), or one whose range (tanh) or accuracy (asin/acos:
+            # 1.5e-4 off on lavapipe) differs
             return f"{self.helper('ember_' + name + '_f32')}({args[0]})"
         if name == "fmod":
             return f"({args[0]} % {args[1]})"

@@ -18,7 +18,6 @@ integers are widened; outputs are converted back to their dtype.
 
 from __future__ import annotations
 
-import time
 from typing import Mapping
 
 import numpy as np
@@ -297,17 +296,10 @@ class WebGPUModel:
         return outs
 
     def benchmark(self, inputs, number: int = 20, warmup: int = 3) -> dict:
-        """Wall-clock latency of ``run`` (ms: ``mean``, ``median``, ``min``, ``std``)."""
-        for _ in range(warmup):
-            self.run(inputs)
-        ts = []
-        for _ in range(number):
-            t0 = time.perf_counter()
-            self.run(inputs)
-            ts.append((time.perf_counter() - t0) * 1e3)
-        ts = np.array(ts)
-        return {"mean": float(ts.mean()), "median": float(np.median(ts)),
-                "min": float(ts.min()), "std": float(ts.std()), "number": number}
+        """Latency statistics of ``run`` in ms (``median_ms``, ``mean_ms``, ``min_ms``), inputs
+        and outputs copied each run."""
+        from .executor import benchmark
+        return benchmark(lambda: self.run(inputs), number, warmup)
 
     def save(self, path) -> None:
         """Not available yet for WebGPU models.

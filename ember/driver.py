@@ -289,11 +289,12 @@ def _build_gpu(mod, kernels, params, output_names, target, flops, info, t0):
     if target.kind != "webgpu":
         raise TargetError(f"target {target.kind}: ember has no {target.kind} code generation "
                           f"yet; use target='webgpu' for GPUs (docs/gpu.md)")
-    from .codegen.wgsl import emit_wgsl
+    from .codegen.wgsl import emit_index_checks, emit_wgsl
     from .runtime.webgpu import WebGPUModel, storage_nbytes
     steps, symbols = [], []
     for k in kernels:
         ws, wk = emit_wgsl(k, target)
+        wk = [c for _, c in emit_index_checks(k)] + wk
         steps.append(([b.alloc_size * 4 for b in ws], wk))
         symbols.append("wgsl_" + hashlib.sha256("".join(x.source for x in wk).encode())
                        .hexdigest()[:16])

@@ -114,3 +114,18 @@ def test_cli_run_on_webgpu(tmp_path, capsys):
     assert main(["run", str(path), "--target", "webgpu"]) in (0, None)
     out = capsys.readouterr().out
     assert "y" in out
+
+
+@needs_adapter
+def test_out_of_range_gather_index_is_an_input_error():
+    from ember.testing import op_module
+    data = np.arange(12, dtype=np.float32).reshape(4, 3)
+    cm = ember.build(op_module("take", [data, np.array([0, 3], np.int64)], {"axis": 0}),
+                     "webgpu")
+    np.testing.assert_array_equal(cm.run({"x0": data, "x1": np.array([3, -1], np.int64)})[0],
+                                  data[[3, -1]])
+    with pytest.raises(InputError, match="index is out of range"):
+        cm.run({"x0": data, "x1": np.array([0, 4], np.int64)})
+    # the next run is fine again (the status is reset)
+    np.testing.assert_array_equal(cm.run({"x0": data, "x1": np.array([1, 2], np.int64)})[0],
+                                  data[[1, 2]])

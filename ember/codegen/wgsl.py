@@ -385,6 +385,18 @@ class WGSLPrinter(CStylePrinter):
             # no built-in (erf, sigmoid), or one whose range (tanh) or accuracy (asin/acos:
             # 1.5e-4 off on lavapipe) differs
             return f"{self.helper('ember_' + name + '_f32')}({args[0]})"
+        if name == "reinterpret":  # the bits of the argument as e.dtype (same width)
+            src, dst = dt, e.dtype
+            if "int64" in (src, dst) or "bool" in (src, dst) or src not in WGSL_TYPES \
+                    or dst not in WGSL_TYPES:
+                raise CodegenError(f"{self.where}: bitcast {src} -> {dst} has no WGSL form "
+                                   f"(int64 tensors are narrowed to 32 bits on the device)")
+            rs, rd = WGSL_TYPES[src][0], WGSL_TYPES[dst][0]
+            if rs == rd:
+                return self.wrap(dst, args[0])
+            if "f32" in (rs, rd):
+                return f"bitcast<{rd}>({args[0]})"
+            return self.wrap(dst, f"{rd}({args[0]})")  # 8/16-bit: wrap to the width
         if name == "fmod":
             return f"({args[0]} % {args[1]})"
         if name == "pow":
@@ -486,6 +498,41 @@ class WGSLPrinter(CStylePrinter):
                           tuple(k.block), uniform, self.shared_bytes)
 
 
+def emit_index_checks(func: PrimFunc) -> list[tuple[int, WGSLKernel]]:
+    """``[(parameter index, WGSLKernel)]``: one check shader per ``func.attrs["index_checks"]``
+    entry. It reads every element of the checked index parameter (binding 0) and sets
+    ``status[0]`` (binding 1, a ``u32``) to 1 when one lies outside its inclusive bounds; the
+    runtime runs it before the kernel and raises ``InputError`` after the run (the CPU kernel
+    returns ``STATUS_INDEX_OUT_OF_RANGE`` instead)."""
+    out = []
+    for chk in func.attrs.get("index_checks", ()):
+        buf = func.params[chk["param"]]
+        n = buf.size
+        if n == 0:
+            continue
+        st = WGSL_TYPES[buf.dtype][1] if buf.dtype in WGSL_TYPES else None
+        if st not in ("i32", "u32"):
+            raise CodegenError(f"kernel {func.name}: index input {buf.name} of dtype {buf.dtype}"
+                               f" has no WGSL form")
+        b = [(max(int(lo), I32_MIN), min(int(hi), I32_MAX)) for lo, hi in chk["bounds"]]
+        lo = ", ".join(f"{_literal(x, 'int32')}" for x, _ in b)
+        hi = ", ".join(f"{_literal(y, 'int32')}" for _, y in b)
+        val = "i32(b0[i])" if st == "i32" else "i32(min(b0[i], 2147483647u))"
+        src = (f"@group(0) @binding(0) var<storage, read_write> b0: array<{st}>;\n"
+               f"@group(0) @binding(1) var<storage, read_write> status: array<u32>;\n"
+               f"const lo = array<i32, {len(b)}>({lo});\nconst hi = array<i32, {len(b)}>({hi});\n"
+               f"\n@compute @workgroup_size(64, 1, 1)\n"
+               f"fn main(@builtin(local_invocation_id) lid: vec3<u32>) {{\n"
+               f"  for (var i: i32 = i32(lid.x); i < {n}; i += 64) {{\n"
+               f"    let v = {val};\n"
+               f"    let k = i % {len(b)};\n"
+               f"    if (v < lo[k] || v > hi[k]) {{ status[0] = 1u; }}\n"
+               f"  }}\n}}\n")
+        out.append((chk["param"], WGSLKernel(src, [("param", chk["param"]), ("status", 0)],
+                                              (1, 1, 1), (64, 1, 1))))
+    return out
+
+
 def emit_wgsl(func: PrimFunc, target) -> tuple[list, list[WGSLKernel]]:
     """``(workspace buffers, [WGSLKernel per device kernel])`` of scheduled GPU ``func``.
 
@@ -502,4 +549,4 @@ def emit_wgsl(func: PrimFunc, target) -> tuple[list, list[WGSLKernel]]:
     return workspace, out
 
 
-__all__ = ["WGSLKernel", "WGSL_DIALECT", "emit_wgsl", "legalize_wgsl"]
+__all__ = ["WGSLKernel", "WGSL_DIALECT", "emit_index_checks", "emit_wgsl", "legalize_wgsl"]

@@ -11,6 +11,11 @@ of one inference into one command buffer (one compute pass: WebGPU orders the di
 makes each one's writes visible to the next), copies the outputs back and maps them: the only
 host copies are the model's inputs and outputs.
 
+Kernels with index checks (gathers) get a check shader before them that sets a status word
+when an index is out of range; ``run`` raises ``InputError`` naming the node after the command
+buffer completes (as the CPU kernel's status does), never returning what the clamped reads
+computed.
+
 Tensors are stored in 32-bit words (``ember.codegen.wgsl``): ``int64`` inputs are narrowed to
 ``int32`` after a range check (``InputError`` when a value does not fit), ``bool`` and 8/16-bit
 integers are widened; outputs are converted back to their dtype.
@@ -141,8 +146,11 @@ class WebGPUModel:
             if s["kind"] == "arena":
                 self.where[k] = ("arena", s["offset"])
         ws_total = max([sum(_round(n) for n in ws) for ws, _ in self.steps] + [4])
+        # one status word per index-checked step (gathers: out-of-range indices)
+        self.checked = [k for k, (_, kernels) in enumerate(self.steps)
+                        if any(b[0] == "status" for kern in kernels for b in kern.bindings)]
         sizes = {"weights": woff, "inputs": ioff, "arena": self.plan["arena_bytes"],
-                 "workspace": ws_total}
+                 "workspace": ws_total, "status": OFFSET_ALIGN * max(1, len(self.checked))}
         for name, n in sizes.items():
             if n > lim["max-buffer-size"]:
                 raise DeviceError(f"the model's {name} take {n} bytes, above the adapter's "
@@ -159,19 +167,21 @@ class WebGPUModel:
         self.info["device_bytes"] = sum(sizes.values())
         self._pipelines: dict[str, object] = {}
         self.dispatches = []
-        for st, (ws, kernels) in zip(self.plan["steps"], self.steps):
+        for k, (st, (ws, kernels)) in enumerate(zip(self.plan["steps"], self.steps)):
             ws_off, o = [], 0
             for n in ws:
                 ws_off.append(o)
                 o += _round(n)
+            status = self.checked.index(k) * OFFSET_ALIGN if k in self.checked else 0
             for kern in kernels:
-                self.dispatches.append(self._dispatch(st, ws, ws_off, kern, lim))
+                self.dispatches.append(self._dispatch(st, ws, ws_off, kern, lim, status))
         out_bytes = sum(_round(storage_nbytes(slots[o["slot"]])) for o in self.plan["outputs"])
+        out_bytes += OFFSET_ALIGN * len(self.checked)
         self.readback = self.device.create_buffer(
             size=max(out_bytes, OFFSET_ALIGN),
             usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
 
-    def _dispatch(self, st, ws, ws_off, kern, lim):
+    def _dispatch(self, st, ws, ws_off, kern, lim, status_off=0):
         import wgpu
         where = f"kernel of node {st['name']} ({st['op']})"
         threads = kern.workgroup_size[0] * kern.workgroup_size[1] * kern.workgroup_size[2]
@@ -198,6 +208,8 @@ class WebGPUModel:
                 slot = st["args"][i]
                 buf, off = self.where[slot]
                 size = storage_nbytes(self.plan["slots"][slot])
+            elif kind == "status":
+                buf, off, size = "status", status_off, 4
             else:
                 buf, off, size = "workspace", ws_off[i], max(4, ws[i])
             entries.append({"binding": n, "resource": {"buffer": self.buffers[buf],
@@ -265,6 +277,9 @@ class WebGPUModel:
             buf, off = self.where[i["slot"]]
             q.write_buffer(self.buffers[buf], off,
                            _to_storage(arrays[i["name"]], i["dtype"], f"input {i['name']}"))
+        if self.checked:
+            q.write_buffer(self.buffers["status"], 0,
+                           np.zeros(OFFSET_ALIGN // 4 * len(self.checked), np.uint32))
         enc = self.device.create_command_encoder()
         cp = enc.begin_compute_pass()
         for pipe, bg, disp, _ in self.dispatches:
@@ -282,12 +297,20 @@ class WebGPUModel:
             enc.copy_buffer_to_buffer(self.buffers[buf], off, self.readback, roff, _round4(n))
             places.append((roff, s))
             roff += _round(n)
+        if self.checked:
+            enc.copy_buffer_to_buffer(self.buffers["status"], 0, self.readback, roff,
+                                      OFFSET_ALIGN * len(self.checked))
         q.submit([enc.finish()])
         self.readback.map_sync("read")
         try:
             raw = np.frombuffer(self.readback.read_mapped(), np.uint8).copy()
         finally:
             self.readback.unmap()
+        for j, k in enumerate(self.checked):
+            if raw[roff + j * OFFSET_ALIGN:roff + j * OFFSET_ALIGN + 4].view(np.uint32)[0]:
+                from ..codegen.c import STATUS_INDEX_OUT_OF_RANGE
+                from .executor import kernel_failure
+                raise kernel_failure(self.plan["steps"][k], STATUS_INDEX_OUT_OF_RANGE)
         outs = []
         for roff, s in places:
             n = int(np.prod(s["shape"], dtype=np.int64))

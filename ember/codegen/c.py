@@ -16,11 +16,8 @@ import math
 import numpy as np
 
 from ..errors import LoweringError
-from ..tir.expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var,
-                        is_float, is_int)
-from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
-                        Store)
-from ..tir.arith import flat_index
+from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, is_float, is_int
+from ..tir.stmt import Allocate, Buffer, For, KernelCall, PrimFunc, Stmt, Store
 from .threadpool import THREADPOOL_C
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, itemsize
 from .dtype_support import compute_dtype, storage_ctype, support_source

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .expr import (AddressOf, BinOp, Call, Cast, Const, Expr, IterVar, Load, Reduce, Select,
                    Unary, Var)
-from .stmt import (Allocate, Barrier, Block, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq,
+from .stmt import (Allocate, Barrier, Block, For, IfThenElse, KernelCall, PrimFunc, Seq,
                    Stmt, Store)
 
 

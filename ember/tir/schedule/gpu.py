@@ -6,8 +6,7 @@ from __future__ import annotations
 from ...errors import ScheduleError
 from ..arith import walk_stmt
 from ..stmt import THREAD_TAGS, For
-from .analysis import blocks_in, loop_vars_used
-from .loops import _check_private
+from .loops import check_independent
 
 
 def bind(sch, loop, thread_tag: str) -> None:
@@ -32,13 +31,7 @@ def bind(sch, loop, thread_tag: str) -> None:
         raise ScheduleError(f"{where}: the loop is already {f.kind}"
                             + (f" ({f.annotations.get('thread_tag')})"
                                if f.kind == "thread_binding" else ""))
-    for b in blocks_in(f.body):
-        for iv, bnd in zip(b.iter_vars, b.bindings):
-            if iv.kind == "reduce" and id(f.var) in loop_vars_used(bnd):
-                raise ScheduleError(f"{where}: the loop variable is bound to reduction iterator "
-                                    f"{iv.var.name} of block {b.name!r}; its iterations are not "
-                                    f"independent (bind a spatial loop, or rfactor first)")
-    _check_private(f, where)
+    check_independent(f, where, " (bind a spatial loop, or rfactor first)")
     outer = [s for s in path[:-1] if isinstance(s, For)]
     inner = [s for s in walk_stmt(f.body) if isinstance(s, For)]
     for s in outer + inner:

@@ -97,6 +97,23 @@ def test_block_bound_inside_a_thread_loop_is_refused():
         sch.bind(j, "blockIdx.x")
 
 
+def test_cross_thread_reduce_preconditions_and_replay():
+    func = kernel("sum", [f32(4, 40)], {"axes": [1]})
+    sch = Schedule(func)
+    blk = sch.block_names()[0]
+    i, k = sch.get_loops(blk)
+    with pytest.raises(ScheduleError, match="power of two"):
+        sch.cross_thread_reduce(k, 48)
+    with pytest.raises(ScheduleError, match=r"cross_thread_reduce of loop \w+ \(extent 4\)"):
+        sch.cross_thread_reduce(i, 64)
+    sch.bind(i, "blockIdx.x")
+    sch.cross_thread_reduce(k, 64)
+    text = func_text(sch.func)
+    assert "alloc reduce_sum_red: shared float32[64]" in text and text.count("barrier") == 7
+    again = Trace.from_json(sch.trace.to_json()).apply_to(func)
+    assert func_text(again.func) == text
+
+
 # verify --------------------------------------------------------------------------------------
 
 def test_too_many_threads_is_a_schedule_error_naming_the_loop():
@@ -170,6 +187,7 @@ def test_pass_lists_per_target():
 
 GOLDEN_CASES = {
     "softmax_4x8": ("nn.softmax", [f32(4, 8)], {"axis": -1}),
+    "softmax_2x64_cooperative": ("nn.softmax", [f32(2, 64)], {"axis": -1}),
     "matmul_8x16x4": ("matmul", [f32(8, 16), f32(16, 4)], {}),
     "conv_1x2x5x5_k3": ("nn.conv", [f32(1, 2, 5, 5), f32(3, 2, 3, 3)], {"pads": [1, 1, 1, 1]}),
 }
@@ -179,7 +197,8 @@ GOLDEN_CASES = {
 def test_golden_schedule_and_wgsl(name):
     op, inputs, attrs = GOLDEN_CASES[name]
     k = schedule_default(kernel(op, inputs, attrs), "webgpu")
-    assert k.attrs["schedule_rule"] == "gpu_fallback_rule"
+    assert k.attrs["schedule_rule"] == ("gpu_row_reduction_rule" if "cooperative" in name
+                                        else "gpu_fallback_rule")
     _, wks = emit_wgsl(k, "webgpu")
     text = (func_text(k) + "\n" + "\n".join(
         f"// device kernel {n}: dispatch {w.dispatch}, workgroup {w.workgroup_size}, "

@@ -161,6 +161,14 @@ class Schedule:
         from .gpu import bind
         return self._do(T.Bind(self._ref(loop, "bind"), thread_tag), bind, loop, thread_tag)
 
+    def cross_thread_reduce(self, loop: LoopRV, threads: int) -> None:
+        """Run reduction loop ``loop`` cooperatively on ``threads`` GPU threads of one block
+        (partials in shared memory, a barrier-separated tree; see
+        ``ember.tir.schedule.gpu.cross_thread_reduce``)."""
+        from .gpu import cross_thread_reduce
+        return self._do(T.CrossThreadReduce(self._ref(loop, "cross_thread_reduce"), threads),
+                        cross_thread_reduce, loop, threads)
+
     # data movement ----------------------------------------------------------------------------
     def cache_read(self, block: str, read_buffer_index: int, scope: str = "local") -> str:
         """Copy ``block``'s ``read_buffer_index``-th read buffer into a new ``scope`` buffer that

@@ -6,6 +6,13 @@ are spatial for all its blocks are fused, split by the block size and bound to `
 coalesced schedule: neighbouring threads compute neighbouring elements of the row-major output,
 so their stores (and the loads of same-shaped inputs) touch neighbouring addresses. A nest with
 no spatial loop (a full reduction to a scalar) runs in one thread.
+
+``gpu_row_reduction_rule`` (softmax, layer norm, ``reduce_*``, pooling over whole rows): every
+nest that is spatial loops around reduction loops around one reduction block gets one GPU block
+per output element (the fused spatial loops bound to ``blockIdx.x``) whose threads reduce the
+row cooperatively (``Schedule.cross_thread_reduce``: strided partials in registers, a shared-
+memory tree); the other nests get the fallback's binding. It applies when some nest reduces at
+least ``MIN_COOPERATIVE`` elements per output.
 """
 
 from __future__ import annotations
@@ -47,6 +54,55 @@ def bind_spatial(sch: Schedule, nest: For, block: int) -> bool:
     return False
 
 
+MIN_COOPERATIVE = 32  # reduction length per output from which threads cooperate
+
+
+def _reduction_nest(nest: For):
+    """``(spatial loops, reduce loops)`` when ``nest`` is a perfect chain of spatial loops then
+    reduce loops around one reduction block, else ``None``."""
+    from ...stmt import Block
+    chain, s = [], nest
+    while isinstance(s, For) and s.kind == "serial":
+        chain.append(s)
+        s = s.body
+    if not isinstance(s, Block) or s.init is None or s.predicate is not None:
+        return None
+    spatial = _spatial_chain(nest)
+    reduce = chain[len(spatial):]
+    if not reduce or any(_spatial_for_all(lp) for lp in reduce):
+        return None
+    return spatial, reduce
+
+
+def gpu_row_reduction_rule(func: PrimFunc, target: Target) -> Schedule | None:
+    """One block per output element, its threads reducing cooperatively (see the module doc);
+    ``None`` when no nest reduces ``MIN_COOPERATIVE`` elements or more per output."""
+    sch = Schedule(func)
+    cap = min(DEFAULT_BLOCK, target.max_threads_per_block)
+    done = False
+    for nest in _top_nests(sch.body):
+        rn = _reduction_nest(nest)
+        n = 1
+        for lp in (rn[1] if rn else []):
+            n *= lp.extent
+        if rn is None or n < MIN_COOPERATIVE:
+            bind_spatial(sch, nest, cap)
+            continue
+        spatial, reduce = rn
+        rv = [LoopRV(lp.var) for lp in reduce]
+        k = sch.fuse(*rv) if len(rv) > 1 else rv[0]
+        if spatial:
+            sv = [LoopRV(lp.var) for lp in spatial]
+            sch.bind(sch.fuse(*sv) if len(sv) > 1 else sv[0], "blockIdx.x")
+        threads = 2
+        while threads < min(n, cap):
+            threads *= 2
+        threads = min(threads, 1 << (cap.bit_length() - 1))
+        sch.cross_thread_reduce(k, threads)
+        done = True
+    return sch if done else None
+
+
 def gpu_fallback_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """Every nest's spatial loops bound to blocks and threads (see the module doc); applies to
     every kernel."""
@@ -57,4 +113,4 @@ def gpu_fallback_rule(func: PrimFunc, target: Target) -> Schedule | None:
     return sch
 
 
-__all__ = ["bind_spatial", "gpu_fallback_rule"]
+__all__ = ["bind_spatial", "gpu_fallback_rule", "gpu_row_reduction_rule"]

@@ -129,3 +129,22 @@ def test_out_of_range_gather_index_is_an_input_error():
     # the next run is fine again (the status is reset)
     np.testing.assert_array_equal(cm.run({"x0": data, "x1": np.array([1, 2], np.int64)})[0],
                                   data[[1, 2]])
+
+
+@needs_adapter
+def test_profile_reports_device_time_per_kernel(tmp_path, capsys):
+    from ember.cli import main
+    from ember.runtime.profiler import profile
+    from ember.runtime.webgpu import get_device
+    if "timestamp-query" not in get_device()[1].features:
+        pytest.skip("the WebGPU adapter has no timestamp-query feature")
+    cm = ember.compile(small_cnn(), target="webgpu")
+    x = {"x": np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    rep = profile(cm, x, repeat=3, warmup=1)
+    assert [k.op for k in rep.kernels] == [st["op"] for st in cm.plan["steps"]]
+    assert all(k.ms >= 0 for k in rep.kernels) and rep.total_ms > 0
+    assert rep.end_to_end_ms > 0
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), path)
+    assert main(["profile", str(path), "--target", "webgpu", "--repeat", "2"]) in (0, None)
+    assert "nn.conv" in capsys.readouterr().out

@@ -23,6 +23,7 @@ integers are widened; outputs are converted back to their dtype.
 
 from __future__ import annotations
 
+import time
 from typing import Mapping
 
 import numpy as np
@@ -73,8 +74,9 @@ def get_device():
         "max-storage-buffers-per-shader-stage", "max-compute-invocations-per-workgroup",
         "max-compute-workgroup-storage-size", "max-compute-workgroup-size-x",
         "max-compute-workgroup-size-y", "max-compute-workgroup-size-z") if k in lim}
+    features = [f for f in ("timestamp-query",) if f in adapter.features]
     try:
-        device = adapter.request_device_sync(required_limits=want)
+        device = adapter.request_device_sync(required_limits=want, required_features=features)
     except Exception as e:
         raise DeviceError(f"WebGPU adapter {adapter.info.get('device', '?')}: cannot create a "
                           f"device ({type(e).__name__}: {e})") from None
@@ -220,7 +222,8 @@ class WebGPUModel:
                 usage=wgpu.BufferUsage.UNIFORM)
             entries.append({"binding": len(kern.bindings), "resource": {"buffer": ub}})
         bg = self.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
-        return pipe, bg, kern.dispatch, st["name"]
+        return pipe, bg, kern.dispatch, st
+
 
     # public API ---------------------------------------------------------------------------------
     @property
@@ -289,6 +292,12 @@ class WebGPUModel:
             cp.set_bind_group(0, bg)
             cp.dispatch_workgroups(*disp)
         cp.end()
+        self._copy_out(enc)
+        return self._read_out()
+
+    def _copy_out(self, enc) -> None:
+        """Record the copies of the outputs (and index-check status words) into the mappable
+        buffer and submit ``enc``."""
         roff, places = 0, []
         for o in self.plan["outputs"]:
             s = self.plan["slots"][o["slot"]]
@@ -300,7 +309,11 @@ class WebGPUModel:
         if self.checked:
             enc.copy_buffer_to_buffer(self.buffers["status"], 0, self.readback, roff,
                                       OFFSET_ALIGN * len(self.checked))
-        q.submit([enc.finish()])
+        self._places, self._status_off = places, roff
+        self.device.queue.submit([enc.finish()])
+
+    def _read_out(self) -> list[np.ndarray]:
+        places, roff = self._places, self._status_off
         self.readback.map_sync("read")
         try:
             raw = np.frombuffer(self.readback.read_mapped(), np.uint8).copy()
@@ -317,6 +330,56 @@ class WebGPUModel:
             words = raw[roff:roff + 4 * n].view(STORAGE[s["dtype"]])
             outs.append(_from_storage(words, s["dtype"]).reshape(s["shape"]))
         return outs
+
+    def timestamp_samples(self, inputs, repeat: int = 10, warmup: int = 2):
+        """Per-step device times from WebGPU timestamp queries (one compute pass per dispatch,
+        its begin and end stamped): ``(samples, end_to_end_ms)`` where ``samples`` holds, per
+        timed run, ``[(start_us, duration_us)]`` per plan step (a step's dispatches summed;
+        start relative to the run's first dispatch) and ``end_to_end_ms`` the median ``run``
+        time. Used by ``ember.runtime.profiler.profile`` (``ember profile --target webgpu``).
+
+        Raises:
+            DeviceError: the adapter has no ``timestamp-query`` feature."""
+        import wgpu
+        if "timestamp-query" not in self.device.features:
+            raise DeviceError(f"the WebGPU adapter {self.info['adapter']} has no "
+                              f"timestamp-query feature: per-kernel times are not available "
+                              f"(time the whole model with `ember run --repeat N`)")
+        n = len(self.dispatches)
+        qs = self.device.create_query_set(type="timestamp", count=2 * n)
+        res = self.device.create_buffer(size=16 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE
+                                        | wgpu.BufferUsage.COPY_SRC)
+        steps = {id(st): k for k, st in enumerate(self.plan["steps"])}
+        samples, e2e = [], []
+        for it in range(warmup + repeat):
+            self.run(inputs)  # writes the inputs; the timed passes below reuse them
+            enc = self.device.create_command_encoder()
+            for i, (pipe, bg, disp, _) in enumerate(self.dispatches):
+                cp = enc.begin_compute_pass(timestamp_writes={
+                    "query_set": qs, "beginning_of_pass_write_index": 2 * i,
+                    "end_of_pass_write_index": 2 * i + 1})
+                if 0 not in disp:
+                    cp.set_pipeline(pipe)
+                    cp.set_bind_group(0, bg)
+                    cp.dispatch_workgroups(*disp)
+                cp.end()
+            enc.resolve_query_set(qs, 0, 2 * n, res, 0)
+            self.device.queue.submit([enc.finish()])
+            ts = np.frombuffer(self.device.queue.read_buffer(res), np.uint64).astype(np.float64)
+            if it < warmup:
+                continue
+            t0 = ts[0]
+            run = [[None, 0.0] for _ in self.plan["steps"]]
+            for i, (_, _, _, st) in enumerate(self.dispatches):
+                r = run[steps[id(st)]]
+                if r[0] is None:
+                    r[0] = (ts[2 * i] - t0) / 1e3
+                r[1] += max(0.0, ts[2 * i + 1] - ts[2 * i]) / 1e3
+            samples.append([(a or 0.0, b) for a, b in run])
+            t = time.perf_counter()
+            self.run(inputs)
+            e2e.append((time.perf_counter() - t) * 1e3)
+        return samples, float(np.median(e2e))
 
     def benchmark(self, inputs, number: int = 20, warmup: int = 3) -> dict:
         """Latency statistics of ``run`` in ms (``median_ms``, ``mean_ms``, ``min_ms``), inputs

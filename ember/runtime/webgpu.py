@@ -29,6 +29,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import CodegenError, DeviceError, InputError
+from .module import CompiledModel
 
 NO_ADAPTER = ("no WebGPU adapter: install mesa-vulkan-drivers (lavapipe, Mesa's software Vulkan "
               "driver: `apt-get install -y mesa-vulkan-drivers libvulkan1`) or a GPU's Vulkan "
@@ -226,29 +227,16 @@ class WebGPUModel:
 
 
     # public API ---------------------------------------------------------------------------------
-    @property
-    def input_names(self) -> list[str]:
-        return [i["name"] for i in self.plan["inputs"]]
-
-    @property
-    def input_shapes(self) -> dict[str, tuple]:
-        return {i["name"]: tuple(i["shape"]) for i in self.plan["inputs"]}
-
-    @property
-    def input_dtypes(self) -> dict[str, str]:
-        return {i["name"]: i["dtype"] for i in self.plan["inputs"]}
-
-    @property
-    def output_names(self) -> list[str]:
-        return [o["name"] for o in self.plan["outputs"]]
-
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Seeded random inputs of the right shapes and dtypes."""
-        from .module import random_array
-        rng = np.random.default_rng(seed)
-        return {i["name"]: random_array(rng, i["shape"], i["dtype"]) for i in self.plan["inputs"]}
+    # the plan's inputs and outputs, as a CompiledModel describes them
+    input_names = CompiledModel.input_names
+    input_shapes = CompiledModel.input_shapes
+    input_dtypes = CompiledModel.input_dtypes
+    output_names = CompiledModel.output_names
+    random_inputs = CompiledModel.random_inputs
 
     def _check_inputs(self, inputs) -> dict:
+        if isinstance(inputs, np.ndarray) and len(self.input_names) == 1:
+            inputs = [inputs]
         if not isinstance(inputs, Mapping):
             inputs = dict(zip(self.input_names, inputs))
         unknown = sorted(set(inputs) - set(self.input_names))

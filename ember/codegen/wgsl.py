@@ -174,8 +174,10 @@ def legalize_wgsl(func: PrimFunc, target) -> PrimFunc:
             raise CodegenError(f"{where}: loop {s.var.name} has extent {s.extent}, above the "
                                f"32-bit index range")
         elif isinstance(s, KernelCall):
-            raise CodegenError(f"{where}: micro-kernel call {s.name} has no WGSL form (a CPU "
-                               f"schedule was applied to a webgpu kernel)")
+            raise CodegenError(f"{where}: micro-kernel call {s.name} has no WGSL form (the "
+                               f"operator's kernel, or a CPU schedule applied to it, is built "
+                               f"of CPU micro-kernels; the webgpu target has no GPU kernel for "
+                               f"it yet)")
     return func
 
 

@@ -33,9 +33,12 @@ SCHEDULE_LEVEL = register_config(
 
 
 def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
-          output_names: Sequence[str] | None = None, kernels: Sequence | None = None):
+          output_names: Sequence[str] | None = None, kernels: Sequence | None = None,
+          align: int = 64, nbytes=None):
     """Execution plan for ``func`` whose i-th binding runs kernel ``symbols[i]``; graph outputs
-    are named ``output_names`` (the names before the passes) when given."""
+    are named ``output_names`` (the names before the passes) when given. ``align`` and
+    ``nbytes(slot)`` (bytes of a slot) set the arena layout (the WebGPU runtime: 256, 32-bit
+    storage words)."""
     slots: list[dict] = []
     slot_of: dict[int, int] = {}
     bound = dict(params)
@@ -91,7 +94,8 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
                                                       else f"output{k}")
         outputs.append({"name": name, "slot": s})
     arena_slots = sorted(first)
-    offsets, total = plan_memory([(_nbytes(slots[s]), first[s], last[s]) for s in arena_slots])
+    offsets, total = plan_memory([((nbytes or _nbytes)(slots[s]), first[s], last[s])
+                                  for s in arena_slots], align=align)
     for s, off in zip(arena_slots, offsets):
         slots[s]["offset"] = off
     plan = {"inputs": inputs, "outputs": outputs, "slots": slots, "steps": steps,
@@ -189,7 +193,7 @@ def schedule_kernels(kernels: list, target: Target, level: int) -> list:
     from .tir.schedule.rules import schedule_default
     if level <= 0:
         return kernels
-    tgt = target if level >= 2 else Target(str(target) + " -isa=scalar")
+    tgt = target if level >= 2 or target.is_gpu else Target(str(target) + " -isa=scalar")
     return [schedule_default(k, tgt) for k in kernels]
 
 
@@ -253,6 +257,10 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     for i, s_ in zip(rest, sched):
         kernels[i] = s_
     t_lower = time.perf_counter()
+    if target.is_gpu:  # WGSL kernels on the WebGPU runtime (docs/gpu.md)
+        return _build_gpu(mod, kernels, params, output_names, target, flops,
+                          {"num_bindings": num_imported, "opt_level": ctx.opt_level,
+                           "passes_s": t_passes - t0, "lower_s": t_lower - t_passes}, t0)
     source, symbols = generate_c_module(kernels, target)
     plan, bound = _plan(func, params, symbols, output_names, kernels)
     for st, fl in zip(plan["steps"], flops):
@@ -270,6 +278,37 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     bound = _bind_weights(plan, bound)
     model = CompiledModel(lib, plan, bound, mod.text(), str(target), info, source,
                           target.num_threads)
+    model.info["compile_s"] = time.perf_counter() - t0
+    return model
+
+
+def _build_gpu(mod, kernels, params, output_names, target, flops, info, t0):
+    """The ``build`` of a GPU target: WGSL per kernel (``codegen.wgsl``), the plan with the
+    device's layout, and a ``WebGPUModel`` (``runtime.webgpu``)."""
+    from .errors import TargetError
+    if target.kind != "webgpu":
+        raise TargetError(f"target {target.kind}: ember has no {target.kind} code generation "
+                          f"yet; use target='webgpu' for GPUs (docs/gpu.md)")
+    from .codegen.wgsl import emit_index_checks, emit_wgsl
+    from .runtime.webgpu import WebGPUModel, storage_nbytes
+    steps, symbols = [], []
+    for k in kernels:
+        ws, wk = emit_wgsl(k, target)
+        wk = [c for _, c in emit_index_checks(k)] + wk
+        steps.append(([b.alloc_size * 4 for b in ws], wk))
+        symbols.append("wgsl_" + hashlib.sha256("".join(x.source for x in wk).encode())
+                       .hexdigest()[:16])
+    plan, bound = _plan(mod.main, params, symbols, output_names, kernels, align=256,
+                        nbytes=storage_nbytes)
+    for st, fl in zip(plan["steps"], flops):
+        st["flops"] = fl
+    t_codegen = time.perf_counter()
+    bound = {n: (v.array() if isinstance(v, _Packed) else np.array(v, copy=True))
+             for n, v in bound.items()}
+    info.update(num_kernels=len(kernels), num_unique_kernels=len(set(symbols)),
+                num_dispatches=sum(len(w) for _, w in steps), arena_bytes=plan["arena_bytes"],
+                codegen_s=t_codegen - t0 - info["passes_s"] - info["lower_s"])
+    model = WebGPUModel(plan, bound, steps, mod.text(), str(target), info)
     model.info["compile_s"] = time.perf_counter() - t0
     return model
 
@@ -357,6 +396,8 @@ def _compile_static(model, target, shapes) -> CompiledModel:
                                   target, shapes, PassContext.current())
     if key is not None and stamp != _file_stamp(model):
         key = None  # the file changed while it was read: its hash may not be what was compiled
+    if target.is_gpu:
+        key = None  # the compiled-model cache stores CPU artifacts only
     if key is not None:
         cached = compile_cache.lookup(key, target.num_threads)
         if cached is not None:

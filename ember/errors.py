@@ -158,3 +158,8 @@ class CollectiveTimeoutError(DistributedError):
 class ShardingError(EmberError):
     """A model cannot be partitioned as asked: it does not fit ``memory_per_device`` on the
     ranks given (names the largest tensor and the budget), or a placement is invalid."""
+
+
+class DeviceError(EmberError):
+    """A compute device (a WebGPU adapter) is missing, or cannot hold or run a model: the
+    message names the device, the kernel or tensor, the limit, and how to get a device."""

@@ -121,7 +121,7 @@ def test_transform_layout_of_a_parameter_is_recorded_for_the_caller():
      r"decompose_reduction of block 'relu' .* no init"),
     (lambda s: s.storage_align("relu", 0, 0, 16, 1), r"storage_align .* function parameter"),
     (lambda s: s.cache_read("mm", 5, "local"), r"cache_read: block 'mm' reads 2 buffers"),
-    (lambda s: s.cache_read("mm", 0, "shared"), r"unknown storage scope 'shared'"),
+    (lambda s: s.cache_read("mm", 0, "texture"), r"unknown storage scope 'texture'"),
     (lambda s: s.get_block("nope"), r"no block named 'nope'"),
     (lambda s: s.tensorize(s.get_loops("mm")[0], "gemm.neon.f32"), r"unknown intrinsic"),
     (lambda s: s.tensorize(s.get_loops("mm")[0], "gemm.avx512.f32.pfsoon"),

@@ -16,15 +16,12 @@ import math
 import numpy as np
 
 from ..errors import LoweringError
-from ..tir.expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var,
-                        is_float, is_int)
-from ..tir.stmt import (Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
-                        Store)
-from ..tir.arith import flat_index
+from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, is_float, is_int
+from ..tir.stmt import Allocate, Buffer, For, KernelCall, PrimFunc, Stmt, Store
 from .threadpool import THREADPOOL_C
-from ..tir.transform import expand_unrolled, lower_blocks, partition_loops, row_groups
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, itemsize
 from .dtype_support import compute_dtype, storage_ctype, support_source
+from .cstyle import CStylePrinter, Dialect
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "_Float16",
@@ -147,95 +144,64 @@ def c_literal(value, dtype: str) -> str:
     return v.hex()
 
 
-class _Namer:
-    def __init__(self):
-        self.names: dict[int, str] = {}
-        self.counts: dict[str, int] = {}
-
-    def get(self, obj, prefix: str) -> str:
-        key = id(obj)
-        if key not in self.names:
-            n = self.counts.get(prefix, 0)
-            self.counts[prefix] = n + 1
-            self.names[key] = f"{prefix}{n}"
-        return self.names[key]
+C_DIALECT = Dialect(name="c", kernel_prefix="int32_t", types=C_TYPES,
+                    loop="for ({t} {v} = 0; {v} < {n}; ++{v}) {{", index_dtype="int64")
 
 
-class CFunctionPrinter:
-    """Prints one PrimFunc as C. Use ``emit_c_function``."""
+class CFunctionPrinter(CStylePrinter):
+    """Prints one PrimFunc as C (the ``CStylePrinter`` walk with the C dialect, plus parallel
+    outlining, SIMD loops, narrow dtypes and micro-kernel calls). Use ``emit_c_function``."""
+
+    dialect = C_DIALECT
 
     def __init__(self, func: PrimFunc, target=None):
         from ..target import Target
-        self.func = row_groups(partition_loops(expand_unrolled(lower_blocks(func))))
+        from ..tir.pipeline import lower_for_target
+        super().__init__()
         self.target = Target(target or "llvm")
-        self.deps: dict[str, str] = {}  # support code (micro-kernels, vector helpers) by name
-        self.bounds: dict = {}  # ranges of the enclosing loop variables (index simplification)
+        self.func = lower_for_target(func, self.target)
         self.scopes: list = []  # (used names, declared names) of the parallel bodies being printed
         self.decl: dict[str, str] = {}  # C type of each declared name
         self.outlined: list[str] = []  # outlined parallel-loop functions
         self.in_outlined = 0
         self.fname = "KERNEL"
-        self.namer = _Namer()
-        self.lines: list[str] = []
-        self.keep: list = []  # keep objects alive so ids stay unique
 
-    # expressions ----------------------------------------------------------------------------
-    def expr(self, e: Expr) -> str:
-        """The C text of expression ``e`` (narrow-dtype loads, casts and stores go through the
-        ``ember.dtypes`` support helpers, added to ``deps``).
+    # expressions (the walk is CStylePrinter's) ----------------------------------------------
+    def literal(self, value, dtype: str) -> str:
+        return c_literal(value, dtype)
 
-        Raises:
-            LoweringError: an expression, binary op or math intrinsic with no C form, or a load
-                from an unlowered buffer or with the wrong rank."""
-        if isinstance(e, Const):
-            return c_literal(e.value, e.dtype)
-        if isinstance(e, Var):
-            self.keep.append(e)
-            name = self.namer.get(e, "i")
-            self._use(name)
-            return name
-        if isinstance(e, Load):
-            if _narrow_memory(e.src):
-                return self.narrow_load(e.src.dtype, self.access(e.src, e.indices))
-            return self.access(e.src, e.indices)
-        if isinstance(e, AddressOf):
-            return f"(&{self.access(e.src, e.indices)})"
-        if isinstance(e, BinOp):
-            return self.binop(e)
-        if isinstance(e, Unary):
-            a = self.expr(e.a)
-            return {"neg": f"(-{a})", "not": f"(!{a})", "bitnot": f"(~{a})"}[e.op]
-        if isinstance(e, Cast):
-            v = self.expr(e.value)
-            if e.dtype == "bool":
-                return f"({v} != 0)"
-            if e.dtype in EXT_DTYPES:
-                return self.narrow_cast(e.dtype, v, e.value.dtype)
-            return f"(({c_type(e.dtype)})({v}))"
-        if isinstance(e, Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
-        if isinstance(e, Call):
-            return self.call(e)
-        raise LoweringError(f"cannot print expression {type(e).__name__} as C")
+    def load(self, e: Load) -> str:
+        """A load; narrow dtypes decode their stored bits through ``ember.dtypes`` helpers."""
+        if _narrow_memory(e.src):
+            return self.narrow_load(e.src.dtype, self.access(e.src, e.indices))
+        return self.access(e.src, e.indices)
+
+    def cast(self, e: Cast) -> str:
+        if e.dtype in EXT_DTYPES:
+            return self.narrow_cast(e.dtype, self.expr(e.value), e.value.dtype)
+        return super().cast(e)
+
+    def type_name(self, dtype: str) -> str:
+        return c_type(dtype)
 
     def binop(self, e: BinOp) -> str:
-        """The C text of binary op ``e``: C operators where they agree with the IR's semantics,
-        else ``ember_<op>_<dtype>`` helpers (integer division, floor division/modulo, min/max,
-        pow).
+        """The C text of binary op ``e``: C operators where they agree with the IR's semantics
+        (the dialect's infix table; bool ``+ - *`` are ``|| != &&``), else
+        ``ember_<op>_<dtype>`` helpers (integer division, floor division/modulo, min/max, pow).
 
         Raises:
             LoweringError: an op with no C form."""
-        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in ("add", "sub", "mul") and _compute_dtype(e.a.dtype) == "bool":
+            a, b = self.expr(e.a), self.expr(e.b)
+            return f"({a} {({'add': '||', 'sub': '!=', 'mul': '&&'})[e.op]} {b})"
+        if e.op in self.dialect.infix:
+            a, b = self.expr(e.a), self.expr(e.b)
+            return f"({a} {self.dialect.infix[e.op]} {b})"
+        return self.binop_special(e, self.expr(e.a), self.expr(e.b))
+
+    def binop_special(self, e: BinOp, a: str, b: str) -> str:
         op = e.op
         dt = _compute_dtype(e.a.dtype)
-        simple = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">",
-                  "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "bitand": "&",
-                  "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
-        if op in simple:
-            if dt == "bool" and op in ("add", "sub", "mul"):
-                op2 = {"add": "||", "sub": "!=", "mul": "&&"}[op]
-                return f"({a} {op2} {b})"
-            return f"({a} {simple[op]} {b})"
         if op == "div":
             if is_float(dt) or _safe_divisor(e.b):
                 return f"({a} / {b})"
@@ -338,32 +304,6 @@ class CFunctionPrinter:
         suffix = "f" if dt == "float32" else ""
         return f"{name}{suffix}({', '.join(args)})"
 
-    def access(self, buf: Buffer, indices) -> str:
-        """The C lvalue of element ``indices`` of ``buf`` (flat index, simplified with the
-        enclosing loop bounds; a scalar local is its bare name).
-
-        Raises:
-            LoweringError: ``buf`` is not a lowered ``Buffer`` or ``indices`` does not match its
-                rank."""
-        if not isinstance(buf, Buffer):
-            raise LoweringError(f"load from {buf!r} that was not lowered to a buffer")
-        name = self.buf_name(buf)
-        if buf.scope == "local" and not buf.shape:
-            return name
-        if len(indices) != len(buf.shape):
-            raise LoweringError(f"buffer {buf.name} of rank {len(buf.shape)} accessed with "
-                                f"{len(indices)} indices")
-        return f"{name}[{self.expr(flat_index(buf, indices, self.bounds))}]"
-
-    def buf_name(self, buf: Buffer) -> str:
-        """The C name of ``buf`` (``p<k>`` for parameters, ``acc<n>`` for locals, ``ws<n>`` for
-        workspace), recorded as used by the enclosing parallel bodies."""
-        self.keep.append(buf)
-        prefix = "acc" if buf.scope == "local" else "ws"
-        name = self.namer.get(buf, prefix)
-        self._use(name)
-        return name
-
     def _use(self, name: str) -> None:
         for scope in self.scopes:
             scope[0].add(name)
@@ -419,18 +359,22 @@ class CFunctionPrinter:
         self.lines.append(f"{pad}{{ {ctx_t} c_ = {{{init}}}; "
                           f"ember_parallel_for({s.extent}, {chunk}, {fname}, &c_); }}")
 
-    # statements -----------------------------------------------------------------------------
-    def stmt(self, s: Stmt, ind: int):
-        """Append the C lines of statement ``s`` at indentation level ``ind`` (2 spaces each) to
-        ``lines``: parallel loops are outlined (``parallel_for``), vectorized loops and scalar
-        reductions go through ``ember.codegen.vector`` when they fit, global allocations use
-        ``ember_alloc`` (bytes) and return -1 when it fails.
+    # statements (the walk is CStylePrinter.stmt's) -------------------------------------------
+    def store_value(self, s: Store, value: str) -> str:
+        return self.narrow_store(s.buffer.dtype, value) if _narrow_memory(s.buffer) else value
+
+    def loop(self, s: For, ind: int) -> None:
+        """A C loop: parallel loops are outlined (``parallel_for``), vectorized loops and scalar
+        reductions go through ``ember.codegen.vector`` when they fit.
 
         Raises:
-            LoweringError: a statement or expression with no C form, or a parallel loop capturing
-                an array."""
+            LoweringError: a GPU thread-bound loop, or a parallel loop capturing an array."""
         pad = "  " * ind
-        if isinstance(s, For):
+        if True:
+            if s.kind == "thread_binding":
+                raise LoweringError(f"loop {s.var.name} is bound to "
+                                    f"{s.annotations.get('thread_tag')}: a GPU kernel cannot be "
+                                    f"printed as C for the CPU")
             if s.kind == "parallel" and not self.in_outlined:
                 self.parallel_for(s, pad)
                 return
@@ -453,20 +397,16 @@ class CFunctionPrinter:
                     return
             if s.kind == "unrolled":
                 self.lines.append(f"{pad}#pragma GCC unroll {min(s.extent, 64)}")
-            self.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {s.extent}; ++{v}) {{")
-            self.bounds[s.var] = (0, s.extent - 1)
-            self.stmt(s.body, ind + 1)
-            del self.bounds[s.var]
-            self.lines.append(f"{pad}}}")
-        elif isinstance(s, Store):
-            v = self.expr(s.value)
-            if _narrow_memory(s.buffer):
-                v = self.narrow_store(s.buffer.dtype, v)
-            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {v};")
-        elif isinstance(s, Seq):
-            for x in s.stmts:
-                self.stmt(x, ind)
-        elif isinstance(s, Allocate):
+            self.serial_loop(s, ind)
+
+    def stmt_special(self, s: Stmt, ind: int) -> None:
+        """Allocations (global ones through ``ember_alloc``, bytes; the kernel returns -1 when
+        it fails) and micro-kernel calls.
+
+        Raises:
+            LoweringError: a statement with no C form."""
+        pad = "  " * ind
+        if isinstance(s, Allocate):
             b = s.buffer
             name = self.buf_name(b)
             # scalar locals of narrow floats (reduction accumulators) are plain floats: sums
@@ -489,13 +429,6 @@ class CFunctionPrinter:
                 self.lines.append(f"{pad}if (!{name}) {fail}")
                 self.stmt(s.body, ind)
                 self.lines.append(f"{pad}free({name});")
-        elif isinstance(s, IfThenElse):
-            self.lines.append(f"{pad}if ({self.expr(s.cond)}) {{")
-            self.stmt(s.then, ind + 1)
-            if s.else_ is not None:
-                self.lines.append(f"{pad}}} else {{")
-                self.stmt(s.else_, ind + 1)
-            self.lines.append(f"{pad}}}")
         elif isinstance(s, KernelCall):
             from .microkernel import microkernel_source
             if s.name not in self.deps:

@@ -12,10 +12,13 @@ def _round_up(n: int, a: int = ALIGN) -> int:
     return (n + a - 1) // a * a
 
 
-def plan_memory(tensors: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
+def plan_memory(tensors: Sequence[tuple[int, int, int]], align: int = ALIGN
+                ) -> tuple[list[int], int]:
     """Offsets for tensors given as ``(nbytes, first_step, last_step)`` (inclusive lifetimes).
 
-    Two tensors share bytes only if their lifetimes are disjoint. Offsets are 64-byte aligned.
+    Two tensors share bytes only if their lifetimes are disjoint. Offsets are ``align``-byte
+    aligned (64 by default; the WebGPU runtime asks 256, the storage-binding offset alignment
+    every adapter accepts).
 
     Returns:
         ``(offsets, arena_bytes)``.
@@ -26,7 +29,7 @@ def plan_memory(tensors: Sequence[tuple[int, int, int]]) -> tuple[list[int], int
     total = 0
     for i in order:
         size, first, last = tensors[i]
-        size = _round_up(max(size, 1))
+        size = _round_up(max(size, 1), align)
         live = sorted((o, s) for o, s, f, l in placed if not (l < first or last < f))
         best, cursor = None, 0
         for o, s in live:

@@ -195,6 +195,8 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
             ``CompiledModel`` (a staged model has no fixed kernel plan to time), or
             ``repeat`` < 1 / ``warmup`` < 0 (or either not an integer).
     """
+    if hasattr(model, "timestamp_samples"):  # a WebGPU model: device timestamps
+        return _profile_device(model, inputs, repeat, warmup)
     ex = getattr(model, "_executor", None)
     if ex is None or getattr(model, "plan", None) is None:
         raise InputError(f"profile() times the kernels of a static CompiledModel; "
@@ -261,6 +263,22 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
     for s in stats:
         s.percent = 100 * s.ms / total if total else 0.0
     return ProfileReport(stats, total, float(np.median(e2e)), peak, threads, samples)
+
+
+def _profile_device(model, inputs, repeat: int, warmup: int) -> ProfileReport:
+    """``profile`` of a device model (``WebGPUModel.timestamp_samples``): per-kernel times are
+    the device's timestamps; there is no peak to compare with (``peak_gflops`` is NaN)."""
+    samples, e2e = model.timestamp_samples(inputs, repeat, warmup)
+    stats = []
+    for k, st in enumerate(model.plan["steps"]):
+        ms = float(np.median([r[k][1] for r in samples])) / 1e3
+        fl = float(st.get("flops", 0.0))
+        g = fl / ms / 1e6 if ms > 0 else 0.0
+        stats.append(KernelStat(k, st["name"], st["op"], st["symbol"], ms, fl, 0, gflops=g))
+    total = sum(s.ms for s in stats)
+    for s in stats:
+        s.percent = 100 * s.ms / total if total else 0.0
+    return ProfileReport(stats, total, e2e, float("nan"), 1, samples)
 
 
 def _threads(model) -> int | None:

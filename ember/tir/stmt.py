@@ -3,7 +3,10 @@
 A ``PrimFunc`` is one kernel: its parameters are ``Buffer``s (dense row-major arrays) and its body
 is a tree of loops (``For``), stores (``Store``), scoped allocations (``Allocate``) and
 conditionals. Loops carry a ``kind`` that codegen honours: ``serial``, ``parallel`` (OpenMP
-worksharing), ``vectorized`` (SIMD) or ``unrolled``.
+worksharing), ``vectorized`` (SIMD), ``unrolled`` or ``thread_binding`` (a GPU loop whose
+iterations are the blocks or threads of a launch: ``annotations["thread_tag"]`` is one of
+``THREAD_TAGS``, set by ``Schedule.bind``). ``Barrier`` synchronizes the threads of one GPU
+block (workgroup).
 
 A ``Block`` is a named unit of computation (one stage of a tensor expression): its body is written
 over its own iteration variables (spatial or reduce ``IterVar``s), which ``bindings`` map to the
@@ -26,14 +29,19 @@ import numpy as np
 
 from .expr import Expr, IterVar, Var
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z")
+BUFFER_SCOPES = ("global", "shared", "local")
 
 
 class Buffer:
     """A dense row-major array ``name[shape]`` of ``dtype``.
 
-    ``scope`` is ``"global"`` (a kernel argument or heap workspace) or ``"local"`` (a scalar or
-    small array private to the enclosing loop iteration, e.g. a reduction accumulator).
+    ``scope`` is ``"global"`` (a kernel argument or heap workspace), ``"shared"`` (GPU: one
+    copy per block, seen by all its threads: WGSL ``var<workgroup>``, CUDA ``__shared__``) or
+    ``"local"`` (a scalar or small array private to the enclosing loop iteration, e.g. a
+    reduction accumulator; on a GPU, private to one thread).
     ``strides`` (elements per dimension, set by ``storage_align``) override row-major order.
     ``origin`` (one index expression per dimension, set when ``compute_at`` shrinks a buffer to
     the region one loop iteration uses) is subtracted from every index: accesses keep the
@@ -147,6 +155,14 @@ class Block(Stmt):
     init: Stmt | None = None
     predicate: Expr | None = None
     annotations: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """GPU: every thread of the block waits here until all have arrived, and their writes to
+    ``shared`` buffers before it are visible to all after it (WGSL ``workgroupBarrier()``,
+    CUDA ``__syncthreads()``). It must not sit under control flow that differs between the
+    threads of a block (``ember.tir.gpu.verify_gpu_kernel`` checks)."""
 
 
 @dataclass(eq=False)

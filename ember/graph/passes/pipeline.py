@@ -44,6 +44,13 @@ PIPELINES: dict[str, list[str]] = {
 }
 
 
+# GPU (webgpu): the CPU list without its CPU-layout and micro-kernel rewrites (NHWC layout,
+# inverted-residual fusion, Winograd) and mixed precision (WGSL kernels are float32)
+PIPELINES["webgpu"] = [n for n in PIPELINES["llvm"] if n not in (
+    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision")]
+PIPELINES["cuda"] = list(PIPELINES["webgpu"])
+
+
 def pipeline_names(target="llvm") -> list[str]:
     """The pass names of ``target``'s pipeline (its kind: ``llvm`` for the CPU)."""
     kind = getattr(target, "kind", None) or str(target).split()[0]

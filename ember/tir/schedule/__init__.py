@@ -8,7 +8,7 @@
     sch.parallel(io)
     sch.trace.apply_to(func)   # rebuilds the same program
 
-Primitives: split, fuse, reorder, parallel, vectorize, unroll, cache_read, cache_write,
+Primitives: split, fuse, reorder, parallel, vectorize, unroll, bind (GPU), cache_read, cache_write,
 compute_at, reverse_compute_at, compute_inline, reverse_compute_inline, decompose_reduction,
 storage_align, transform_layout, tensorize. Each raises ``ember.errors.ScheduleError`` naming the
 primitive, the block or loop and the violated condition.

@@ -10,7 +10,7 @@ from ..expr import IterVar, Load, Var
 from ..stmt import Allocate, Block, Buffer, For, Seq, Stmt, Store, seq
 from .analysis import block_reads, block_writes, blocks_in, replace_node
 
-SCOPES = ("global", "local")
+SCOPES = ("global", "shared", "local")  # shared: GPU block memory
 
 
 def _copy_nest(name: str, dst: Buffer, src: Buffer) -> Stmt:

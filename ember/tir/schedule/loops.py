@@ -179,13 +179,7 @@ def annotate_kind(sch, loop, kind: str) -> None:
     if f.kind != "serial":
         raise ScheduleError(f"{where}: the loop is already {f.kind}")
     if kind in ("parallel", "vectorized"):
-        for b in blocks_in(f.body):
-            for iv, bind in zip(b.iter_vars, b.bindings):
-                if iv.kind == "reduce" and id(f.var) in loop_vars_used(bind):
-                    raise ScheduleError(f"{where}: the loop variable is bound to reduction "
-                                        f"iterator {iv.var.name} of block {b.name!r}; its "
-                                        f"iterations are not independent")
-        _check_private(f, where)
+        check_independent(f, where)
     if kind == "parallel":
         for s in path[:-1]:
             if isinstance(s, For) and s.kind in ("parallel", "vectorized"):
@@ -199,6 +193,19 @@ def annotate_kind(sch, loop, kind: str) -> None:
                 raise ScheduleError(f"{where}: it contains {s.kind} loop {s.var.name}")
     new = For(f.var, f.extent, f.body, kind, dict(f.annotations))
     sch.body = replace_node(sch.body, f, new)
+
+
+def check_independent(f: For, where: str, hint: str = "") -> None:
+    """Refuse (``ScheduleError`` starting with ``where``) to run ``f``'s iterations
+    concurrently when its variable drives a reduction iterator of a block below, or blocks
+    below communicate through a buffer allocated outside it."""
+    for b in blocks_in(f.body):
+        for iv, bind in zip(b.iter_vars, b.bindings):
+            if iv.kind == "reduce" and id(f.var) in loop_vars_used(bind):
+                raise ScheduleError(f"{where}: the loop variable is bound to reduction "
+                                    f"iterator {iv.var.name} of block {b.name!r}; its "
+                                    f"iterations are not independent{hint}")
+    _check_private(f, where)
 
 
 def _check_private(f: For, where: str) -> None:

@@ -154,6 +154,21 @@ class Schedule:
         from .loops import annotate_kind
         return self._do(T.Unroll(self._ref(loop, "unroll")), annotate_kind, loop, "unrolled")
 
+    def bind(self, loop: LoopRV, thread_tag: str) -> None:
+        """Bind ``loop`` to GPU ``thread_tag`` (``"blockIdx.x"``..., ``"threadIdx.x"``...): its
+        iterations become the blocks or threads of the kernel's launch (preconditions:
+        ``ember.tir.schedule.gpu.bind``)."""
+        from .gpu import bind
+        return self._do(T.Bind(self._ref(loop, "bind"), thread_tag), bind, loop, thread_tag)
+
+    def cross_thread_reduce(self, loop: LoopRV, threads: int) -> None:
+        """Run reduction loop ``loop`` cooperatively on ``threads`` GPU threads of one block
+        (partials in shared memory, a barrier-separated tree; see
+        ``ember.tir.schedule.gpu.cross_thread_reduce``)."""
+        from .gpu import cross_thread_reduce
+        return self._do(T.CrossThreadReduce(self._ref(loop, "cross_thread_reduce"), threads),
+                        cross_thread_reduce, loop, threads)
+
     # data movement ----------------------------------------------------------------------------
     def cache_read(self, block: str, read_buffer_index: int, scope: str = "local") -> str:
         """Copy ``block``'s ``read_buffer_index``-th read buffer into a new ``scope`` buffer that

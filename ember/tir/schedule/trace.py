@@ -165,10 +165,27 @@ class Tensorize:
     intrin: str
 
 
+@dataclass(frozen=True)
+class Bind:
+    """Record of ``Schedule.bind``: ``loop`` bound to GPU ``thread_tag`` (``blockIdx.x``...)."""
+
+    loop: LoopRef
+    thread_tag: str
+
+
+@dataclass(frozen=True)
+class CrossThreadReduce:
+    """Record of ``Schedule.cross_thread_reduce``: reduction ``loop`` run by ``threads``
+    cooperating GPU threads."""
+
+    loop: LoopRef
+    threads: int
+
+
 ACTIONS = {c.__name__: c for c in (Split, Fuse, Reorder, Parallel, Vectorize, Unroll, CacheRead,
                                     CacheWrite, ComputeAt, ReverseComputeAt, ComputeInline,
                                     ReverseComputeInline, DecomposeReduction, StorageAlign,
-                                    TransformLayout, Tensorize)}
+                                    TransformLayout, Tensorize, Bind, CrossThreadReduce)}
 
 
 def _loop(sch: "Schedule", ref: LoopRef):
@@ -214,6 +231,10 @@ def apply_action(sch: "Schedule", a) -> None:
         sch.transform_layout(a.block, tuple(a.buffer), IndexMap.from_json(a.index_map))
     elif isinstance(a, Tensorize):
         sch.tensorize(_loop(sch, a.loop), a.intrin)
+    elif isinstance(a, Bind):
+        sch.bind(_loop(sch, a.loop), a.thread_tag)
+    elif isinstance(a, CrossThreadReduce):
+        sch.cross_thread_reduce(_loop(sch, a.loop), a.threads)
     else:  # pragma: no cover - closed set
         raise ScheduleError(f"unknown schedule action {a!r}")
 

@@ -237,6 +237,9 @@ def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
                 if r is not None:
                     q, rem = r
                     return q if op == "floordiv" else rem
+                r = _divmod_nested(a, b.value, op, bounds)
+                if r is not None:
+                    return r
         if op == "pow" and is_float(e.dtype) and _is(b, 2) and isinstance(a, (Load, Var)):
             return BinOp("mul", a, a)  # x ** 2 == x * x exactly (one rounding); vectorizes
         if op in BinOp.COMPARE or op in BinOp.LOGIC:
@@ -311,6 +314,62 @@ def _divmod_split(a: Expr, c: int, bounds: Bounds):
     for t in qs[1:]:
         q = _binop("add", q, t)
     return q, r
+
+
+def _sum(terms: list, dtype: str) -> Expr:
+    out = terms[0] if terms else Const(0, dtype)
+    for t in terms[1:]:
+        out = _binop("add", out, t)
+    return out
+
+
+def _divmod_nested(a: Expr, c: int, op: str, bounds: Bounds):
+    """``a // c`` or ``a % c`` (``op``) rewritten through the structure of ``a``, or ``None``:
+
+    - ``a = c*X + Y`` with ``Y >= 0``: ``X + Y // c`` and ``Y % c``;
+    - ``a = k*Q + R`` with ``k`` a divisor of ``c`` and ``R`` in ``[0, k)``: ``Q // (c/k)`` and
+      ``(Q % (c/k)) * k + R``.
+
+    Both hold for floor division (and C's truncating one, since ``a >= 0`` then). They undo the
+    flat-index arithmetic of reshape/transpose chains (ShuffleNet's channel shuffle: a
+    permutation of one axis that otherwise reads as nested ``%`` and ``/`` of the flat index)."""
+    terms = _terms(a)
+    qs, rs = [], []
+    for t in terms:
+        m = _multiple_of(t, c)
+        (qs if m is not None else rs).append(m if m is not None else t)
+    if qs and rs:
+        y = _sum(rs, a.dtype)
+        if interval(y, bounds)[0] >= 0:
+            inner = _simplify_node(_binop(op, y, Const(c, a.dtype)), bounds)
+            if op == "floormod":
+                return inner
+            return _simplify_node(_binop("add", _sum(qs, a.dtype), inner), bounds)
+        return None
+    ks = set()
+    for t in terms:  # candidate k: what a term's constant factor shares with c
+        f = t.value if isinstance(t, Const) else next(
+            (y.value for y in (getattr(t, "b", None), getattr(t, "a", None))
+             if isinstance(t, BinOp) and t.op == "mul" and isinstance(y, Const)), 1)
+        g = math.gcd(int(f), c)
+        if 1 < g < c:
+            ks.add(g)
+    for k in sorted(ks, reverse=True):
+        qs, rs = [], []
+        for t in terms:
+            m = _multiple_of(t, k)
+            (qs if m is not None else rs).append(m if m is not None else t)
+        if qs and rs:
+            r = _sum(rs, a.dtype)
+            lo, hi = interval(r, bounds)
+            if lo >= 0 and hi < k:
+                q = _sum(qs, a.dtype)
+                div = _simplify_node(_binop(op, q, Const(c // k, a.dtype)), bounds)
+                if op == "floordiv":
+                    return div
+                return _binop("add", _simplify_node(
+                    _binop("mul", div, Const(k, a.dtype)), bounds), r)
+    return None
 
 
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:

@@ -242,6 +242,16 @@ def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
                     return r
         if op == "pow" and is_float(e.dtype) and _is(b, 2) and isinstance(a, (Load, Var)):
             return BinOp("mul", a, a)  # x ** 2 == x * x exactly (one rounding); vectorizes
+        if op == "pow" and is_float(e.dtype) and isinstance(b, Const) and \
+                b.value in (0.5, 0.25, 0.75):
+            # quarter powers as square roots (vectorized; powf is a scalar libm call per
+            # element: LRN's beta = 0.75 made AlexNet's LRN layers 10x slower than its
+            # convolutions). Same values at 0, +inf and for negative x (NaN); within 2 ulp
+            r2 = Call("sqrt", (a,), e.dtype)
+            if b.value == 0.5:
+                return r2
+            r4 = Call("sqrt", (r2,), e.dtype)
+            return r4 if b.value == 0.25 else BinOp("mul", r2, r4)
         if op in BinOp.COMPARE or op in BinOp.LOGIC:
             p = prove(e, bounds)
             if p is not None:

@@ -1,9 +1,13 @@
-"""The simplifier's nested floordiv/floormod rewrites (``arith._divmod_nested``), checked by
-evaluating the expression before and after at every point of the variables' bounds."""
+"""The simplifier's rewrites: nested floordiv/floormod (``arith._divmod_nested``), checked by
+evaluating the expression before and after at every point of the variables' bounds; quarter
+powers as square roots, checked on the LRN kernel against its NumPy reference."""
 
 from __future__ import annotations
 
 import itertools
+
+import numpy as np
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,3 +70,27 @@ def test_nested_divmod_rewrites_keep_every_value(ca, cb, cc, ea, eb, d1, d2, ops
         for vb in range(eb):
             env = {id(a): va, id(b): vb}
             assert _ev(s, env) == _ev(e, env), (e, s, va, vb)
+
+
+@pytest.mark.parametrize("beta", [0.75, 0.5, 0.25, 0.8])
+def test_lrn_quarter_powers_become_square_roots_and_match_reference(beta):
+    """``pow(t, 0.75)`` (LRN's default beta) is ``sqrt(t) * sqrt(sqrt(t))`` in the kernel (no
+    scalar ``powf`` per element); another beta keeps ``powf``. Odd shapes: 7 channels (a lane
+    tail), size 5 windows clipped at both channel ends."""
+    from ember import te
+    from ember.codegen.c import emit_c_function
+    from ember.graph.ir import TensorType
+    from ember.ops import get_op
+    from ember.runtime.kernel import compile_prim_func
+    from ember.tir.schedule.rules import schedule_default
+    od = get_op("nn.lrn")
+    a = od.normalize_attrs({"size": 5, "alpha": 1e-2, "beta": beta, "bias": 2.0})
+    shape = (1, 7, 5, 19)
+    x = te.placeholder(shape, "float32", "x")
+    y = od.compute([x], a, od.infer_type([TensorType(shape, "float32")], a))[0]
+    f = schedule_default(te.create_prim_func([x, y], "f"), "llvm")
+    src = emit_c_function(f, target="llvm")
+    assert ("powf" in src) == (beta == 0.8)
+    xs = np.random.default_rng(1).standard_normal(shape).astype(np.float32) * 3
+    out = compile_prim_func(f, "llvm").run([xs])[0]
+    np.testing.assert_allclose(out, od.reference([xs], a)[0], rtol=2e-6, atol=1e-7)

@@ -11,7 +11,7 @@ over the turns' ratios), new / best peer, agreement with onnxruntime, and whethe
 trees generated the same C source.
 
 Usage: python bench/ab_models.py --base DIR [--models bvlc_alexnet,shufflenet] [--threads 2]
-                                 [--repeat 20] [--json out.json]
+                                 [--repeat 20] [--json out.json] [--code-only]
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ def compile_in(tree: str, model_path: str, out: str, threads: int) -> float:
     return float(r.stdout.strip().splitlines()[-1])
 
 
-def ab_model(name: str, base: str, threads: int, repeat: int) -> dict:
-    """One model's row (see the module doc)."""
+def ab_model(name: str, base: str, threads: int, repeat: int, code_only: bool = False) -> dict:
+    """One model's row (see the module doc); ``code_only``: only whether the two trees
+    generate the same C source (no timing)."""
     import onnx
     import ember
     from compare import build_model
@@ -67,6 +68,10 @@ def ab_model(name: str, base: str, threads: int, repeat: int) -> dict:
         for tag, tree in (("base", base), ("new", ROOT)):
             cs[tag] = compile_in(tree, mp, os.path.join(d, f"{tag}.ember"), threads)
         mb, mn = (ember.load(os.path.join(d, f"{t}.ember")) for t in ("base", "new"))
+    if code_only:
+        diff = sorted(set(_kernels(mn.source)) ^ set(_kernels(mb.source)))
+        return {"model": name, "same_code": mb.source == mn.source,
+                "kernels_differing": len(diff) // 2 if diff else 0, "compile_s": cs}
     res = compare_runtimes(m, x, threads=threads, repeat=repeat, ember_model=mn,
                            variants={"ember-base": mb})
     r = {q.name: q for q in res}
@@ -86,6 +91,11 @@ def ab_model(name: str, base: str, threads: int, repeat: int) -> dict:
            "matches_onnxruntime": r["ember"].matches, "max_abs_err": r["ember"].max_abs_err,
            "same_code": mb.source == mn.source, "compile_s": cs}
     return row
+
+
+def _kernels(src: str) -> list:
+    """The C source split at its kernels' comment lines (``/* name */``)."""
+    return [k for k in src.split("\n/* ") if k]
 
 
 def format_rows(rows: list, threads: int, repeat: int) -> str:
@@ -114,11 +124,19 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--code-only", action="store_true",
+                    help="only report whether both trees generate the same C source")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
-        rows.append(ab_model(name, os.path.abspath(args.base), args.threads, args.repeat))
+        rows.append(ab_model(name, os.path.abspath(args.base), args.threads, args.repeat,
+                             args.code_only))
         print(f"{name}: {rows[-1]}", file=sys.stderr, flush=True)
+    if args.code_only:
+        for r in rows:
+            print(f"{r['model']:14} same C source: {r['same_code']}"
+                  f" ({r['kernels_differing']} kernels differ)")
+        return 0
     print(format_rows(rows, args.threads, args.repeat))
     if args.json:
         with open(args.json, "w") as f:

@@ -302,28 +302,25 @@ def _multiple_of(t: Expr, c: int):
     return None
 
 
-def _divmod_split(a: Expr, c: int, bounds: Bounds):
-    """``(a // c, a % c)`` when ``a = c*q + r`` with ``r`` provably in ``[0, c)``."""
-    terms = _terms(a)
+def _split_multiples(terms: list, c: int) -> tuple[list, list]:
+    """``(quotients, rest)``: ``t / c`` of the terms visibly multiples of ``c``, the others."""
     qs, rs = [], []
     for t in terms:
         m = _multiple_of(t, c)
-        if m is not None:
-            qs.append(m)
-        else:
-            rs.append(t)
+        (qs if m is not None else rs).append(m if m is not None else t)
+    return qs, rs
+
+
+def _divmod_split(a: Expr, c: int, bounds: Bounds):
+    """``(a // c, a % c)`` when ``a = c*q + r`` with ``r`` provably in ``[0, c)``."""
+    qs, rs = _split_multiples(_terms(a), c)
     if not qs:
         return None
-    r = rs[0] if rs else Const(0, a.dtype)
-    for t in rs[1:]:
-        r = _binop("add", r, t)
+    r = _sum(rs, a.dtype)
     lo, hi = interval(r, bounds)
     if lo < 0 or hi >= c:
         return None
-    q = qs[0]
-    for t in qs[1:]:
-        q = _binop("add", q, t)
-    return q, r
+    return _sum(qs, a.dtype), r
 
 
 def _sum(terms: list, dtype: str) -> Expr:
@@ -344,10 +341,7 @@ def _divmod_nested(a: Expr, c: int, op: str, bounds: Bounds):
     flat-index arithmetic of reshape/transpose chains (ShuffleNet's channel shuffle: a
     permutation of one axis that otherwise reads as nested ``%`` and ``/`` of the flat index)."""
     terms = _terms(a)
-    qs, rs = [], []
-    for t in terms:
-        m = _multiple_of(t, c)
-        (qs if m is not None else rs).append(m if m is not None else t)
+    qs, rs = _split_multiples(terms, c)
     if qs and rs:
         y = _sum(rs, a.dtype)
         if interval(y, bounds)[0] >= 0:
@@ -365,10 +359,7 @@ def _divmod_nested(a: Expr, c: int, op: str, bounds: Bounds):
         if 1 < g < c:
             ks.add(g)
     for k in sorted(ks, reverse=True):
-        qs, rs = [], []
-        for t in terms:
-            m = _multiple_of(t, k)
-            (qs if m is not None else rs).append(m if m is not None else t)
+        qs, rs = _split_multiples(terms, k)
         if qs and rs:
             r = _sum(rs, a.dtype)
             lo, hi = interval(r, bounds)

@@ -13,6 +13,12 @@ last dim ``n`` indexes ``B`` but not ``A``. Then:
 - the reduction is computed per tile (``compute_at`` into the tile loop; its buffer becomes a
   ``mr x nr`` local tile) and tensorized with the ``gemm`` micro-kernel; the fused elementwise
   epilogue (bias, folded batch norm, activation, residual add) reads the tile and is vectorized.
+
+A grouped convolution (``A`` reads ``n`` only as ``n // Mg``, ``Mg`` output channels per group:
+``_group_size``) is one such GEMM per group: the ``n`` loop is split into ``group x Mg`` first,
+the group loop joins the outer loops and the register tiles stay inside one group
+(``_n_extent``; a masked lane tail where ``Mg`` does not divide the vector width). It is not
+K-blocked.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ arena bytes for scale). ``--ablation MODEL`` instead prints the optimization lad
 
 Models (seeded random weights, no downloads): resnet50 (the onnx package's light ResNet-50,
 ``ember.zoo.randomized_light_model``), resnet18, mobilenet_v2, bert_base (seq 128) and bert_4l256
-(4 layers, hidden 256, seq 128) from ``ember.testing.models``.
+(4 layers, hidden 256, seq 128) from ``ember.testing.models``; ``--models`` also takes any of the
+onnx package's light models by name (``ember.zoo.LIGHT_MODELS``: bvlc_alexnet, shufflenet, ...).
 
 Usage: python bench/compare.py [--models resnet50,resnet18,...] [--threads 2] [--repeat 20]
                                [--no-compile-times] [--json out.json] [--ablation resnet50]
@@ -55,7 +56,10 @@ def build_model(name: str):
     if name == "bert_4l256":
         m = tm.bert_encoder(num_layers=4, hidden=256, heads=4, seq=128, seed=0)
         return m, tm.bert_inputs(m)
-    raise SystemExit(f"unknown model {name!r}; choose from {MODELS}")
+    if name in zoo.LIGHT_MODELS:  # the onnx package's light models, seeded random weights
+        m = zoo.randomized_light_model(name, seed=0)
+        return m, zoo.default_model_input(m)
+    raise SystemExit(f"unknown model {name!r}; choose from {MODELS} or {zoo.LIGHT_MODELS}")
 
 
 _CHILD = r"""

@@ -77,6 +77,58 @@ def test_gemm_rule_kernels_match_reference(op, shapes, attrs, isa):
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("shapes, attrs", [
+    # ShuffleNet's grouped 1x1: 34 channels per group (a masked lane tail on 8 and 16 lanes)
+    ([(1, 9, 9, 24), (136, 6, 1, 1), (136,)], {"group": 4}),
+    # AlexNet-like: 2 groups, 5x5, padded
+    ([(1, 7, 8, 16), (64, 8, 5, 5)], {"group": 2, "pads": [2, 2, 2, 2]}),
+    # strided, odd group size (10 channels), bias
+    ([(1, 11, 11, 20), (40, 10, 3, 3), (40,)], {"group": 2, "pads": [1, 1, 1, 1],
+                                                "strides": [2, 2]}),
+    # dilated, 3 output channels per group, uneven padding
+    ([(1, 12, 13, 16), (12, 4, 3, 3)], {"group": 4, "pads": [2, 1, 2, 0],
+                                        "dilations": [2, 2]}),
+    # depthwise with a channel multiplier of 2 (group = C: each group one input channel)
+    ([(1, 10, 10, 24), (48, 1, 3, 3)], {"group": 24, "pads": [1, 1, 1, 1]}),
+])
+def test_gemm_rule_runs_grouped_convolutions_as_per_group_micro_kernels(shapes, attrs, isa):
+    """A grouped convolution (NHWC) is one packed GEMM per group on the micro-kernel: the
+    register tiles never straddle two groups, also where a group's channel count does not
+    divide the vector width."""
+    from ember.tir.schedule.rules import gemm as G
+    f, xs, ref = _op_kernel("nn.conv", shapes, {**attrs, "data_layout": "NHWC"}, RELU)
+    try:
+        target = ember.Target(f"llvm -isa={isa}")
+        _ = target.isa
+    except ember.target.TargetError:
+        pytest.skip(f"the C compiler cannot target {isa}")
+    assert G.analyze(f)["group_n"] == shapes[1][0] // attrs["group"]
+    g, out = _run_scheduled(f, xs, f"llvm -isa={isa}")
+    assert g.attrs["schedule_rule"] == "gemm_rule"
+    assert f"ember_ukr_gemm_{target.isa}" in emit_c_function(g, target=target)
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_convolution_knobs_all_schedule_and_match_reference():
+    """Every tuning configuration ``gemm_knobs`` offers for a grouped convolution schedules it
+    and computes it; blocking its reduction is a typed ``ScheduleError``."""
+    from ember.errors import ScheduleError
+    from ember.tir.schedule.rules import gemm_knobs, schedule_config
+    f, xs, ref = _op_kernel("nn.conv", [(1, 8, 8, 32), (64, 16, 3, 3)],
+                            {"group": 2, "pads": [1, 1, 1, 1], "data_layout": "NHWC"})
+    target = ember.Target("llvm")
+    knobs = gemm_knobs(f, target)
+    assert knobs["kblock"] == [0]
+    for order in knobs["order"]:
+        for tile in knobs["tile"][:2]:
+            g = schedule_config(f, target, "gemm_rule", {"order": order, "tile": tile})
+            out = compile_prim_func(g, target).run(_packed(g, xs))[0]
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ScheduleError, match="grouped"):
+        schedule_config(f, target, "gemm_rule", {"kblock": 8})
+
+
 def test_gemm_rule_splits_weight_panels_of_small_image_large_weight_convs():
     """A 1x1 convolution whose weights dwarf its activation (MobileNetV2's last one: 320 ->
     1280 channels on 7x7) runs one whole weight panel per parallel task, so the cores split the

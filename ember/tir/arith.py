@@ -237,8 +237,21 @@ def _simplify_node(e: Expr, bounds: Bounds) -> Expr:
                 if r is not None:
                     q, rem = r
                     return q if op == "floordiv" else rem
+                r = _divmod_nested(a, b.value, op, bounds)
+                if r is not None:
+                    return r
         if op == "pow" and is_float(e.dtype) and _is(b, 2) and isinstance(a, (Load, Var)):
             return BinOp("mul", a, a)  # x ** 2 == x * x exactly (one rounding); vectorizes
+        if op == "pow" and is_float(e.dtype) and isinstance(b, Const) and \
+                b.value in (0.5, 0.25, 0.75):
+            # quarter powers as square roots (vectorized; powf is a scalar libm call per
+            # element: LRN's beta = 0.75 made AlexNet's LRN layers 10x slower than its
+            # convolutions). Same values at 0, +inf and for negative x (NaN); within 2 ulp
+            r2 = Call("sqrt", (a,), e.dtype)
+            if b.value == 0.5:
+                return r2
+            r4 = Call("sqrt", (r2,), e.dtype)
+            return r4 if b.value == 0.25 else BinOp("mul", r2, r4)
         if op in BinOp.COMPARE or op in BinOp.LOGIC:
             p = prove(e, bounds)
             if p is not None:
@@ -289,28 +302,75 @@ def _multiple_of(t: Expr, c: int):
     return None
 
 
-def _divmod_split(a: Expr, c: int, bounds: Bounds):
-    """``(a // c, a % c)`` when ``a = c*q + r`` with ``r`` provably in ``[0, c)``."""
-    terms = _terms(a)
+def _split_multiples(terms: list, c: int) -> tuple[list, list]:
+    """``(quotients, rest)``: ``t / c`` of the terms visibly multiples of ``c``, the others."""
     qs, rs = [], []
     for t in terms:
         m = _multiple_of(t, c)
-        if m is not None:
-            qs.append(m)
-        else:
-            rs.append(t)
+        (qs if m is not None else rs).append(m if m is not None else t)
+    return qs, rs
+
+
+def _divmod_split(a: Expr, c: int, bounds: Bounds):
+    """``(a // c, a % c)`` when ``a = c*q + r`` with ``r`` provably in ``[0, c)``."""
+    qs, rs = _split_multiples(_terms(a), c)
     if not qs:
         return None
-    r = rs[0] if rs else Const(0, a.dtype)
-    for t in rs[1:]:
-        r = _binop("add", r, t)
+    r = _sum(rs, a.dtype)
     lo, hi = interval(r, bounds)
     if lo < 0 or hi >= c:
         return None
-    q = qs[0]
-    for t in qs[1:]:
-        q = _binop("add", q, t)
-    return q, r
+    return _sum(qs, a.dtype), r
+
+
+def _sum(terms: list, dtype: str) -> Expr:
+    out = terms[0] if terms else Const(0, dtype)
+    for t in terms[1:]:
+        out = _binop("add", out, t)
+    return out
+
+
+def _divmod_nested(a: Expr, c: int, op: str, bounds: Bounds):
+    """``a // c`` or ``a % c`` (``op``) rewritten through the structure of ``a``, or ``None``:
+
+    - ``a = c*X + Y`` with ``Y >= 0``: ``X + Y // c`` and ``Y % c``;
+    - ``a = k*Q + R`` with ``k`` a divisor of ``c`` and ``R`` in ``[0, k)``: ``Q // (c/k)`` and
+      ``(Q % (c/k)) * k + R``.
+
+    Both hold for floor division (and C's truncating one, since ``a >= 0`` then). They undo the
+    flat-index arithmetic of reshape/transpose chains (ShuffleNet's channel shuffle: a
+    permutation of one axis that otherwise reads as nested ``%`` and ``/`` of the flat index)."""
+    terms = _terms(a)
+    qs, rs = _split_multiples(terms, c)
+    if qs and rs:
+        y = _sum(rs, a.dtype)
+        if interval(y, bounds)[0] >= 0:
+            inner = _simplify_node(_binop(op, y, Const(c, a.dtype)), bounds)
+            if op == "floormod":
+                return inner
+            return _simplify_node(_binop("add", _sum(qs, a.dtype), inner), bounds)
+        return None
+    ks = set()
+    for t in terms:  # candidate k: what a term's constant factor shares with c
+        f = t.value if isinstance(t, Const) else next(
+            (y.value for y in (getattr(t, "b", None), getattr(t, "a", None))
+             if isinstance(t, BinOp) and t.op == "mul" and isinstance(y, Const)), 1)
+        g = math.gcd(int(f), c)
+        if 1 < g < c:
+            ks.add(g)
+    for k in sorted(ks, reverse=True):
+        qs, rs = _split_multiples(terms, k)
+        if qs and rs:
+            r = _sum(rs, a.dtype)
+            lo, hi = interval(r, bounds)
+            if lo >= 0 and hi < k:
+                q = _sum(qs, a.dtype)
+                div = _simplify_node(_binop(op, q, Const(c // k, a.dtype)), bounds)
+                if op == "floordiv":
+                    return div
+                return _binop("add", _simplify_node(
+                    _binop("mul", div, Const(k, a.dtype)), bounds), r)
+    return None
 
 
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:

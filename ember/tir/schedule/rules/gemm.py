@@ -13,6 +13,12 @@ last dim ``n`` indexes ``B`` but not ``A``. Then:
 - the reduction is computed per tile (``compute_at`` into the tile loop; its buffer becomes a
   ``mr x nr`` local tile) and tensorized with the ``gemm`` micro-kernel; the fused elementwise
   epilogue (bias, folded batch norm, activation, residual add) reads the tile and is vectorized.
+
+A grouped convolution (``A`` reads ``n`` only as ``n // Mg``, ``Mg`` output channels per group:
+``_group_size``) is one such GEMM per group: the ``n`` loop is split into ``group x Mg`` first,
+the group loop joins the outer loops and the register tiles stay inside one group
+(``_n_extent``; a masked lane tail where ``Mg`` does not divide the vector width). It is not
+K-blocked.
 """
 
 from __future__ import annotations
@@ -94,6 +100,31 @@ def _plain_ivs(indices, ivs) -> list | None:
     return out if len({id(x) for x in out}) == len(out) else None
 
 
+def _group_size(ld, iv) -> int | None:
+    """``g`` when load ``ld`` reads iter var ``iv`` only as ``iv // g`` (a grouped
+    convolution's input channel ``(m // (M / group)) * (C / group) + rc``: the output channels
+    of one group, ``g`` of them, share one slice of the input), else ``None``."""
+    from ...arith import collect
+    from ...expr import BinOp, Const
+    divs = collect(ld, lambda x: isinstance(x, BinOp) and x.op == "floordiv"
+                   and x.a is iv.var and isinstance(x.b, Const))
+    sizes = {int(d.b.value) for d in divs}
+    if len(sizes) != 1:
+        return None
+    size = sizes.pop()
+    rest = [v for i in ld.indices for v in collect(
+        _strip(i, divs), lambda x: x is iv.var)]
+    return None if rest else size
+
+
+def _strip(e, nodes):
+    """``e`` with the sub-expressions ``nodes`` replaced by zero."""
+    from ...arith import post_order
+    from ...expr import Const
+    ids = {id(n) for n in nodes}
+    return post_order(e, lambda x: Const(0, x.dtype) if id(x) in ids else x)
+
+
 def analyze(func: PrimFunc):
     """The GEMM structure of ``func`` or ``None``: a dict with the reduction block, its
     operands, the ``m``/``n`` iter vars and the epilogue block."""
@@ -123,7 +154,11 @@ def analyze(func: PrimFunc):
     if not uses(lb, n_iv):
         return None
     a_vec = False
-    if uses(la, n_iv):
+    group_n = _group_size(la, n_iv) if uses(la, n_iv) else None
+    if group_n is not None:
+        if group_n < 2 or n_iv.extent % group_n or group_n == n_iv.extent:
+            return None
+    elif uses(la, n_iv):
         # both operands move along n (depthwise convolution): A must be lane-aligned (unit
         # stride along n); B is the constant operand when there is one
         consts = func.attrs.get("constant_params")
@@ -153,7 +188,7 @@ def analyze(func: PrimFunc):
                   if consts is None or k in consts)
     return {"R": R, "C": st.buffer, "A": la, "B": lb, "n": n_iv, "m": m_iv, "sp": sp,
             "b_const": b_const,
-            "a_vec": a_vec,
+            "a_vec": a_vec, "group_n": group_n,
             "rd": rd_sorted, "epi": epi[0] if len(epi) == 1 else None, "others": others}
 
 
@@ -187,20 +222,25 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     R, n_iv, m_iv = g["R"], g["n"], g["m"]
     lanes = ISAS[target.isa]
     m_ext = m_iv.extent if m_iv is not None else 1
-    tile = choose_tile(m_ext, n_iv.extent, lanes, MAX_ACCUMULATORS[target.isa])
+    n_ext = _n_extent(g)
+    tile = choose_tile(m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa])
     if tile is None:
         return None
     mr, nr = tile
-    if mr * nr < 16 and n_iv.extent * m_ext < 64:
+    if mr * nr < 16 and n_ext * m_ext < 64:
         return None  # too small to be worth a micro-kernel
     if cfg.get("tile") is not None:
         mr, nr = (int(x) for x in cfg["tile"])
-        legal = [t for _, t in tile_candidates(m_ext, n_iv.extent, lanes,
+        legal = [t for _, t in tile_candidates(m_ext, n_ext, lanes,
                                                MAX_ACCUMULATORS[target.isa])]
         if (mr, nr) not in legal:
             raise ScheduleError(f"gemm rule: register tile {[mr, nr]} is not legal for a "
-                                f"{m_ext}x{n_iv.extent} output (see tile_candidates)")
+                                f"{m_ext}x{n_ext} output (see tile_candidates)")
     kc = cfg.get("kblock")
+    if g["group_n"] is not None:
+        if kc is not None and int(kc) > 0:
+            raise ScheduleError("gemm rule: a grouped convolution's reduction is not blocked")
+        kc = 0
     if kc is not None and int(kc) > 0:
         kb = _kblock_plan(g, mr, nr, lanes, kc=int(kc), max_acc=MAX_ACCUMULATORS[target.isa])
         if kb is None:
@@ -242,6 +282,11 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     outer = [x for x in outer if x is not None]
     if ln is None:
         return None
+    if g["group_n"] is not None:
+        # grouped: one loop over the groups, then each group's channels as an ordinary GEMM
+        # whose A (the group's input-channel slice) no longer moves with the channel tile
+        gq, ln = sch.split(ln, [None, g["group_n"]])
+        outer = [gq] + outer
     no, ni = sch.split(ln, [None, nr])
     if lm is not None and mr > 1:
         mo, mi = sch.split(lm, [None, mr])
@@ -316,16 +361,17 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     lanes = ISAS[target.isa]
     m_ext = m_iv.extent if m_iv is not None else 1
     max_acc = MAX_ACCUMULATORS[target.isa]
-    tile = choose_tile(m_ext, n_iv.extent, lanes, max_acc)
-    if tile is None or (tile[0] * tile[1] < 16 and n_iv.extent * m_ext < 64):
+    n_ext = _n_extent(g)
+    tile = choose_tile(m_ext, n_ext, lanes, max_acc)
+    if tile is None or (tile[0] * tile[1] < 16 and n_ext * m_ext < 64):
         return None
-    cands = sorted(tile_candidates(m_ext, n_iv.extent, lanes, max_acc), key=lambda c: -c[0])
+    cands = sorted(tile_candidates(m_ext, n_ext, lanes, max_acc), key=lambda c: -c[0])
     tiles = [list(tile)]
     for _, t in cands:
         if len(tiles) >= MAX_TILE_KNOBS:
             break
         # (a one-column tile, ``nr = 1``, leaves no SIMD lane loop for the micro-kernel)
-        if list(t) not in tiles and t[1] > 1 and (t[1] % lanes == 0 or n_iv.extent < lanes):
+        if list(t) not in tiles and t[1] > 1 and (t[1] % lanes == 0 or n_ext < lanes):
             tiles.append(list(t))
     kb = _kblock_plan(g, tile[0], tile[1], lanes, max_acc=max_acc)
     kbs = [kb[2] if kb is not None else 0]
@@ -341,7 +387,8 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     # ``fuse`` only changes the parallel grain, which candidates timed on one thread (as they
     # are on a shared machine) cannot rank; it joins the space when TUNE_PARALLEL_FUSION is set
     tiled_m = m_iv is not None and tile[0] > 1
-    n_outer = 1 + sum(1 for iv in g["sp"][:-2] if iv.extent != 1) + (1 if tiled_m else 0)
+    n_outer = (1 + sum(1 for iv in g["sp"][:-2] if iv.extent != 1) + (1 if tiled_m else 0)
+               + (1 if g["group_n"] is not None else 0))
     fuse = [_default_serial(g, tile[1], orders[0] if tiled_m else None, n_outer)]
     if TUNE_PARALLEL_FUSION:
         fuse.append(0 if fuse[0] else 1)  # the default keeps 0 or n_outer - 1 serial
@@ -502,6 +549,12 @@ def _default_order(g) -> str:
     return "rows" if b <= ROWS_MAX_B_BYTES and _a_bytes(g) >= ROWS_MIN_A_BYTES else "panels"
 
 
+def _n_extent(g) -> int:
+    """The GEMM's ``n`` extent: the output channels, or those of one group of a grouped
+    convolution (its register tiles must not straddle two groups)."""
+    return g["group_n"] if g["group_n"] is not None else g["n"].extent
+
+
 def _b_bytes(g) -> int:
     """Bytes of the reduction's B operand (the weights) one batch element uses: a batched
     matmul's batch dims (outermost in the loop order) do not count."""
@@ -553,7 +606,7 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int, max_acc: int, kc: int | None =
     (``MAX_ACCUMULATORS``); a whole row that needs more (a 13- or 14-wide row on AVX2's 12) is
     not blocked, so the rule takes its ordinary tiled schedule instead of failing."""
     m_iv, sp, rd = g["m"], g["sp"], g["rd"]
-    if m_iv is None or len(sp) < 3 or g["a_vec"]:
+    if m_iv is None or len(sp) < 3 or g["a_vec"] or g["group_n"] is not None:
         return None
     if mr != m_iv.extent:
         regs = REGISTERS.get(lanes, 16)

@@ -1,0 +1,199 @@
+"""The ``qconv`` micro-kernel family: one task of an int8 convolution / dense layer
+(``qnn.conv2d``, ``ember.ops.qnn_conv``), u8 x s8 -> s32 with the requantization in the
+epilogue.
+
+The layer is the GEMM ``acc[co, p] = sum_k Xcol[k, p] * W[co, k]`` over output pixels ``p``
+(``P = OH * OW`` per image; for a dense layer the rows of ``x``) and the reduction ``k = (c, kh,
+kw)`` (ONNX weight order), followed by
+
+    y[co, p] = clamp(round_half_even(float32(acc + bias[co]) * mult[co]) + y_zp, lo, hi)
+
+``bias`` (int32) already holds the zero-point correction ``-x_zp * sum_k W[co, k]`` (folded at
+compile time), ``mult = x_scale * w_scale[co] / y_scale`` (float32), ``[lo, hi]`` is the output
+dtype's range narrowed by a fused ReLU. Activations are unsigned bytes inside the kernel: an
+int8 input is shifted by 128 (``x ^ 0x80``) as it is packed, and its zero point with it.
+
+One task (the ``task`` argument, run by the caller's parallel loop) is one image, one tile of
+``PT`` output pixels and one chunk of ``CC`` output channels. It first packs the pixel tile's
+``im2col`` panel on the stack in the layout ``vpdpbusd`` reads, ``Xp[k / 4][p][k % 4]`` (four
+consecutive reduction elements of a pixel form one 32-bit lane; taps in the padding read the
+zero point, the reduction tail ``K..Kp`` reads 0), then runs register blocks of ``MR`` channels
+x ``16 * NV`` pixels: per reduction group of 4, ``NV`` vector loads of the panel, ``MR``
+broadcasts of 4 weight bytes (``W`` is ``(Cout, Kp)``, ``Kp = K`` rounded up to 4, zero-padded:
+the weights are packed once at compile time) and ``MR * NV`` ``vpdpbusd``. Accumulation is
+int32 and exact for ``K < 65793`` (255 * 128 * K < 2**31).
+
+ISAs: ``avx512vnni`` (AVX-512 F/BW/VL + VNNI) and ``scalar`` (portable C, bit-identical: the
+same int32 sums, the same float32 multiply and round-to-nearest-even). Output layouts: ``nchw``
+(``Y[b, co, p]``, a convolution) or ``rows`` (``Y[p, co]``, a dense layer).
+
+Key: ``("qconv", isa, in_dtype, *geometry)`` with ``geometry`` the fields of ``QConvGeometry``
+(``ember.ops.qnn_conv``); C signature ``void name(OUT_T* Y, const IN_T* X, const int8_t* W,
+const int32_t* bias, const float* mult, int64_t task)``.
+"""
+
+from __future__ import annotations
+
+from .microkernel import register_microkernel
+
+FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
+          "oh", "ow", "kp", "x_zp", "y_zp", "lo", "hi", "out_dtype", "pt_pixels", "cc", "mr",
+          "nv")
+FMAX = 1e9  # float clamp before the float -> int32 conversion (both paths)
+CT = {"uint8": "uint8_t", "int8": "int8_t"}
+
+
+def _params(key_tail: tuple) -> dict:
+    return dict(zip(FIELDS, key_tail))
+
+
+def _head(name: str, in_dtype: str, g: dict) -> list[str]:
+    k = g["c"] * g["kh"] * g["kw"]
+    p = g["oh"] * g["ow"]
+    n_pt = -(-p // g["pt_pixels"])
+    n_ct = -(-g["cout"] // g["cc"])
+    xor = " ^ 0x80" if in_dtype == "int8" else ""
+    x_zp_u = g["x_zp"] + (128 if in_dtype == "int8" else 0)
+    PT = g["pt_pixels"]
+    L = [f"static __attribute__((noinline)) void {name}({CT[g['out_dtype']]}* restrict Y, "
+         f"const {CT[in_dtype]}* restrict X, const int8_t* restrict W, "
+         f"const int32_t* restrict bias, const float* restrict mult, int64_t task) {{",
+         f"  const int64_t b = task / {n_pt * n_ct}, rem = task % {n_pt * n_ct};",
+         f"  const int64_t p0 = (rem / {n_ct}) * {PT}, c0 = (rem % {n_ct}) * {g['cc']};",
+         f"  const int64_t np_ = {p} - p0 < {PT} ? {p} - p0 : {PT};",
+         f"  const int64_t c1 = c0 + {g['cc']} < {g['cout']} ? c0 + {g['cc']} : {g['cout']};",
+         f"  uint8_t xp[{g['kp'] // 4}][{PT}][4] __attribute__((aligned(64)));",
+         f"  const uint8_t* xq = (const uint8_t*)X;"]
+    # the im2col panel: Xp[k/4][p][k%4]
+    if g["layout"] == "rows":
+        L += [f"  for (int64_t q = 0; q < {PT}; ++q) {{",
+              f"    const uint8_t* row = xq + (b * {p} + p0 + q) * {k};",
+              f"    for (int64_t kk = 0; kk < {g['kp']}; ++kk)",
+              f"      xp[kk >> 2][q][kk & 3] = (q < np_ && kk < {k}) ? (uint8_t)(row[kk]{xor}) : 0;",
+              "  }"]
+    else:
+        img = g["c"] * g["h"] * g["w"]
+        L += [f"  for (int64_t kk = 0; kk < {g['kp']}; ++kk) {{",
+              f"    if (kk >= {k}) {{ for (int64_t q = 0; q < {PT}; ++q) xp[kk >> 2][q][kk & 3] = 0;"
+              " continue; }",
+              f"    const int64_t ci = kk / {g['kh'] * g['kw']}, r = (kk / {g['kw']}) % {g['kh']}, "
+              f"s = kk % {g['kw']};",
+              f"    const uint8_t* xc = xq + b * {img} + ci * {g['h'] * g['w']};",
+              f"    for (int64_t q = 0; q < {PT}; ++q) {{",
+              "      uint8_t v = 0;",
+              "      if (q < np_) {",
+              f"        const int64_t pp = p0 + q, ih = (pp / {g['ow']}) * {g['sh']} - {g['pt']} + "
+              f"r * {g['dh']}, iw = (pp % {g['ow']}) * {g['sw']} - {g['pl']} + s * {g['dw']};",
+              f"        v = (ih >= 0 && ih < {g['h']} && iw >= 0 && iw < {g['w']}) ? "
+              f"(uint8_t)(xc[ih * {g['w']} + iw]{xor}) : (uint8_t){x_zp_u};",
+              "      }",
+              "      xp[kk >> 2][q][kk & 3] = v;",
+              "    }",
+              "  }"]
+    return L
+
+
+def _out_index(g: dict, co: str, p: str) -> str:
+    n_pix = g["oh"] * g["ow"]
+    if g["layout"] == "rows":
+        return f"(b * {n_pix} + {p}) * {g['cout']} + {co}"
+    return f"(b * {g['cout']} + {co}) * {n_pix} + {p}"
+
+
+def _scalar_body(g: dict) -> list[str]:
+    K4, PT = g["kp"] // 4, g["pt_pixels"]
+    return [
+        "  for (int64_t co = c0; co < c1; ++co) {",
+        f"    const int8_t* wr = W + co * {g['kp']};",
+        "    for (int64_t q = 0; q < np_; ++q) {",
+        "      int32_t acc = 0;",
+        f"      for (int64_t k4 = 0; k4 < {K4}; ++k4)",
+        "        for (int t = 0; t < 4; ++t) acc += (int32_t)xp[k4][q][t] * (int32_t)wr[k4 * 4 + t];",
+        "      float f = (float)(acc + bias[co]) * mult[co];",
+        f"      f = f < -{FMAX}f ? -{FMAX}f : (f > {FMAX}f ? {FMAX}f : f);",
+        f"      int32_t v = (int32_t)nearbyintf(f) + {g['y_zp']};",
+        f"      v = v < {g['lo']} ? {g['lo']} : (v > {g['hi']} ? {g['hi']} : v);",
+        f"      Y[{_out_index(g, 'co', 'p0 + q')}] = ({CT[g['out_dtype']]})v;",
+        "    }",
+        "  }",
+        f"  (void){PT};",
+    ]
+
+
+def _vnni_block(g: dict, mr: int, nv: int) -> list[str]:
+    """One ``mr x 16*nv`` register block at channel ``co``, pixel ``q0`` of the tile."""
+    K4 = g["kp"] // 4
+    L = ["    {"]
+    acc = [[f"a{i}_{j}" for j in range(nv)] for i in range(mr)]
+    L.append("      __m512i " + ", ".join(f"{a} = _mm512_setzero_si512()" for r in acc for a in r)
+             + ";")
+    L.append(f"      for (int64_t k4 = 0; k4 < {K4}; ++k4) {{")
+    for j in range(nv):
+        L.append(f"        const __m512i x{j} = _mm512_load_si512((const void*)&xp[k4][q0 + {16 * j}][0]);")
+    for i in range(mr):
+        L.append(f"        {{ const __m512i w = _mm512_set1_epi32(*(const int32_t*)"
+                 f"(W + (co + {i}) * {g['kp']} + k4 * 4));")
+        for j in range(nv):
+            L.append(f"          {acc[i][j]} = _mm512_dpbusd_epi32({acc[i][j]}, x{j}, w); }}"
+                     if j == nv - 1 else
+                     f"          {acc[i][j]} = _mm512_dpbusd_epi32({acc[i][j]}, x{j}, w);")
+    L.append("      }")
+    store_rows = g["layout"] == "rows"
+    for i in range(mr):
+        L.append(f"      {{ const __m512i bi = _mm512_set1_epi32(bias[co + {i}]); "
+                 f"const __m512 mu = _mm512_set1_ps(mult[co + {i}]);")
+        for j in range(nv):
+            a = acc[i][j]
+            L += [f"        __m512 f{j} = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, bi)), mu);",
+                  f"        f{j} = _mm512_min_ps(_mm512_max_ps(f{j}, vfl), vfh);",
+                  f"        __m512i r{j} = _mm512_add_epi32(_mm512_cvtps_epi32(f{j}), vzp);",
+                  f"        r{j} = _mm512_min_epi32(_mm512_max_epi32(r{j}, vlo), vhi);",
+                  f"        const int64_t qq{j} = q0 + {16 * j};",
+                  f"        if (qq{j} < np_) {{"]
+            if store_rows:
+                L += [f"          int32_t tmp[16]; _mm512_storeu_si512((void*)tmp, r{j});",
+                      f"          const int64_t nn = np_ - qq{j} < 16 ? np_ - qq{j} : 16;",
+                      f"          for (int64_t t = 0; t < nn; ++t) "
+                      f"Y[{_out_index(g, f'co + {i}', f'p0 + qq{j} + t')}] = "
+                      f"({CT[g['out_dtype']]})tmp[t];"]
+            else:
+                L += [f"          const __mmask16 m = np_ - qq{j} >= 16 ? (__mmask16)0xFFFF : "
+                      f"(__mmask16)((1u << (np_ - qq{j})) - 1);",
+                      f"          _mm_mask_storeu_epi8((void*)(Y + "
+                      f"{_out_index(g, f'co + {i}', f'p0 + qq{j}')}), m, "
+                      f"_mm512_cvtepi32_epi8(r{j}));"]
+            L.append("        }")
+        L.append("      }")
+    L.append("    }")
+    return L
+
+
+def _vnni_body(g: dict) -> list[str]:
+    mr, nv = g["mr"], g["nv"]
+    step = 16 * nv
+    L = [f"  const __m512 vfl = _mm512_set1_ps(-{FMAX}f), vfh = _mm512_set1_ps({FMAX}f);",
+         f"  const __m512i vzp = _mm512_set1_epi32({g['y_zp']}), vlo = _mm512_set1_epi32({g['lo']}),"
+         f" vhi = _mm512_set1_epi32({g['hi']});",
+         "  int64_t co = c0;",
+         f"  for (; co + {mr} <= c1; co += {mr})",
+         f"    for (int64_t q0 = 0; q0 < np_; q0 += {step})"]
+    L += _vnni_block(g, mr, nv)
+    L += ["  for (; co < c1; ++co)", f"    for (int64_t q0 = 0; q0 < np_; q0 += {step})"]
+    L += _vnni_block(g, 1, nv)
+    return L
+
+
+def _gen(isa: str, in_dtype: str):
+    def gen(name: str, *key_tail) -> str:
+        g = _params(key_tail)
+        L = _head(name, in_dtype, g)
+        L += _vnni_body(g) if isa == "avx512vnni" else _scalar_body(g)
+        L.append("}")
+        inc = "#include <immintrin.h>\n" if isa == "avx512vnni" else ""
+        return inc + "#include <math.h>\n" + "\n".join(L) + "\n"
+    return gen
+
+
+for _isa in ("avx512vnni", "scalar"):
+    for _dt in ("uint8", "int8"):
+        register_microkernel("qconv", _isa, _dt)(_gen(_isa, _dt))

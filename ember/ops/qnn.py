@@ -49,6 +49,11 @@ def _param_load(p, i, axis: int):
     return p[(i[axis],)]
 
 
+def _axis(axis: int, ndim: int, p_shape) -> int:
+    """The normalized ``axis`` when the parameter is per axis; 0 (unused) when it is one value."""
+    return normalize_axis(axis, ndim) if int(np.prod(p_shape)) > 1 else 0
+
+
 def _np_param(p: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     if p.ndim == 0 or p.size == 1:
         return p.reshape(())
@@ -76,7 +81,7 @@ def _quantize_type(types, attrs):
 def quantize_ref(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int = 1,
                  out_dtype: str = "uint8") -> np.ndarray:
     """NumPy reference of ``qnn.quantize``: ``x`` float32 (any shape) -> ``out_dtype``."""
-    ax = normalize_axis(axis, x.ndim) if x.ndim else 0
+    ax = _axis(axis, x.ndim, np.shape(scale))
     s = _np_param(np.asarray(scale, np.float32), x.ndim, ax)
     z = _np_param(np.asarray(zp), x.ndim, ax).astype(np.float32)
     lo, hi = QDTYPES[out_dtype]
@@ -86,7 +91,7 @@ def quantize_ref(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int = 1
 
 def dequantize_ref(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int = 1) -> np.ndarray:
     """NumPy reference of ``qnn.dequantize``: integer ``q`` -> float32."""
-    ax = normalize_axis(axis, q.ndim) if q.ndim else 0
+    ax = _axis(axis, q.ndim, np.shape(scale))
     s = _np_param(np.asarray(scale, np.float32), q.ndim, ax)
     z = _np_param(np.asarray(zp), q.ndim, ax).astype(np.float32)
     return ((q.astype(np.float32) - z) * s).astype(np.float32)
@@ -95,7 +100,7 @@ def dequantize_ref(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int =
 def _quantize_compute(inputs, attrs, out_types):
     x, s, z = inputs
     out = attrs["out_dtype"]
-    ax = normalize_axis(attrs["axis"], len(x.shape)) if x.shape else 0
+    ax = _axis(attrs["axis"], len(x.shape), s.shape)
     lo, hi = QDTYPES[out]
 
     def f(*i):
@@ -120,7 +125,7 @@ def _dequantize_type(types, attrs):
 
 def _dequantize_compute(inputs, attrs, out_types):
     q, s, z = inputs
-    ax = normalize_axis(attrs["axis"], len(q.shape)) if q.shape else 0
+    ax = _axis(attrs["axis"], len(q.shape), s.shape)
 
     def f(*i):
         return (te.cast("float32", q[i]) - te.cast("float32", _param_load(z, i, ax))) * \

@@ -12,7 +12,7 @@ import pytest
 import ember
 from ember.graph.builder import FunctionBuilder
 from ember.graph.ir import IRModule, TensorType
-from ember.ops.qnn_conv import qconv_reference
+from ember.ops.qnn_conv import pack_weight, qconv_reference
 from ember.tir.schedule.rules.qnn import qconv_isa
 
 HAS_VNNI = qconv_isa(ember.Target("llvm")) == "avx512vnni"
@@ -22,9 +22,7 @@ ISAS = ["scalar"] + (["native"] if HAS_VNNI else [])
 def _case(rng, n, c, h, w, cout, k, stride=1, pad=0, dil=1, in_dtype="uint8",
           out_dtype="uint8", per_channel=True, relu=False, layout="nchw"):
     kk = c * k * k
-    kp = -(-kk // 4) * 4
-    wq = np.zeros((cout, kp), np.int8)
-    wq[:, :kk] = rng.integers(-127, 128, (cout, kk))
+    wq = pack_weight(rng.integers(-127, 128, (cout, c, k, k)).astype(np.int8))
     lo_in, hi_in = (0, 255) if in_dtype == "uint8" else (-128, 127)
     shape = (n, c, h, w) if layout == "nchw" else (h, c)
     x = rng.integers(lo_in, hi_in + 1, shape).astype(in_dtype)
@@ -80,9 +78,8 @@ def test_reference_matches_float_convolution():
     operands (before rounding)."""
     rng = np.random.default_rng(7)
     x, wq, bias, mult, attrs = _case(rng, 1, 4, 7, 6, 6, 3, stride=2, pad=1, in_dtype="int8")
-    kk = 4 * 9
     xf = np.pad(x.astype(np.float64) - attrs["x_zp"], ((0, 0), (0, 0), (1, 1), (1, 1)))
-    wf = wq[:, :kk].reshape(6, 4, 3, 3).astype(np.float64)
+    wf = wq.reshape(6, 3, 3, 4).transpose(0, 3, 1, 2).astype(np.float64)  # pack_weight undone
     oh, ow = 4, 3
     acc = np.zeros((1, 6, oh, ow))
     for i in range(oh):
@@ -90,7 +87,7 @@ def test_reference_matches_float_convolution():
             acc[0, :, i, j] = np.tensordot(wf, xf[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3], 3)
     # bias here holds no zero-point correction: remove the reference's own shift term
     xzu = attrs["x_zp"] + 128
-    corr = -xzu * wq[:, :kk].astype(np.int64).sum(1)
+    corr = -xzu * wq.astype(np.int64).sum(1)
     f = ((acc + bias[None, :, None, None] + 0).astype(np.float32))
     want = np.clip(np.rint(f * mult[None, :, None, None]) + attrs["y_zp"], 0, 255)
     got = qconv_reference(x, wq, (bias + corr).astype(np.int32), mult, attrs)

@@ -3,8 +3,8 @@
 epilogue.
 
 The layer is the GEMM ``acc[co, p] = sum_k Xcol[k, p] * W[co, k]`` over output pixels ``p``
-(``P = OH * OW`` per image; for a dense layer the rows of ``x``) and the reduction ``k = (c, kh,
-kw)`` (ONNX weight order), followed by
+(``P = OH * OW`` per image; for a dense layer the rows of ``x``) and the reduction ``k = (kh, kw, c)``
+(tap-major, channels padded to ``C4``, a multiple of 4), followed by
 
     y[co, p] = clamp(round_half_even(float32(acc + bias[co]) * mult[co]) + y_zp, lo, hi)
 
@@ -16,10 +16,11 @@ int8 input is shifted by 128 (``x ^ 0x80``) as it is packed, and its zero point 
 One task (the ``task`` argument, run by the caller's parallel loop) is one image, one tile of
 ``PT`` output pixels and one chunk of ``CC`` output channels. It first packs the pixel tile's
 ``im2col`` panel on the stack in the layout ``vpdpbusd`` reads, ``Xp[k / 4][p][k % 4]`` (four
-consecutive reduction elements of a pixel form one 32-bit lane; taps in the padding read the
-zero point, the reduction tail ``K..Kp`` reads 0), then runs register blocks of ``MR`` channels
+consecutive channels of one tap of a pixel form one 32-bit lane, gathered from four input rows
+a pixel run at a time; taps in the padding read the zero point, the padded channels carry
+weight 0), then runs register blocks of ``MR`` channels
 x ``16 * NV`` pixels: per reduction group of 4, ``NV`` vector loads of the panel, ``MR``
-broadcasts of 4 weight bytes (``W`` is ``(Cout, Kp)``, ``Kp = K`` rounded up to 4, zero-padded:
+broadcasts of 4 weight bytes (``W`` is ``(Cout, KH * KW * C4)``, zero-padded:
 the weights are packed once at compile time) and ``MR * NV`` ``vpdpbusd``. Accumulation is
 int32 and exact for ``K < 65793`` (255 * 128 * K < 2**31).
 
@@ -48,7 +49,6 @@ def _params(key_tail: tuple) -> dict:
 
 
 def _head(name: str, in_dtype: str, g: dict) -> list[str]:
-    k = g["c"] * g["kh"] * g["kw"]
     p = g["oh"] * g["ow"]
     n_pt = -(-p // g["pt_pixels"])
     n_ct = -(-g["cout"] // g["cc"])
@@ -64,31 +64,54 @@ def _head(name: str, in_dtype: str, g: dict) -> list[str]:
          f"  const int64_t c1 = c0 + {g['cc']} < {g['cout']} ? c0 + {g['cc']} : {g['cout']};",
          f"  uint8_t xp[{g['kp'] // 4}][{PT}][4] __attribute__((aligned(64)));",
          f"  const uint8_t* xq = (const uint8_t*)X;"]
-    # the im2col panel: Xp[k/4][p][k%4]
+    # the im2col panel: Xp[k/4][p][k%4], k = (kh * KW + kw) * C4 + c: one 32-bit lane holds
+    # four channels of one tap of one pixel
+    c4 = -(-g["c"] // 4) * 4
+    L.append("  uint32_t* xp32 = (uint32_t*)&xp[0][0][0];")
     if g["layout"] == "rows":
         L += [f"  for (int64_t q = 0; q < {PT}; ++q) {{",
-              f"    const uint8_t* row = xq + (b * {p} + p0 + q) * {k};",
-              f"    for (int64_t kk = 0; kk < {g['kp']}; ++kk)",
-              f"      xp[kk >> 2][q][kk & 3] = (q < np_ && kk < {k}) ? (uint8_t)(row[kk]{xor}) : 0;",
+              f"    const uint8_t* row = xq + (b * {p} + p0 + q) * {g['c']};",
+              f"    for (int64_t k4 = 0; k4 < {c4 // 4}; ++k4) {{",
+              "      uint32_t v = 0;",
+              "      if (q < np_) for (int t = 0; t < 4; ++t) {",
+              "        const int64_t kk = k4 * 4 + t;",
+              f"        if (kk < {g['c']}) v |= (uint32_t)(uint8_t)(row[kk]{xor}) << (8 * t);",
+              "      }",
+              f"      xp32[k4 * {PT} + q] = v;",
+              "    }",
               "  }"]
     else:
-        img = g["c"] * g["h"] * g["w"]
-        L += [f"  for (int64_t kk = 0; kk < {g['kp']}; ++kk) {{",
-              f"    if (kk >= {k}) {{ for (int64_t q = 0; q < {PT}; ++q) xp[kk >> 2][q][kk & 3] = 0;"
-              " continue; }",
-              f"    const int64_t ci = kk / {g['kh'] * g['kw']}, r = (kk / {g['kw']}) % {g['kh']}, "
-              f"s = kk % {g['kw']};",
-              f"    const uint8_t* xc = xq + b * {img} + ci * {g['h'] * g['w']};",
-              f"    for (int64_t q = 0; q < {PT}; ++q) {{",
-              "      uint8_t v = 0;",
-              "      if (q < np_) {",
-              f"        const int64_t pp = p0 + q, ih = (pp / {g['ow']}) * {g['sh']} - {g['pt']} + "
-              f"r * {g['dh']}, iw = (pp % {g['ow']}) * {g['sw']} - {g['pl']} + s * {g['dw']};",
-              f"        v = (ih >= 0 && ih < {g['h']} && iw >= 0 && iw < {g['w']}) ? "
-              f"(uint8_t)(xc[ih * {g['w']} + iw]{xor}) : (uint8_t){x_zp_u};",
-              "      }",
-              "      xp[kk >> 2][q][kk & 3] = v;",
+        img, hw = g["c"] * g["h"] * g["w"], g["h"] * g["w"]
+        x4 = " ^ 0x80808080u" if in_dtype == "int8" else ""
+        L += [f"  const uint32_t zp4 = {x_zp_u}u * 0x01010101u;",
+              f"  for (int64_t r = 0; r < {g['kh']}; ++r) for (int64_t s = 0; s < {g['kw']}; ++s)",
+              f"  for (int64_t cq = 0; cq < {c4 // 4}; ++cq) {{",
+              f"    uint32_t* d = xp32 + ((r * {g['kw']} + s) * {c4 // 4} + cq) * {PT};",
+              f"    const uint8_t* xc = xq + b * {img};",
+              "    const uint8_t* ch[4];",
+              "    for (int t = 0; t < 4; ++t) {",
+              f"      const int64_t c = cq * 4 + t < {g['c']} ? cq * 4 + t : cq * 4;",
+              f"      ch[t] = xc + c * {hw};",
               "    }",
+              "    int64_t q = 0, pp = p0;",
+              "    while (q < np_) {",
+              f"      const int64_t oh = pp / {g['ow']}, ow0 = pp % {g['ow']};",
+              f"      const int64_t n = {g['ow']} - ow0 < np_ - q ? {g['ow']} - ow0 : np_ - q;",
+              f"      const int64_t ih = oh * {g['sh']} - {g['pt']} + r * {g['dh']};",
+              f"      if (ih < 0 || ih >= {g['h']}) {{ for (int64_t j = 0; j < n; ++j) d[q + j] = zp4; }}",
+              "      else {",
+              f"        const uint8_t *r0 = ch[0] + ih * {g['w']}, *r1 = ch[1] + ih * {g['w']}, "
+              f"*r2 = ch[2] + ih * {g['w']}, *r3 = ch[3] + ih * {g['w']};",
+              f"        const int64_t iw0 = ow0 * {g['sw']} - {g['pl']} + s * {g['dw']};",
+              "        for (int64_t j = 0; j < n; ++j) {",
+              f"          const int64_t iw = iw0 + j * {g['sw']};",
+              f"          d[q + j] = (iw >= 0 && iw < {g['w']}) ? (((uint32_t)r0[iw] | "
+              f"(uint32_t)r1[iw] << 8 | (uint32_t)r2[iw] << 16 | (uint32_t)r3[iw] << 24){x4}) : zp4;",
+              "        }",
+              "      }",
+              "      q += n; pp += n;",
+              "    }",
+              f"    for (; q < {PT}; ++q) d[q] = 0;",
               "  }"]
     return L
 

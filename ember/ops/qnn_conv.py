@@ -5,9 +5,10 @@
 Inputs:
     x: ``(N, C, H, W)`` (``layout="nchw"``) or ``(M, C)`` (``layout="rows"``, a dense layer:
         ``H = W = KH = KW = 1``), ``uint8`` or ``int8``, with zero point ``x_zp``.
-    w: ``(Cout, Kp)`` int8, the weights flattened in ONNX order ``k = (c * KH + kh) * KW + kw``
-        and zero-padded to ``Kp`` (``K = C * KH * KW`` rounded up to a multiple of 4): packed
-        once at compile time. Symmetric (weight zero point 0).
+    w: ``(Cout, Kp)`` int8, ``Kp = KH * KW * C4``, the weights in tap-major order ``k = (kh *
+        KW + kw) * C4 + c`` with the channels zero-padded to ``C4`` (``C`` rounded up to a
+        multiple of 4, so four channels of one tap fill one ``vpdpbusd`` lane): packed once at
+        compile time (``pack_weight``). Symmetric (weight zero point 0).
     bias: ``(Cout,)`` int32: ``round(b / (x_scale * w_scale)) - x_zp_u * sum_k w[co, k]`` (the
         zero-point correction folded in; ``x_zp_u`` is ``x_zp`` in the unsigned domain, +128
         for an int8 input).
@@ -40,6 +41,8 @@ from .registry import OpPattern, register_op
 OP = "qnn.conv2d"
 PANEL_BYTES = 256 * 1024  # largest per-task im2col panel (on the kernel's stack)
 MAX_K = 65792  # 255 * 128 * K must fit int32
+MAX_TILE_PIXELS = 256
+MIN_TASKS = 8  # per image: work for the threads of a small image (ResNet's 7x7 stage)
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     pt, pl, pb, pr = attrs["pads"]
     dh, dw = attrs["dilations"]
     k = c * kh * kw
-    kp = -(-k // 4) * 4
+    kp = kh * kw * (-(-c // 4) * 4)
     if w.ndim != 2 or tuple(w.shape) != (w.shape[0], kp) or tuple(b.shape) != (w.shape[0],) or \
             tuple(m.shape) != (w.shape[0],):
         raise ShapeMismatchError(f"{OP}: w must be (Cout, {kp}), bias and mult (Cout,); got "
@@ -128,14 +131,28 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     return n, _tile(g)
 
 
+def pack_weight(w: np.ndarray) -> np.ndarray:
+    """ONNX-order weights ``(Cout, C, KH, KW)`` (or ``(Cout, C)``) int8 as ``qnn.conv2d``'s
+    ``(Cout, KH * KW * C4)`` tap-major, channel-padded layout (the module doc)."""
+    if w.ndim == 2:
+        w = w[:, :, None, None]
+    cout, c, kh, kw = w.shape
+    out = np.zeros((cout, kh, kw, -(-c // 4) * 4), np.int8)
+    out[..., :c] = w.transpose(0, 2, 3, 1)
+    return out.reshape(cout, -1)
+
+
 def _tile(g: QConvGeometry) -> QConvGeometry:
-    """Pixel-tile and channel-chunk sizes: the panel fits ``PANEL_BYTES``; small images get
-    smaller channel chunks so that there are tasks for several threads."""
+    """Pixel-tile and channel-chunk sizes: the panel fits ``PANEL_BYTES`` (at most
+    ``MAX_TILE_PIXELS``); channels are chunked (multiples of ``mr``) only as far as needed to
+    give ``MIN_TASKS`` tasks, since every chunk packs the tile's panel again."""
     step = 16 * g.nv
     p = g.oh * g.ow
     cap = max(step, (PANEL_BYTES // g.kp) // step * step)
-    pt = min(-(-p // step) * step, cap, 8 * step)
-    cc = 64 if p > 2 * pt else 32
+    pt = min(-(-p // step) * step, cap, MAX_TILE_PIXELS)
+    tiles = -(-p // pt)
+    chunks = max(1, min(-(-MIN_TASKS // tiles), -(-g.cout // g.mr)))
+    cc = -(-(-(-g.cout // chunks)) // g.mr) * g.mr
     return replace(g, pt_pixels=pt, cc=cc)
 
 
@@ -154,20 +171,21 @@ def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.nda
     shift = 128 if x.dtype == np.int8 else 0
     xu = x.astype(np.int64) + shift
     zp = g.x_zp + shift
-    k = g.c * g.kh * g.kw
+    c4 = g.kp // (g.kh * g.kw)
     if g.layout == "rows":
-        cols = xu[None]  # (1, M, K)
+        cols = np.zeros((1, xu.shape[0], c4), np.int64)
+        cols[0, :, :g.c] = xu  # (1, M, C4)
     else:
         xp = np.pad(xu, ((0, 0), (0, 0), (g.pt, g.dh * (g.kh - 1) + g.sh * g.oh),
                          (g.pl, g.dw * (g.kw - 1) + g.sw * g.ow)), constant_values=zp)
-        cols = np.empty((n, g.oh * g.ow, k), np.int64)
-        for ci in range(g.c):
-            for r in range(g.kh):
-                for s in range(g.kw):
-                    win = xp[:, ci, r * g.dh:r * g.dh + g.sh * g.oh:g.sh,
-                             s * g.dw:s * g.dw + g.sw * g.ow:g.sw]
-                    cols[:, :, (ci * g.kh + r) * g.kw + s] = win.reshape(n, -1)
-    acc = cols @ w[:, :k].astype(np.int64).T + bias.astype(np.int64)  # (n, P, Cout)
+        cols = np.zeros((n, g.oh * g.ow, g.kh, g.kw, c4), np.int64)
+        for r in range(g.kh):
+            for s in range(g.kw):
+                win = xp[:, :, r * g.dh:r * g.dh + g.sh * g.oh:g.sh,
+                         s * g.dw:s * g.dw + g.sw * g.ow:g.sw]  # (n, C, OH, OW)
+                cols[:, :, r, s, :g.c] = win.reshape(n, g.c, -1).transpose(0, 2, 1)
+        cols = cols.reshape(n, g.oh * g.ow, g.kp)
+    acc = cols @ w.astype(np.int64).T + bias.astype(np.int64)  # (n, P, Cout)
     f = acc.astype(np.int32).astype(np.float32) * mult.astype(np.float32)
     v = np.rint(np.clip(f, -1e9, 1e9)).astype(np.int64) + g.y_zp
     y = np.clip(v, g.lo, g.hi).astype(g.out_dtype)

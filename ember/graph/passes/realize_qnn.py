@@ -6,8 +6,7 @@
 with ``core`` a 2-D ``nn.conv`` (group 1), ``nn.gemm`` (alpha = beta = 1, A not transposed) or
 ``matmul`` against constant weights, ``b`` a float bias or ``qnn.dequantize`` of an int32 bias,
 and ``act`` an optional ``nn.relu``, becomes one ``qnn.conv2d`` (``ember.ops.qnn_conv``): u8/s8
-activations x s8 weights -> s32, with the weights packed at compile time ((Cout, Kp), K padded
-to 4), the zero-point correction ``-zx_u * sum_k w`` folded into the int32 bias, and the
+activations x s8 weights -> s32, with the weights packed at compile time (``qnn_conv.pack_weight``), the zero-point correction ``-zx_u * sum_k w`` folded into the int32 bias, and the
 requantization (``sx * sw / sy`` per output channel, round half to even, ``+ zy``, saturation,
 ReLU as the lower clamp ``zy``) in the kernel's epilogue. Its output stays int8 for the next
 layer's ``qnn.dequantize``. The matching uses the pattern language (``ember.graph.pattern``).
@@ -111,9 +110,8 @@ class QnnConvCallback(PatternCallback):
         bias = np.rint(b / acc_scale) - x_zp_u * wmat.astype(np.int64).sum(1)
         if np.any(np.abs(bias) >= 2**30):
             return None
-        kp = -(-k // 4) * 4
-        wp = np.zeros((cout, kp), np.int8)
-        wp[:, :k] = wmat
+        from ...ops.qnn_conv import pack_weight
+        wp = pack_weight(wq if op == "nn.conv" else wmat)
         mult = (acc_scale / float(np.float32(sy))).astype(np.float32)
         out_dtype = qb.call.attrs["out_dtype"]
         attrs = {"x_zp": int(zx), "y_zp": int(zy), "out_dtype": out_dtype,

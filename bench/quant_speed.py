@@ -24,8 +24,13 @@ sys.path.insert(0, ROOT)
 
 
 def qdq_model(fp32_path: str, out_path: str, inputs: list[dict]) -> None:
-    """onnxruntime quantize_static (QDQ, per-channel) of ``fp32_path`` into ``out_path``."""
+    """onnxruntime quantize_static (QDQ, per-channel) of ``fp32_path`` into ``out_path``, after
+    onnxruntime's ``quant_pre_process`` (what its quantizer asks for)."""
     from onnxruntime import quantization as q
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    pre = out_path + ".pre.onnx"  # onnxruntime's recommended pre-processing: folds the
+    quant_pre_process(fp32_path, pre)  # batch norms into the convolutions, infers shapes
+    fp32_path = pre
 
     class Reader(q.CalibrationDataReader):
         def __init__(self):

@@ -12,7 +12,6 @@ Usage: ``python bench/quant_accuracy.py [--epochs 40]``; writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -22,6 +21,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from quant_common import ort_quantize_static, write_result  # noqa: E402
 
 
 def data(seed: int = 0):
@@ -91,7 +92,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import onnx
     import onnxruntime as ort
-    from onnxruntime import quantization as oq
     import ember
 
     xtr, xte, ytr, yte = data()
@@ -114,14 +114,7 @@ def main(argv=None) -> int:
     src, dst = os.path.join(tmp, "digits.onnx"), os.path.join(tmp, "digits.qdq.onnx")
     onnx.save(model, src)
 
-    class Reader(oq.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(cal)
-
-        def get_next(self):
-            return next(self.it, None)
-    oq.quantize_static(src, dst, Reader(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
-                       activation_type=oq.QuantType.QUInt8, weight_type=oq.QuantType.QInt8)
+    ort_quantize_static(src, dst, cal, per_channel=True)
     sess_f = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
     sess_q = ort.InferenceSession(dst, providers=["CPUExecutionProvider"])
     rows["onnxruntime fp32"] = top1(lambda f: sess_f.run(None, f)[0], xte, yte)
@@ -136,10 +129,7 @@ def main(argv=None) -> int:
            "max_int8_drop_points": max(rows["ember fp32"] - v for k, v in rows.items()
                                        if k.startswith("ember int8")),
            "quantization": info, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
-    print(json.dumps(res, indent=1))
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(res, fh, indent=1)
+    write_result(res, args.out)
     return 0
 
 

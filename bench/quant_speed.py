@@ -11,7 +11,6 @@ random weights; the calibration inputs are seeded random images.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -21,26 +20,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-
-
-def qdq_model(fp32_path: str, out_path: str, inputs: list[dict]) -> None:
-    """onnxruntime quantize_static (QDQ, per-channel) of ``fp32_path`` into ``out_path``, after
-    onnxruntime's ``quant_pre_process`` (what its quantizer asks for)."""
-    from onnxruntime import quantization as q
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-    pre = out_path + ".pre.onnx"  # onnxruntime's recommended pre-processing: folds the
-    quant_pre_process(fp32_path, pre)  # batch norms into the convolutions, infers shapes
-    fp32_path = pre
-
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(inputs)
-
-        def get_next(self):
-            return next(self.it, None)
-    q.quantize_static(fp32_path, out_path, Reader(), quant_format=q.QuantFormat.QDQ,
-                      per_channel=True, activation_type=q.QuantType.QUInt8,
-                      weight_type=q.QuantType.QInt8)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from quant_common import ort_quantize_static, write_result  # noqa: E402
 
 
 def modern(model):
@@ -94,7 +75,7 @@ def main(argv=None) -> int:
     fp32_path, qdq_path = os.path.join(tmp, "r50.onnx"), os.path.join(tmp, "r50.qdq.onnx")
     onnx.save(model, fp32_path)
     t0 = time.perf_counter()
-    qdq_model(fp32_path, qdq_path, cal)
+    ort_quantize_static(fp32_path, qdq_path, cal, per_channel=True, pre_process=True)
     t_q = time.perf_counter() - t0
     target = f"llvm -num-threads={args.threads}"
     t0 = time.perf_counter()
@@ -143,10 +124,7 @@ def main(argv=None) -> int:
            "agreement_with_ort_int8": agree, "ort_quantize_s": t_q,
            "ember_int8_compile_s": t_c8, "onnxruntime": ort.__version__,
            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
-    print(json.dumps(res, indent=1))
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(res, fh, indent=1)
+    write_result(res, args.out)
     return 0
 
 

@@ -15,7 +15,8 @@ int8 input is shifted by 128 (``x ^ 0x80``) as it is packed, and its zero point 
 
 One task (the ``task`` argument, run by the caller's parallel loop) is one image, one tile of
 ``PT`` output pixels and one chunk of ``CC`` output channels. It first packs the pixel tile's
-``im2col`` panel on the stack in the layout ``vpdpbusd`` reads, ``Xp[k / 4][p][k % 4]`` (four
+``im2col`` panel on the stack in the layout ``vpdpbusd`` reads, ``Xp[p / S][k / 4][p % S][k % 4]``
+with ``S = 16 * NV`` the register block's pixels (four
 consecutive channels of one tap of a pixel form one 32-bit lane, gathered from four input rows
 a pixel run at a time; taps in the padding read the zero point, the padded channels carry
 weight 0), then runs register blocks of ``MR`` channels
@@ -44,6 +45,12 @@ FMAX = 1e9  # float clamp before the float -> int32 conversion (both paths)
 CT = {"uint8": "uint8_t", "int8": "int8_t"}
 
 
+def _step(g: dict) -> int:
+    """Pixels per register block (16 lanes x ``nv`` vectors); the panel is stored in blocks of
+    this many pixels, so one block's reduction is one contiguous stream."""
+    return 16 * g["nv"]
+
+
 def _params(key_tail: tuple) -> dict:
     return dict(zip(FIELDS, key_tail))
 
@@ -62,12 +69,14 @@ def _head(name: str, in_dtype: str, g: dict) -> list[str]:
          f"  const int64_t p0 = (rem / {n_ct}) * {PT}, c0 = (rem % {n_ct}) * {g['cc']};",
          f"  const int64_t np_ = {p} - p0 < {PT} ? {p} - p0 : {PT};",
          f"  const int64_t c1 = c0 + {g['cc']} < {g['cout']} ? c0 + {g['cc']} : {g['cout']};",
-         f"  uint8_t xp[{g['kp'] // 4}][{PT}][4] __attribute__((aligned(64)));",
-         f"  const uint8_t* xq = (const uint8_t*)X;"]
+         f"  uint32_t xp32[{g['kp'] // 4 * PT}] __attribute__((aligned(64)));",
+         f"  const uint8_t* xq = (const uint8_t*)X;",
+         # lane (k4, q) of the panel: blocks of STEP pixels, each K4 x STEP contiguous
+         f"#define XP(k4, q) xp32[((q) / {_step(g)}) * {g['kp'] // 4 * _step(g)} + (k4) * "
+         f"{_step(g)} + ((q) % {_step(g)})]"]
     # the im2col panel: Xp[k/4][p][k%4], k = (kh * KW + kw) * C4 + c: one 32-bit lane holds
     # four channels of one tap of one pixel
     c4 = -(-g["c"] // 4) * 4
-    L.append("  uint32_t* xp32 = (uint32_t*)&xp[0][0][0];")
     if g["layout"] == "rows":
         L += [f"  for (int64_t q = 0; q < {PT}; ++q) {{",
               f"    const uint8_t* row = xq + (b * {p} + p0 + q) * {g['c']};",
@@ -77,7 +86,7 @@ def _head(name: str, in_dtype: str, g: dict) -> list[str]:
               "        const int64_t kk = k4 * 4 + t;",
               f"        if (kk < {g['c']}) v |= (uint32_t)(uint8_t)(row[kk]{xor}) << (8 * t);",
               "      }",
-              f"      xp32[k4 * {PT} + q] = v;",
+              "      XP(k4, q) = v;",
               "    }",
               "  }"]
     else:
@@ -86,7 +95,7 @@ def _head(name: str, in_dtype: str, g: dict) -> list[str]:
         L += [f"  const uint32_t zp4 = {x_zp_u}u * 0x01010101u;",
               f"  for (int64_t r = 0; r < {g['kh']}; ++r) for (int64_t s = 0; s < {g['kw']}; ++s)",
               f"  for (int64_t cq = 0; cq < {c4 // 4}; ++cq) {{",
-              f"    uint32_t* d = xp32 + ((r * {g['kw']} + s) * {c4 // 4} + cq) * {PT};",
+              f"    const int64_t k4 = (r * {g['kw']} + s) * {c4 // 4} + cq;",
               f"    const uint8_t* xc = xq + b * {img};",
               "    const uint8_t* ch[4];",
               "    for (int t = 0; t < 4; ++t) {",
@@ -98,20 +107,20 @@ def _head(name: str, in_dtype: str, g: dict) -> list[str]:
               f"      const int64_t oh = pp / {g['ow']}, ow0 = pp % {g['ow']};",
               f"      const int64_t n = {g['ow']} - ow0 < np_ - q ? {g['ow']} - ow0 : np_ - q;",
               f"      const int64_t ih = oh * {g['sh']} - {g['pt']} + r * {g['dh']};",
-              f"      if (ih < 0 || ih >= {g['h']}) {{ for (int64_t j = 0; j < n; ++j) d[q + j] = zp4; }}",
+              f"      if (ih < 0 || ih >= {g['h']}) {{ for (int64_t j = 0; j < n; ++j) XP(k4, q + j) = zp4; }}",
               "      else {",
               f"        const uint8_t *r0 = ch[0] + ih * {g['w']}, *r1 = ch[1] + ih * {g['w']}, "
               f"*r2 = ch[2] + ih * {g['w']}, *r3 = ch[3] + ih * {g['w']};",
               f"        const int64_t iw0 = ow0 * {g['sw']} - {g['pl']} + s * {g['dw']};",
               "        for (int64_t j = 0; j < n; ++j) {",
               f"          const int64_t iw = iw0 + j * {g['sw']};",
-              f"          d[q + j] = (iw >= 0 && iw < {g['w']}) ? (((uint32_t)r0[iw] | "
+              f"          XP(k4, q + j) = (iw >= 0 && iw < {g['w']}) ? (((uint32_t)r0[iw] | "
               f"(uint32_t)r1[iw] << 8 | (uint32_t)r2[iw] << 16 | (uint32_t)r3[iw] << 24){x4}) : zp4;",
               "        }",
               "      }",
               "      q += n; pp += n;",
               "    }",
-              f"    for (; q < {PT}; ++q) d[q] = 0;",
+              f"    for (; q < {PT}; ++q) XP(k4, q) = 0;",
               "  }"]
     return L
 
@@ -131,7 +140,8 @@ def _scalar_body(g: dict) -> list[str]:
         "    for (int64_t q = 0; q < np_; ++q) {",
         "      int32_t acc = 0;",
         f"      for (int64_t k4 = 0; k4 < {K4}; ++k4)",
-        "        for (int t = 0; t < 4; ++t) acc += (int32_t)xp[k4][q][t] * (int32_t)wr[k4 * 4 + t];",
+        "        for (int t = 0; t < 4; ++t) acc += (int32_t)(uint8_t)(XP(k4, q) >> (8 * t)) * "
+        "(int32_t)wr[k4 * 4 + t];",
         "      float f = (float)(acc + bias[co]) * mult[co];",
         f"      f = f < -{FMAX}f ? -{FMAX}f : (f > {FMAX}f ? {FMAX}f : f);",
         f"      int32_t v = (int32_t)nearbyintf(f) + {g['y_zp']};",
@@ -152,7 +162,7 @@ def _vnni_block(g: dict, mr: int, nv: int) -> list[str]:
              + ";")
     L.append(f"      for (int64_t k4 = 0; k4 < {K4}; ++k4) {{")
     for j in range(nv):
-        L.append(f"        const __m512i x{j} = _mm512_load_si512((const void*)&xp[k4][q0 + {16 * j}][0]);")
+        L.append(f"        const __m512i x{j} = _mm512_load_si512((const void*)&XP(k4, q0 + {16 * j}));")
     for i in range(mr):
         L.append(f"        {{ const __m512i w = _mm512_set1_epi32(*(const int32_t*)"
                  f"(W + (co + {i}) * {g['kp']} + k4 * 4));")
@@ -211,7 +221,7 @@ def _gen(isa: str, in_dtype: str):
         g = _params(key_tail)
         L = _head(name, in_dtype, g)
         L += _vnni_body(g) if isa == "avx512vnni" else _scalar_body(g)
-        L.append("}")
+        L += ["}", "#undef XP"]
         inc = "#include <immintrin.h>\n" if isa == "avx512vnni" else ""
         return inc + "#include <math.h>\n" + "\n".join(L) + "\n"
     return gen

@@ -105,8 +105,8 @@ def _quantize_compute(inputs, attrs, out_types):
 
     def f(*i):
         v = te.round(x[i] / _param_load(s, i, ax)) + te.cast("float32", _param_load(z, i, ax))
-        v = te.select(te.lt(v, te.const(float(lo), "float32")), te.const(float(lo), "float32"), v)
-        v = te.select(te.gt(v, te.const(float(hi), "float32")), te.const(float(hi), "float32"), v)
+        # max/min rather than selects: the expression of v is printed once, not four times
+        v = te.minimum(te.maximum(v, te.const(float(lo), "float32")), te.const(float(hi), "float32"))
         return te.cast(out, v)
     return [te.compute(out_types[0].shape, f, name="q")]
 

@@ -18,6 +18,8 @@ from . import frontend  # noqa: F401,E402
 
 __version__ = "0.1.0"
 
+from .quant import quantize  # noqa: F401,E402  (post-training int8 quantization)
+
 
 def __getattr__(name):
     # ember.npu (the NPU target, docs/npu.md) is imported on first use only.

@@ -138,8 +138,10 @@ def cmd_compile(args) -> int:
     ctx, timing = _pass_context(args)
     t0 = time.perf_counter()
     with ctx, records_context(args.records) as tuned:
+        qkw = {} if not getattr(args, "quantize", None) else dict(
+            quantize=args.quantize, calibration=args.calibration, calibrate=args.calibrate)
         model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
-                              executor="static")
+                              executor="static", **qkw)
     dt = time.perf_counter() - t0
     if tuned is not None:
         print(_records_note(args.records, tuned, model.target))
@@ -154,6 +156,38 @@ def cmd_compile(args) -> int:
     i = model.info
     print(f"compiled {args.model} for {model.target} in {dt:.2f} s: {i['num_kernels']} kernels "
           f"({i['num_unique_kernels']} unique), arena {i['arena_bytes'] / 2**20:.1f} MiB")
+    print(f"wrote {out}")
+    return 0
+
+
+def _calibration_args(p, required: bool) -> None:
+    p.add_argument("--calibration", required=required, metavar="FILE.npz|DIR",
+                   help="calibration inputs: an .npz of arrays named by the inputs with a "
+                   "leading sample axis, or a directory of one-feed .npz files")
+    p.add_argument("--calibrate", choices=["minmax", "percentile", "entropy"],
+                   default="minmax", help="activation range observer (default minmax)")
+
+
+def cmd_quantize(args) -> int:
+    """``ember quantize MODEL --calibration FILE.npz|DIR [-o OUT]``: post-training int8
+    quantization (``ember.quantize``) written as a QDQ ONNX model that onnxruntime also runs;
+    prints the layers quantized, those left in float32 and the weight sizes. Returns 0.
+
+    Raises:
+        InputError: bad calibration data or ``-o`` naming the input model;
+        QuantizationError: nothing to quantize."""
+    import onnx
+    from .quant.onnx_qdq import quantize_onnx
+    out = args.output or os.path.splitext(args.model)[0] + ".int8.onnx"
+    if os.path.exists(out) and os.path.exists(args.model) and os.path.samefile(out, args.model):
+        raise InputError(f"-o {out!r} is the input model itself; choose another output path")
+    proto, rep = quantize_onnx(args.model, args.calibration, args.calibrate,
+                               not args.per_tensor, args.skip or (), args.target)
+    onnx.save(proto, out)
+    wb = rep["weight_bytes"]
+    print(f"quantized {len(rep['layers'])} layer(s) on {rep['num_feeds']} calibration feed(s) "
+          f"({rep['method']}); float32: {rep['float_ops'] or 'none'}; weights "
+          f"{wb['float32'] / 2**20:.2f} MiB -> {wb['quantized'] / 2**20:.2f} MiB")
     print(f"wrote {out}")
     return 0
 
@@ -417,7 +451,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--records", metavar="FILE", help="apply the best schedules of a tuning log")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after every pass")
     c.add_argument("--pass-times", action="store_true", help="print time spent in each pass")
+    c.add_argument("--quantize", choices=["int8"], help="post-training quantization first "
+                   "(needs --calibration; docs/quantization.md)")
+    _calibration_args(c, required=False)
     c.set_defaults(fn=cmd_compile)
+
+    q = sub.add_parser("quantize", help="quantize an ONNX model to int8 (QDQ ONNX) with a "
+                       "calibration set")
+    q.add_argument("model")
+    q.add_argument("-o", "--output", help="QDQ model path (default: MODEL.int8.onnx)")
+    q.add_argument("--target", default="llvm", help="the target calibration runs on")
+    q.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor "
+                   "instead of per output channel")
+    q.add_argument("--skip", action="append", metavar="VALUE", help="keep the layer whose "
+                   "output is VALUE in float32 (repeatable)")
+    _calibration_args(q, required=True)
+    q.set_defaults(fn=cmd_quantize)
 
     g = sub.add_parser("graph", help="draw a model's graph after (or before) the graph passes")
     g.add_argument("model")

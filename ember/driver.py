@@ -317,7 +317,9 @@ EXECUTORS = ("auto", "static", "staged")
 
 
 def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public verb
-            shapes: Mapping[str, Sequence[int]] | None = None, executor: str = "auto"):
+            shapes: Mapping[str, Sequence[int]] | None = None, executor: str = "auto", *,
+            quantize: str | None = None, calibration=None, calibrate: str = "minmax",
+            per_channel: bool = True, skip: Sequence[str] = ()):
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) to a runnable model.
 
     Example::
@@ -338,12 +340,22 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
       - ``"auto"`` (default): static when possible, else staged (``info["executor"]`` says
         which, and why).
 
+    ``quantize="int8"`` with ``calibration`` (input dicts, or an ``.npz`` file / directory):
+    post-training quantization first (``ember.quantize``, the same keywords ``calibrate``,
+    ``per_channel``, ``skip``), then int8 kernels; ``info["quantization"]`` reports it
+    (``ember.quant.onnx_qdq.compile_quantized``, docs/quantization.md). Static executor only.
+
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError;
-        ValueError for an unknown ``executor``.
+        ValueError for an unknown ``executor``; QuantizationError / InputError for
+        quantization (see ``ember.quantize``).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if quantize is not None:
+        from .quant.onnx_qdq import compile_quantized
+        return compile_quantized(model, target, shapes, quantize, calibration, calibrate,
+                                 per_channel, skip)
     if executor == "static":
         return _compile_static(model, target, shapes)
     if executor == "staged":

@@ -163,3 +163,8 @@ class ShardingError(EmberError):
 class DeviceError(EmberError):
     """A compute device (a WebGPU adapter) is missing, or cannot hold or run a model: the
     message names the device, the kernel or tensor, the limit, and how to get a device."""
+
+
+class QuantizationError(EmberError):
+    """Post-training quantization cannot proceed: nothing to quantize, an unknown ``dtype`` or
+    calibration method, or a calibration value that becomes NaN/inf (``ember.quantize``)."""

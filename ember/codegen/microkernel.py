@@ -282,3 +282,4 @@ def registered() -> list[tuple[str, str, str]]:
 
 
 from . import microkernel_dwconv  # noqa: E402,F401 - registers the dwconv family
+from . import microkernel_qconv  # noqa: E402,F401 - registers the int8 qconv family

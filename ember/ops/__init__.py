@@ -13,3 +13,4 @@ from . import winograd  # noqa: F401,E402  (Winograd transforms of 3x3 convoluti
 from . import inverted_residual  # noqa: F401,E402  (MobileNetV2 block as one kernel)
 from . import transformer  # noqa: F401,E402  (attention, RMS/group norm, rotary, SwiGLU)
 from . import collective  # noqa: F401,E402  (dist.* communication operators)
+from . import qnn, qnn_conv  # noqa: F401,E402  (the QDQ form and the int8 convolution)

@@ -20,7 +20,8 @@ CPU_KINDS = {"llvm", "cpu", "c"}
 
 
 _MACROS = {"__AVX512F__": "avx512f", "__AVX2__": "avx2", "__FMA__": "fma", "__AVX__": "avx",
-           "__SSE4_2__": "sse4.2", "__AVX512BW__": "avx512bw", "__AVX512VL__": "avx512vl"}
+           "__SSE4_2__": "sse4.2", "__AVX512BW__": "avx512bw", "__AVX512VL__": "avx512vl",
+           "__AVX512VNNI__": "avx512vnni", "__AVX512BF16__": "avx512bf16"}
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,6 +46,23 @@ def _qparams(node):
     return node.attr("axis", 1), node.attr("block_size", 0) or 0
 
 
+def _qdq_form(x, scale, zp, block) -> bool:
+    """Whether a Q/DQ node has the form of ``ember.ops.qnn`` (float32 scale per tensor or per
+    axis, no blocks, a zero point of the quantized type or none)."""
+    if block or scale.type.dtype != "float32" or scale.type.ndim > 1:
+        return False
+    if scale.type.ndim == 1 and scale.type.size > 1 and x.type.ndim == 0:
+        return False
+    return zp is None or (zp.type.shape == scale.type.shape)
+
+
+def _zero_point(ctx, zp, scale, dtype: str):
+    """``zp``, or a zero of ``dtype`` shaped like ``scale`` when the node has none."""
+    if zp is not None:
+        return zp
+    return ctx.const(np.zeros(scale.type.shape, dtype))
+
+
 @converter("DequantizeLinear", since=10)
 def dequantize_linear(ctx, node):
     """ONNX DequantizeLinear-10+: ``(x - zero_point) * scale`` computed in float32 (per tensor, per
@@ -58,6 +75,12 @@ def dequantize_linear(ctx, node):
     x, scale, zp = node.input(0), node.input(1), node.input(2)
     axis, block = _qparams(node)
     shp = x.type.shape
+    out = node.attr("output_dtype")
+    if x.type.dtype in ("int8", "uint8", "int32") and _qdq_form(x, scale, zp, block) and \
+            (not out or onnx_dtype(out, "DequantizeLinear output_dtype: ") == "float32"):
+        # the QDQ graph form (ember.ops.qnn); not folded, so that realize_qnn sees the weights
+        return [ctx.call("qnn.dequantize", [x, scale, _zero_point(ctx, zp, scale, x.type.dtype)],
+                         {"axis": axis}, fold=False)]
     s = broadcast_param(ctx, scale, shp, axis, block, "x_scale")
     dx = _f32(ctx, x)
     if zp is not None and x.type.dtype not in FLOAT8 + ("float4_e2m1fn",):
@@ -108,6 +131,10 @@ def quantize_linear(ctx, node):
     out = zp.type.dtype if zp is not None else (
         onnx_dtype(node.attr("output_dtype"), "QuantizeLinear output_dtype: ")
         if node.attr("output_dtype") else "uint8")
+    if out in ("int8", "uint8") and x.type.dtype == "float32" and \
+            _qdq_form(x, scale, zp, block) and not node.attr("precision"):
+        return [ctx.call("qnn.quantize", [x, scale, _zero_point(ctx, zp, scale, out)],
+                         {"axis": axis, "out_dtype": out})]
     s = broadcast_param(ctx, scale, shp, axis, block, "y_scale")
     prec = node.attr("precision")
     if prec:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..ir import IRModule
 from .pass_manager import PassContext, Sequential, get_pass, _PASSES
 
-# level: 0 InferType | 1 SimplifyInference SimplifyExpr FuseLayerNorm FoldExplicitPadding
+# level: 0 InferType | 1 SimplifyInference RealizeQnn SimplifyExpr FuseLayerNorm FoldExplicitPadding
 # EliminateDeadCode FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout
 # FuseInvertedResidual WinogradConv | 3
 # EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
@@ -21,6 +21,7 @@ PIPELINES: dict[str, list[str]] = {
         "InferType",
         "DynamicToStatic",
         "SimplifyInference",
+        "RealizeQnn",
         "FoldConstant",
         "SimplifyExpr",
         "FuseLayerNorm",

@@ -23,13 +23,14 @@ from .generic import generic_rule
 from .gpu import gpu_fallback_rule, gpu_row_reduction_rule
 from .inverted_residual import inverted_residual_rule
 from .pooling import pooling_rule
+from .qnn import qnn_rule
 from .row_reduction import row_reduction_rule
 from .winograd import winograd_rule
 
 ScheduleRule = Callable[[PrimFunc, Target], "Schedule | None"]
 
 RULES: dict[str, list] = {
-    "llvm": [attention_rule, inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule,
+    "llvm": [qnn_rule, attention_rule, inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule,
              row_reduction_rule, generic_rule],
     # GPU targets: docs/gpu.md, "Writing a GPU rule"
     "webgpu": [gpu_row_reduction_rule, gpu_fallback_rule],

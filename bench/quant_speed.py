@@ -1,0 +1,132 @@
+"""int8 ResNet-50 in ember: onnxruntime's ``quantize_static`` QDQ model (per-channel, QInt8
+weights, QUInt8 activations) run by ember's int8 kernels, against onnxruntime's own int8 run
+(agreement in output quantization steps) and timed interleaved (2 threads, batch 1): ember
+int8 vs ember fp32 vs onnxruntime int8 (vs onnxruntime fp32 for reference).
+
+Usage: ``python bench/quant_speed.py [--threads 2] [--rounds 15] [--calibration 8]``; writes
+``bench/results/quant_speed.json``. The model is ember.zoo's light ResNet-50 with seeded
+random weights; the calibration inputs are seeded random images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from quant_common import ort_quantize_static, write_result  # noqa: E402
+
+
+def modern(model):
+    """``model`` as IR 7 / opset 13 (what onnxruntime's quantizer converts to; the bundled
+    model's IR 3 lists only some initializers as inputs, which the converter rejects)."""
+    import onnx
+    from onnx import version_converter
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.ir_version = 7
+    inits = {i.name for i in m.graph.initializer}
+    keep = [i for i in m.graph.input if i.name not in inits]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    return version_converter.convert_version(m, 13)
+
+
+def output_step(path: str) -> float | None:
+    """Scale of the DequantizeLinear that makes the graph output, if it is one."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(path)
+    out = m.graph.output[0].name
+    node = next((n for n in m.graph.node if out in n.output), None)
+    if node is None or node.op_type != "DequantizeLinear":
+        return None
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    return float(inits[node.input[1]])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calibration", type=int, default=8)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "quant_speed.json"))
+    args = ap.parse_args(argv)
+
+    import onnx
+    import onnxruntime as ort
+    import ember
+    from ember.zoo import default_model_input, randomized_light_model
+
+    model = modern(randomized_light_model("resnet50", seed=0))
+    x = default_model_input(model)
+    name = next(iter(x))
+    rng = np.random.default_rng(1)
+    cal = [{name: rng.uniform(0, 1, x[name].shape).astype(np.float32)}
+           for _ in range(args.calibration)]
+    tmp = tempfile.mkdtemp()
+    fp32_path, qdq_path = os.path.join(tmp, "r50.onnx"), os.path.join(tmp, "r50.qdq.onnx")
+    onnx.save(model, fp32_path)
+    t0 = time.perf_counter()
+    ort_quantize_static(fp32_path, qdq_path, cal, per_channel=True, pre_process=True)
+    t_q = time.perf_counter() - t0
+    target = f"llvm -num-threads={args.threads}"
+    t0 = time.perf_counter()
+    e_int8 = ember.compile(qdq_path, target=target)
+    t_c8 = time.perf_counter() - t0
+    e_fp32 = ember.compile(fp32_path, target=target)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    o_int8 = ort.InferenceSession(qdq_path, so, providers=["CPUExecutionProvider"])
+    o_fp32 = ort.InferenceSession(fp32_path, so, providers=["CPUExecutionProvider"])
+    n_int8 = sum(1 for s in e_int8.plan["steps"] if s.get("op") == "qnn.conv2d")
+
+    y8 = e_int8.run(x)[0]
+    r8 = o_int8.run(None, x)[0]
+    yf = o_fp32.run(None, x)[0]
+    step = output_step(qdq_path)
+    diff = np.abs(y8.astype(np.float64) - r8)
+    agree = {"max_abs_diff": float(diff.max()), "output_step": step,
+             "max_diff_in_steps": float(diff.max() / step) if step else None,
+             "frac_within_one_step": float(np.mean(diff <= step * 1.001)) if step else None,
+             "top1_equal_ort_int8": bool(np.argmax(y8) == np.argmax(r8)),
+             "ember_int8_vs_fp32_max_abs": float(np.abs(y8 - yf).max()),
+             "fp32_output_max_abs": float(np.abs(yf).max())}
+
+    runs = {"ember_int8": lambda: e_int8.run(x), "ember_fp32": lambda: e_fp32.run(x),
+            "ort_int8": lambda: o_int8.run(None, x), "ort_fp32": lambda: o_fp32.run(None, x)}
+    for f in runs.values():  # warm up
+        f()
+        f()
+    times = {k: [] for k in runs}
+    for _ in range(args.rounds):  # interleaved: machine noise hits all alike
+        for k, f in runs.items():
+            t = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t)
+    med = {k: float(np.median(v) * 1e3) for k, v in times.items()}
+    ratios = [a / b for a, b in zip(times["ember_int8"], times["ember_fp32"])]
+    res = {"model": "ember.zoo light resnet50 (seeded random weights), onnxruntime "
+                    "quantize_static QDQ per-channel s8 weights / u8 activations",
+           "threads": args.threads, "batch": 1, "rounds": args.rounds,
+           "calibration_inputs": args.calibration, "int8_kernels": n_int8,
+           "median_ms": med,
+           "ember_int8_over_ember_fp32_median_of_pairs": float(np.median(ratios)),
+           "ember_int8_over_ort_int8": med["ember_int8"] / med["ort_int8"],
+           "agreement_with_ort_int8": agree, "ort_quantize_s": t_q,
+           "ember_int8_compile_s": t_c8, "onnxruntime": ort.__version__,
+           "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    write_result(res, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

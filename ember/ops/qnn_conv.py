@@ -1,0 +1,231 @@
+"""``qnn.conv2d``: an int8 convolution or dense layer with requantization, the CPU's lowering of
+``dequantize -> nn.conv / nn.dense / matmul (+ bias) [-> relu] -> quantize`` (made by
+``ember.graph.passes.realize_qnn``).
+
+Inputs:
+    x: ``(N, C, H, W)`` (``layout="nchw"``) or ``(M, C)`` (``layout="rows"``, a dense layer:
+        ``H = W = KH = KW = 1``), ``uint8`` or ``int8``, with zero point ``x_zp``.
+    w: ``(Cout, Kp)`` int8, ``Kp = KH * KW * C4``, the weights in tap-major order ``k = (kh *
+        KW + kw) * C4 + c`` with the channels zero-padded to ``C4`` (``C`` rounded up to a
+        multiple of 4, so four channels of one tap fill one ``vpdpbusd`` lane): packed once at
+        compile time (``pack_weight``). Symmetric (weight zero point 0).
+    bias: ``(Cout,)`` int32: ``round(b / (x_scale * w_scale)) - x_zp_u * sum_k w[co, k]`` (the
+        zero-point correction folded in; ``x_zp_u`` is ``x_zp`` in the unsigned domain, +128
+        for an int8 input).
+    mult: ``(Cout,)`` float32: ``x_scale * w_scale[co] / y_scale``.
+
+Output: ``(N, Cout, OH, OW)`` or ``(M, Cout)``, ``out_dtype`` (``uint8``/``int8``):
+``clamp(round_half_even(float32(acc + bias) * mult) + y_zp, lo, hi)`` with ``acc`` the exact
+int32 sum of ``(x_u - 0) * w`` over the padded window (padding reads the zero point), ``lo``,
+``hi`` the output dtype's range narrowed by a fused ReLU (``lo = y_zp``). This is ONNX
+QLinearConv's arithmetic with the requantization in float32 (as onnxruntime's MLAS does).
+
+The kernel (``ember.codegen.microkernel_qconv``): a parallel loop over tasks (image x pixel tile
+x channel chunk), each one ``qconv`` micro-kernel call: ``vpdpbusd`` on AVX-512 VNNI, else
+portable scalar C with bit-identical results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import astuple, dataclass, fields, replace
+
+import numpy as np
+
+from ..errors import ShapeMismatchError
+from ..graph.ir import TensorType
+from .imperative import imperative_kernel
+from .qnn import QDTYPES
+from .registry import OpPattern, register_op
+
+OP = "qnn.conv2d"
+PANEL_BYTES = 256 * 1024  # largest per-task im2col panel (on the kernel's stack)
+MAX_K = 65792  # 255 * 128 * K must fit int32
+MAX_TILE_PIXELS = 256
+MIN_TASKS = 8  # per image: work for the threads of a small image (ResNet's 7x7 stage)
+
+
+@dataclass(frozen=True)
+class QConvGeometry:
+    """The compile-time constants of one ``qnn.conv2d`` kernel (the ``qconv`` micro-kernel key;
+    see ``ember.codegen.microkernel_qconv``)."""
+
+    layout: str
+    c: int
+    h: int
+    w: int
+    cout: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    dh: int
+    dw: int
+    oh: int
+    ow: int
+    kp: int
+    x_zp: int
+    y_zp: int
+    lo: int
+    hi: int
+    out_dtype: str
+    pt_pixels: int = 32
+    cc: int = 64
+    mr: int = 8
+    nv: int = 2
+
+    @property
+    def n_tasks_per_image(self) -> int:
+        return -(-(self.oh * self.ow) // self.pt_pixels) * -(-self.cout // self.cc)
+
+
+def geometry(types, attrs) -> tuple[int, QConvGeometry]:
+    """``(batch, QConvGeometry)`` of inputs ``types`` and ``attrs``.
+
+    Raises:
+        ShapeMismatchError: shapes/dtypes that do not fit the module doc."""
+    x, w, b, m = types
+    layout = attrs["layout"]
+    if x.dtype not in QDTYPES or w.dtype != "int8" or b.dtype != "int32" or m.dtype != "float32":
+        raise ShapeMismatchError(f"{OP}: x must be uint8/int8, w int8, bias int32, mult float32; "
+                                 f"got {x.dtype}, {w.dtype}, {b.dtype}, {m.dtype}")
+    kh, kw = attrs["kernel"]
+    if layout == "nchw":
+        if x.ndim != 4:
+            raise ShapeMismatchError(f"{OP}: x must be (N, C, H, W), got {x.shape}")
+        n, c, h, wd = x.shape
+    elif layout == "rows":
+        if x.ndim != 2 or (kh, kw) != (1, 1):
+            raise ShapeMismatchError(f"{OP}: layout rows needs x (M, C) and a 1x1 kernel")
+        n, c, h, wd = 1, x.shape[1], 1, 1
+    else:
+        raise ShapeMismatchError(f"{OP}: layout must be nchw or rows, got {layout!r}")
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    dh, dw = attrs["dilations"]
+    k = c * kh * kw
+    kp = kh * kw * (-(-c // 4) * 4)
+    if w.ndim != 2 or tuple(w.shape) != (w.shape[0], kp) or tuple(b.shape) != (w.shape[0],) or \
+            tuple(m.shape) != (w.shape[0],):
+        raise ShapeMismatchError(f"{OP}: w must be (Cout, {kp}), bias and mult (Cout,); got "
+                                 f"{w.shape}, {b.shape}, {m.shape}")
+    if k > MAX_K:
+        raise ShapeMismatchError(f"{OP}: reduction of {k} elements may overflow int32 "
+                                 f"(at most {MAX_K})")
+    if layout == "rows":
+        oh, ow = x.shape[0], 1
+    else:
+        oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ShapeMismatchError(f"{OP}: the window does not fit {x.shape}")
+    out = attrs["out_dtype"]
+    if out not in QDTYPES:
+        raise ShapeMismatchError(f"{OP}: out_dtype must be int8/uint8, got {out}")
+    qlo, qhi = QDTYPES[out]
+    lo, hi = max(qlo, int(attrs["lo"])), min(qhi, int(attrs["hi"]))
+    g = QConvGeometry(layout, c, h, wd, w.shape[0], kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, kp,
+                      int(attrs["x_zp"]), int(attrs["y_zp"]), lo, hi, out)
+    return n, _tile(g)
+
+
+def pack_weight(w: np.ndarray) -> np.ndarray:
+    """ONNX-order weights ``(Cout, C, KH, KW)`` (or ``(Cout, C)``) int8 as ``qnn.conv2d``'s
+    ``(Cout, KH * KW * C4)`` tap-major, channel-padded layout (the module doc)."""
+    if w.ndim == 2:
+        w = w[:, :, None, None]
+    cout, c, kh, kw = w.shape
+    out = np.zeros((cout, kh, kw, -(-c // 4) * 4), np.int8)
+    out[..., :c] = w.transpose(0, 2, 3, 1)
+    return out.reshape(cout, -1)
+
+
+def _tile(g: QConvGeometry) -> QConvGeometry:
+    """Pixel-tile and channel-chunk sizes: the panel fits ``PANEL_BYTES`` (at most
+    ``MAX_TILE_PIXELS``); channels are chunked (multiples of ``mr``) only as far as needed to
+    give ``MIN_TASKS`` tasks, since every chunk packs the tile's panel again."""
+    step = 16 * g.nv
+    p = g.oh * g.ow
+    cap = max(step, (PANEL_BYTES // g.kp) // step * step)
+    pt = min(-(-p // step) * step, cap, MAX_TILE_PIXELS)
+    tiles = -(-p // pt)
+    chunks = max(1, min(-(-MIN_TASKS // tiles), -(-g.cout // g.mr)))
+    cc = -(-(-(-g.cout // chunks)) // g.mr) * g.mr
+    return replace(g, pt_pixels=pt, cc=cc)
+
+
+def _infer(types, attrs):
+    n, g = geometry(types, attrs)
+    if g.layout == "rows":
+        return [TensorType((g.oh, g.cout), g.out_dtype)]
+    return [TensorType((n, g.cout, g.oh, g.ow), g.out_dtype)]
+
+
+def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
+                    attrs: dict) -> np.ndarray:
+    """The integer NumPy reference of ``qnn.conv2d`` (int64 sums, float32 requantization,
+    ``np.rint``: round half to even)."""
+    n, g = geometry([TensorType(a.shape, str(a.dtype)) for a in (x, w, bias, mult)], attrs)
+    shift = 128 if x.dtype == np.int8 else 0
+    xu = x.astype(np.int64) + shift
+    zp = g.x_zp + shift
+    c4 = g.kp // (g.kh * g.kw)
+    if g.layout == "rows":
+        cols = np.zeros((1, xu.shape[0], c4), np.int64)
+        cols[0, :, :g.c] = xu  # (1, M, C4)
+    else:
+        xp = np.pad(xu, ((0, 0), (0, 0), (g.pt, g.dh * (g.kh - 1) + g.sh * g.oh),
+                         (g.pl, g.dw * (g.kw - 1) + g.sw * g.ow)), constant_values=zp)
+        cols = np.zeros((n, g.oh * g.ow, g.kh, g.kw, c4), np.int64)
+        for r in range(g.kh):
+            for s in range(g.kw):
+                win = xp[:, :, r * g.dh:r * g.dh + g.sh * g.oh:g.sh,
+                         s * g.dw:s * g.dw + g.sw * g.ow:g.sw]  # (n, C, OH, OW)
+                cols[:, :, r, s, :g.c] = win.reshape(n, g.c, -1).transpose(0, 2, 1)
+        cols = cols.reshape(n, g.oh * g.ow, g.kp)
+    acc = cols @ w.astype(np.int64).T + bias.astype(np.int64)  # (n, P, Cout)
+    f = acc.astype(np.int32).astype(np.float32) * mult.astype(np.float32)
+    v = np.rint(np.clip(f, -1e9, 1e9)).astype(np.int64) + g.y_zp
+    y = np.clip(v, g.lo, g.hi).astype(g.out_dtype)
+    if g.layout == "rows":
+        return y[0]
+    return y.transpose(0, 2, 1).reshape(n, g.cout, g.oh, g.ow)
+
+
+def qconv_body(n: int, g: QConvGeometry, in_dtype: str, params, isa: str):
+    """The kernel body: a parallel loop over ``n * tasks`` ``qconv`` micro-kernel calls."""
+    from ..tir.expr import AddressOf, Const, Var
+    from ..tir.stmt import For, KernelCall
+    x, w, b, m, y = params
+    t = Var("task")
+    zero = lambda buf: AddressOf(buf, [Const(0, "int64")] * len(buf.shape))  # noqa: E731
+    key = ("qconv", isa, in_dtype) + astuple(g)
+    name = f"qconv_{isa}_{in_dtype}_" + hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+    call = KernelCall(name, [zero(y), zero(x), zero(w), zero(b), zero(m), t], key,
+                      reads=[x, w, b, m], writes=[y])
+    total = n * g.n_tasks_per_image
+    return For(t, total, call, "parallel" if total > 1 else "serial")
+
+
+def _compute(inputs, attrs, out_types):
+    n, g = geometry([TensorType(tuple(t.shape), t.dtype) for t in inputs], attrs)
+
+    def body(k):
+        return qconv_body(n, g, inputs[0].dtype, k.params + k.outputs, "scalar")
+    f = imperative_kernel(inputs, out_types, body, "qconv")
+    f.attrs["qconv"] = {"n": n, "in_dtype": inputs[0].dtype,
+                        **{fl.name: getattr(g, fl.name) for fl in fields(g)}}
+    f.attrs["flops"] = 2 * n * g.oh * g.ow * g.cout * g.c * g.kh * g.kw
+    return [f]
+
+
+register_op(OP, infer_type=_infer,
+            reference=lambda xs, a: [qconv_reference(*xs, a)], compute=_compute,
+            pattern=OpPattern.OPAQUE, num_inputs=(4, 4),
+            attrs={"layout": "nchw", "kernel": (1, 1), "strides": (1, 1), "pads": (0, 0, 0, 0),
+                   "dilations": (1, 1), "x_zp": 0, "y_zp": 0, "lo": -128, "hi": 255,
+                   "out_dtype": "uint8"},
+            doc="int8 convolution / dense layer u8|s8 x s8 -> s32 with the requantization "
+                "(bias, scale, round half even, ReLU, saturation) fused; see ember.ops.qnn_conv")

@@ -1,0 +1,233 @@
+"""The int8 path end to end: onnxruntime ``quantize_static`` QDQ models imported into the QDQ
+graph form and lowered to int8 kernels (against onnxruntime's own int8 execution), ember's
+post-training quantization (``ember.quantize``, ``ember.compile(quantize="int8")``, the QDQ ONNX
+writer and ``ember quantize``), the calibration observers, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.errors import InputError, QuantizationError
+from ember.frontend.onnx import from_onnx
+from ember.quant import observers as O
+from ember.quant import quantize_with_report
+from ember.quant.onnx_qdq import quantize_onnx
+
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+SHAPE = (1, 3, 15, 15)
+
+
+def small_cnn(opset: int = 13) -> onnx.ModelProto:
+    """conv+relu -> conv(stride 2)+relu -> conv + residual add + relu -> global pool -> gemm."""
+    rng = np.random.default_rng(0)
+
+    def init(name, a):
+        return numpy_helper.from_array(a.astype(np.float32), name)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c3", "r2"], ["a3"]),
+             helper.make_node("Relu", ["a3"], ["r3"]),
+             helper.make_node("GlobalAveragePool", ["r3"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1)]
+    inits = [init("w1", rng.normal(0, .3, (16, 3, 3, 3))), init("b1", rng.normal(0, .1, 16)),
+             init("w2", rng.normal(0, .1, (24, 16, 3, 3))), init("b2", rng.normal(0, .1, 24)),
+             init("w3", rng.normal(0, .1, (24, 24, 3, 3))), init("b3", rng.normal(0, .1, 24)),
+             init("wf", rng.normal(0, .2, (10, 24))), init("bf", rng.normal(0, .1, 10))]
+    g = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         list(SHAPE))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def feeds(n, seed=1):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.normal(0, 1, SHAPE).astype(np.float32)} for _ in range(n)]
+
+
+def ort_qdq(tmp_path, activation="QUInt8", per_channel=True):
+    q = quantization
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.qdq.onnx"
+    onnx.save(small_cnn(), src)
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds(8))
+
+        def get_next(self):
+            return next(self.it, None)
+    q.quantize_static(str(src), str(dst), Reader(), quant_format=q.QuantFormat.QDQ,
+                      per_channel=per_channel, activation_type=getattr(q.QuantType, activation),
+                      weight_type=q.QuantType.QInt8)
+    return str(dst)
+
+
+def ort_run(path, x):
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return s.run(None, x)[0]
+
+
+def output_step(path) -> float:
+    """The scale of the QuantizeLinear that makes the graph's output."""
+    m = onnx.load(path)
+    out = m.graph.output[0].name
+    dq = next(n for n in m.graph.node if out in n.output)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    return float(inits[dq.input[1]])
+
+
+def int8_steps(compiled) -> int:
+    return sum(1 for s in compiled.plan["steps"] if s.get("op") == "qnn.conv2d")
+
+
+@pytest.mark.parametrize("activation,per_channel", [("QUInt8", True), ("QInt8", True),
+                                                    ("QUInt8", False)])
+def test_onnxruntime_qdq_model_runs_on_int8_kernels(tmp_path, activation, per_channel):
+    path = ort_qdq(tmp_path, activation, per_channel)
+    step = output_step(path)
+    native = ember.compile(path)
+    scalar = ember.compile(path, target="llvm -isa=scalar")
+    assert int8_steps(native) == 4 and int8_steps(scalar) == 4  # 3 conv + gemm
+    for x in feeds(3, seed=9):
+        want = ort_run(path, x)
+        got = native.run(x)[0]
+        assert np.abs(got - want).max() <= step * 1.001  # within one quantization step
+        np.testing.assert_array_equal(scalar.run(x)[0], got)  # scalar path bit-identical
+
+
+def test_unlowerable_qdq_chain_stays_float_and_correct(tmp_path):
+    """A weight zero point other than 0 keeps the QDQ form (computed in float32)."""
+    path = ort_qdq(tmp_path)
+    m = onnx.load(path)
+    for i in m.graph.initializer:  # give the first conv's weights a zero point of 1
+        if i.name.startswith("w1") and i.name.endswith("zero_point"):
+            z = numpy_helper.to_array(i).copy()
+            z[:] = 1
+            i.CopyFrom(numpy_helper.from_array(z, i.name))
+    p2 = str(tmp_path / "zp.onnx")
+    onnx.save(m, p2)
+    c = ember.compile(p2)
+    assert int8_steps(c) == 3
+    x = feeds(1, seed=4)[0]
+    assert np.abs(c.run(x)[0] - ort_run(p2, x)).max() <= output_step(p2) * 1.001
+
+
+@pytest.mark.parametrize("method", O.METHODS)
+def test_ember_quantize_is_close_to_float_and_onnxruntime_runs_its_qdq_model(tmp_path, method):
+    model = small_cnn()
+    mod, params = from_onnx(model)
+    cal = feeds(24)
+    qmod, qparams, rep = quantize_with_report(mod, params, cal, calibrate=method,
+                                              progress=False)
+    assert sorted(rep["layers"]) == ["c1", "c2", "c3", "y"] and rep["float_ops"] == []
+    assert rep["weight_bytes"]["quantized"] < rep["weight_bytes"]["float32"] / 3
+    ops = {b.call.op for b in qmod["main"].bindings}
+    assert {"qnn.quantize", "qnn.dequantize"} <= ops
+    compiled = ember.build(qmod, "llvm", qparams)
+    assert int8_steps(compiled) == 4
+    proto, _ = quantize_onnx(model, cal, calibrate=method, progress=False)
+    onnx.checker.check_model(proto)
+    qpath = str(tmp_path / "e.onnx")
+    onnx.save(proto, qpath)
+    ref = ember.build(mod, "llvm", dict(params))
+    for x in feeds(3, seed=11):
+        y = compiled.run(x)[0]
+        f = ref.run(x)[0]
+        assert np.abs(y - f).max() < 0.15 * np.abs(f).max()
+        assert np.abs(y - ort_run(qpath, x)).max() <= output_step(qpath) * 1.001
+
+
+def test_compile_quantize_keyword_reports(tmp_path):
+    c = ember.compile(small_cnn(), quantize="int8", calibration=feeds(8), calibrate="percentile")
+    q = c.info["quantization"]
+    assert q["int8_kernels"] == 4 and q["method"] == "percentile" and q["num_feeds"] == 8
+    lay = q["layers"]["c2"]
+    assert lay["output"] == "r2" and lay["input"] == "r1" and lay["output_scale"] > 0
+    assert lay["weight_scale_min"] <= lay["weight_scale_max"]
+
+
+def test_observers_against_numpy():
+    rng = np.random.default_rng(3)
+    chunks = [rng.normal(0, 1, 5000).astype(np.float32) for _ in range(3)]
+    chunks[1][7] = 40.0  # an outlier
+    mm, pc, en = (O.Observer(m) for m in O.METHODS)
+    for c in chunks:
+        for o in (mm, pc, en):
+            o.update(c)
+    allv = np.concatenate(chunks)
+    assert mm.range() == (float(allv.min()), float(allv.max()))
+    lo, hi = pc.range()
+    assert lo == pytest.approx(np.percentile(allv, 100 - O.PERCENTILE))
+    assert hi == pytest.approx(np.percentile(allv, O.PERCENTILE))
+    assert 2.0 < en.range()[1] < 40.0  # the outlier is clipped
+    s, z = O.affine_uint8(-1.0, 3.0)
+    assert s == np.float32(4 / 255) and z == 64
+    w = rng.normal(0, 1, (4, 3, 2, 2)).astype(np.float32)
+    sc = O.symmetric_int8(w, 0)
+    np.testing.assert_allclose(sc, np.abs(w).reshape(4, -1).max(1) / 127, rtol=1e-6)
+    assert np.abs(O.quantize_weight(w, sc, 0)).max() == 127
+
+
+def test_bad_calibration_feeds_raise_input_errors():
+    mod, params = from_onnx(small_cnn())
+    good = feeds(1)[0]["x"]
+    bad = [[{"image": good}], [{"x": good[:, :2]}], [{"x": good.astype(np.float64)}],
+           [{"x": np.where(good > 1, np.nan, good)}], [{"x": np.full(SHAPE, np.inf, np.float32)}],
+           [], [good]]
+    for cal in bad:
+        with pytest.raises(InputError):
+            ember.quantize(mod, params, cal, progress=False)
+
+
+def test_nothing_to_quantize_and_bad_options():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    mod, params = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    cal = [{"x": np.ones((1, 4), np.float32)}]
+    with pytest.raises(QuantizationError, match="nothing to quantize"):
+        ember.quantize(mod, params, cal, progress=False)
+    mod, params = from_onnx(small_cnn())
+    with pytest.raises(QuantizationError, match="nothing to quantize"):
+        ember.quantize(mod, params, feeds(1), skip=["c1", "c2", "c3", "y"], progress=False)
+    with pytest.raises(QuantizationError):
+        ember.quantize(mod, params, feeds(1), calibrate="mse", progress=False)
+    with pytest.raises(QuantizationError):
+        ember.quantize(mod, params, feeds(1), dtype="int4", progress=False)
+
+
+def test_skip_keeps_a_layer_float():
+    mod, params = from_onnx(small_cnn())
+    _, _, rep = quantize_with_report(mod, params, feeds(4), skip=["c3"], progress=False)
+    assert "c3" not in rep["layers"] and rep["float_ops"] == ["c3"]
+
+
+def test_cli_quantize_and_compile(tmp_path, capsys):
+    from ember.cli import main
+    src = tmp_path / "m.onnx"
+    onnx.save(small_cnn(), src)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "cal.npz", x=rng.normal(0, 1, (6,) + SHAPE).astype(np.float32))
+    out = tmp_path / "m.int8.onnx"
+    assert main(["quantize", str(src), "--calibration", str(tmp_path / "cal.npz"),
+                 "-o", str(out)]) == 0
+    assert "quantized 4 layer(s) on 6 calibration feed(s)" in capsys.readouterr().out
+    x = feeds(1, seed=5)[0]
+    assert ort_run(str(out), x).shape == (1, 10)
+    d = tmp_path / "cal"
+    d.mkdir()
+    for k in range(3):  # a directory of per-sample files without the batch axis
+        np.savez(d / f"{k}.npz", x=rng.normal(0, 1, SHAPE[1:]).astype(np.float32))
+    assert main(["compile", str(src), "--quantize", "int8", "--calibration", str(d),
+                 "-o", str(tmp_path / "m.ember")]) == 0
+    assert main(["quantize", str(src), "--calibration", str(tmp_path / "none.npz")]) == 2
+    assert "InputError" in capsys.readouterr().err

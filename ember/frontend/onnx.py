@@ -18,8 +18,8 @@ import onnx
 from onnx import numpy_helper
 
 from ..dtypes import np_dtype
-from ..errors import (EmberError, ModelLoadError, RuntimeValueError, ShapeMismatchError,
-                      UnsupportedOpError)
+from ..errors import (EmberError, HostValueError, ModelLoadError, RuntimeValueError,
+                      ShapeMismatchError, SymbolicShapeError, UnsupportedOpError)
 from ..graph.builder import FunctionBuilder, infer_call
 from ..graph.ir import Constant, IRModule, TensorType, Value, Var
 from ..ops import get_op
@@ -219,8 +219,13 @@ class ImportContext:
 def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str) -> TensorType:
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
-        raise UnsupportedOpError(f"graph input {vi.name!r} is not a tensor (sequence/map/optional "
-                                 f"inputs are not supported)")
+        raise HostValueError(f"graph input {vi.name!r} is not a tensor (a sequence, map or "
+                             f"optional): the static executor cannot take it; the staged "
+                             f"executor (ember.compile(..., executor='auto' or 'staged')) can")
+    if tt.elem_type == onnx.TensorProto.STRING:
+        raise HostValueError(f"graph input {vi.name!r} is a string tensor: the static executor "
+                             f"cannot take it; the staged executor (ember.compile(..., "
+                             f"executor='auto' or 'staged')) runs string operators on the host")
     dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}: ")
     if shapes and vi.name in shapes:
         given = shapes[vi.name]
@@ -241,14 +246,14 @@ def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str
                         f"fixes at {d.dim_value}; only symbolic dimensions can be set")
         return TensorType(shape, dtype)
     if not tt.HasField("shape"):
-        raise ShapeMismatchError(f"graph input {vi.name!r} has no shape: pass "
+        raise SymbolicShapeError(f"graph input {vi.name!r} has no shape: pass "
                                  f"shapes={{{vi.name!r}: (...)}}")
     dims = []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         else:
-            raise ShapeMismatchError(
+            raise SymbolicShapeError(
                 f"graph input {vi.name!r} has a symbolic dimension "
                 f"{d.dim_param or '?'!r}: pass shapes={{{vi.name!r}: (...)}} (command line: "
                 f"--shape {vi.name}=D0,D1,...) to compile it for a concrete shape")
@@ -267,8 +272,13 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
         weights; ``params`` maps weight parameter names to numpy arrays.
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError.
+
+    Model-local functions are inlined and operators that ember has no converter for but that
+    ONNX defines by a function body (schema functions, context-dependent ones) are replaced by
+    that body first (``ember.frontend.functions.expand_model``).
     """
-    m = load_model(model)
+    from .functions import expand_model
+    m = expand_model(load_model(model))
     opsets = {(o.domain or ""): o.version for o in m.opset_import}
     if "ai.onnx" in opsets:
         opsets.setdefault("", opsets["ai.onnx"])

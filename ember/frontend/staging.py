@@ -351,6 +351,43 @@ class GraphProgram:
         return model, in_names, out_names
 
 
+def _has_function_body(node: onnx.NodeProto, opset: int) -> bool:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def check_runnable(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
+    """Check that the staged executor has a way to run every node of ``graph`` (and of the
+    subgraphs of its control-flow nodes): a converter for the node's opset, a host kernel, or an
+    ONNX function body to expand. Checked when a ``StagedModel`` is made, so an operator no
+    executor can run is reported by ``ember.compile``, not at the first ``run``.
+
+    Raises:
+        UnsupportedOpError: names the first node that cannot run, its operator and opset."""
+    for node in graph.node:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        opset = opsets.get(domain, 1)
+        if domain == "" and node.op_type in CONTROL_OPS:
+            for a in node.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    check_runnable(g, opsets)
+            continue
+        if (lookup_converter(domain, node.op_type, opset) is not None
+                or lookup_host_op(domain, node.op_type) is not None
+                or _has_function_body(node, opset)):
+            continue
+        name = node.name or (node.output[0] if node.output else node.op_type)
+        raise UnsupportedOpError(
+            f"node {name!r} ({node.op_type}, opset {opset}): operator "
+            f"{(domain + '.') if domain else ''}{node.op_type} is not supported at opset "
+            f"{opset} (no native kernel, host kernel or ONNX function body)",
+            op=node.op_type, node=name, opset=opset)
+
+
 class StagedModel:
     """An ONNX model run by the staged executor (see the module doc).
 
@@ -360,15 +397,12 @@ class StagedModel:
             (``lambda mod, params: ember.build(mod, "llvm", params)``).
     Raises:
         ModelLoadError: unreadable model.
+        UnsupportedOpError: a node that no executor can run (``check_runnable``).
     """
 
     def __init__(self, model, build: Callable):
-        m = load_model(model)
-        if m.functions:
-            from onnx import inliner
-            m = inliner.inline_local_functions(m)
-        from .functions import expand_functions
-        m = expand_functions(m)
+        from .functions import expand_model
+        m = expand_model(load_model(model))
         self.model = m
         opsets = {(o.domain or ""): o.version for o in m.opset_import}
         if "ai.onnx" in opsets:
@@ -376,6 +410,7 @@ class StagedModel:
         opsets.setdefault("", 1)
         self._report: dict = {"segments": [], "host_nodes": []}
         self.info: dict = {"executor": "staged"}
+        check_runnable(m.graph, opsets)
         self.program = GraphProgram(m.graph, opsets, build, m.ir_version, self._report)
 
     @property

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..dtypes import np_dtype
+from ..dtypes import convert
 from ..errors import (EmberError, HostValueError, ModelLoadError, RuntimeValueError,
                       ShapeMismatchError, SymbolicShapeError, UnsupportedOpError)
 from ..graph.builder import FunctionBuilder, infer_call
@@ -206,7 +206,7 @@ class ImportContext:
         if fold and args and all(isinstance(a, Constant) for a in args):
             attrs_n, types = infer_call(op, args, dict(attrs or {}), where)
             outs = get_op(op).reference([a.data for a in args], attrs_n)
-            res = [Constant(np.asarray(o).astype(np_dtype(t.dtype)).reshape(t.shape))
+            res = [Constant(convert(o, t.dtype).reshape(t.shape))
                    for o, t in zip(outs, types)]
             return res[0] if len(res) == 1 else tuple(res)
         hint = (self.node.outputs[0] if self.node and self.node.outputs else op)

@@ -209,6 +209,12 @@ class ImportContext:
             res = [Constant(convert(o, t.dtype).reshape(t.shape))
                    for o, t in zip(outs, types)]
             return res[0] if len(res) == 1 else tuple(res)
+        for a in args:
+            if isinstance(a, Constant) and a.data.dtype.kind in "OUS":
+                raise HostValueError(f"{where}a string tensor reaches operator {op}: compiled "
+                                     f"kernels take numeric tensors only; the staged executor "
+                                     f"(ember.compile(..., executor='auto' or 'staged')) runs "
+                                     f"operators on strings on the host")
         hint = (self.node.outputs[0] if self.node and self.node.outputs else op)
         args = [self._materialize(a, self.const_names.get(id(a), f"{hint}_c{k}"))
                 for k, a in enumerate(args)]
@@ -350,7 +356,7 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
                 raise RuntimeValueError(msg, op=e.op or node.op_type, node=view.name,
                                         opset=opset, value_name=name,
                                         node_index=node_index) from None
-            err = type(e)(msg) if not isinstance(e, UnsupportedOpError) else UnsupportedOpError(
+            err = type(e)(msg) if not isinstance(e, UnsupportedOpError) else type(e)(
                 msg, op=e.op or node.op_type, node=view.name, opset=opset)
             raise err from None
         if not isinstance(outs, (list, tuple)):
@@ -369,7 +375,13 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
     for vi in g.output:
         if vi.name not in env:
             raise ModelLoadError(f"graph output {vi.name!r} is not produced by any node")
-        outputs.append(env[vi.name])
+        v = env[vi.name]
+        if isinstance(v, Constant) and v.data.dtype.kind in "OUS":
+            raise HostValueError(f"graph output {vi.name!r} is a string tensor: a static compiled "
+                                 f"model returns numeric tensors only; the staged executor "
+                                 f"(ember.compile(..., executor='auto' or 'staged')) returns "
+                                 f"strings")
+        outputs.append(v)
     func = ctx.fb.finish(outputs)
     names = [vi.name for vi in g.output]
     _rename_outputs(func, names)

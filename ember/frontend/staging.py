@@ -168,18 +168,25 @@ class GraphProgram:
             return True
         reg = lookup_host_op(self._domain(node), node.op_type)
         if reg is None:
-            return False
+            # no host kernel of its own: strings still go to the host (the reference kernel)
+            return self._domain(node) == "" and self._touches(node, env, ("string",))
         if reg[1] == "always":
             return True
+        return self._touches(node, env, ("string", "sequence", "optional_none", "map",
+                                         "optional", "sparse"))
+
+    def _touches(self, node, env, kinds) -> bool:
+        """True when one of ``node``'s inputs or outputs is (or is inferred to be) a value of
+        one of ``kinds`` (``value_kind`` names): no compiled kernel takes those."""
         for n in node.input:
             if not n:
                 continue
             if n in env or n in self.init_protos:
-                if value_kind(self.value(n, env)) != "tensor":
+                if value_kind(self.value(n, env)) in kinds:
                     return True
-            elif self.kinds.get(n) not in (None, "tensor"):
+            elif self.kinds.get(n) in kinds:
                 return True
-        return any(self.kinds.get(o) not in (None, "tensor") for o in node.output if o)
+        return any(self.kinds.get(o) in kinds for o in node.output if o)
 
     # running ----------------------------------------------------------------------------------
     def run(self, env: dict, outer: Mapping | None = None) -> list:
@@ -201,11 +208,15 @@ class GraphProgram:
         opset = self.opsets.get(dom, 1)
         reg = lookup_host_op(dom, node.op_type)
         where = f"node {node.name or node.output[0]!r} ({node.op_type}, opset {opset}): "
+        ins = [self.value(x, env) if x else None for x in node.input]
+        if reg is None and dom == "" and all(value_kind(v) in ("tensor", "string", "optional_none")
+                                             for v in ins):
+            from .hostops.strings import reference_kernel  # strings through layout ops
+            reg = (reference_kernel, "fallback")
         if reg is None:
             raise UnsupportedOpError(f"{where}operator {node.op_type} on string/sequence/"
                                      f"optional values is not supported", op=node.op_type,
                                      node=node.name, opset=opset)
-        ins = [self.value(x, env) if x else None for x in node.input]
         hctx = HostContext(node, opset, self.opsets, self._run_subgraph, env)
         try:
             outs = reg[0](hctx, ins)

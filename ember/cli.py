@@ -447,25 +447,39 @@ def cmd_conformance(args) -> int:
 
 
 def cmd_ops(args) -> int:
-    """``ember ops``: print every supported ONNX operator with its opset ranges and whether it is
-    compiled to native kernels or run on the host. Returns 0."""
+    """``ember ops``: print every supported ONNX operator with its opset ranges and how it runs:
+    compiled to native kernels (by a converter, or expanded from its ONNX function body) or on
+    the host (staged executor). Returns 0."""
     from .frontend.converters import onnx_first_opsets, supported_onnx_ops
+    from .frontend.functions import function_ops
     from .frontend.hostops import host_ops
     rows = []
     host = host_ops()
     compiled = supported_onnx_ops()
     first = onnx_first_opsets()
-    for key in sorted(set(compiled) | set(host)):
+    body = function_ops()
+    for key in sorted(set(compiled) | set(host) | set(body)):
         domain, op = key
         r = ", ".join(f"{s}-{u if u else ''}" for s, u in compiled.get(key, []))
         mode = host.get(key)
-        where = ("host" if key not in compiled or mode == "always" else
-                 "compiled (host for strings/sequences)" if mode == "fallback" else "compiled")
+        if key not in compiled and key not in host:
+            where = "compiled (ONNX function body)"
+            r = f"{body[key]}-"
+        else:
+            where = ("host" if key not in compiled or mode == "always" else
+                     "compiled (host for strings/sequences)" if mode == "fallback" else
+                     "compiled")
+            if key in body and key in compiled and all(u is not None for _, u in compiled[key]):
+                where += "; newer opsets: ONNX function body"
         rows.append(((domain + ".") if domain else "", op, r or f"{first.get(key, 1)}-", where))
     print(_table([(d + o, r, w) for d, o, r, w in rows], ["ONNX operator", "opsets", "runs"]))
     n_host = sum(1 for *_, w in rows if w == "host")
+    n_body = sum(1 for *_, w in rows if w == "compiled (ONNX function body)")
     print(f"\n{len(rows)} ONNX operators ({len(rows) - n_host} compiled to native kernels, "
-          f"{n_host} on the host: data-dependent shapes, strings, sequences, control flow)")
+          f"{n_body} of them expanded from their ONNX function body; {n_host} on the host: "
+          f"data-dependent shapes, strings, sequences, control flow). Operators on string "
+          f"tensors without a host kernel of their own run on the host through onnx's "
+          f"reference implementation; ember.compile picks the executor (info['executor'])")
     return 0
 
 

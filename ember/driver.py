@@ -395,7 +395,9 @@ def staged_reason(e: Exception, shapes=None) -> str | None:
         return None if shapes else f"an input shape is known only at run time: {e}"
     if isinstance(e, UnsupportedOpError) and e.op is not None and (
             e.op in CONTROL_OPS or any(op == e.op for _, op in host_ops())):
-        return f"operator {e.op} runs as a host kernel: {e}"
+        kind = "control flow" if e.op in CONTROL_OPS else "a host kernel"
+        return (f"node {e.node!r}: operator {e.op} runs as {kind} (its output shapes or "
+                f"element types need host code), the rest of the graph as compiled segments")
     return None
 
 

@@ -194,6 +194,20 @@ def expand_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return expand_functions(model)
 
 
+def function_ops() -> dict[tuple[str, str], int]:
+    """``{(domain, op_type): opset}``: the operators of the installed onnx that are defined by a
+    function body (plain or context-dependent) from ``opset`` on (the first schema version that
+    has one); these are what ``expand_functions`` can expand when ember has no converter."""
+    out: dict[tuple[str, str], int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.deprecated or not (schema.has_function or
+                                     schema.has_context_dependent_function):
+            continue
+        key = ("" if schema.domain in ("", "ai.onnx") else schema.domain, schema.name)
+        out[key] = min(out.get(key, schema.since_version), schema.since_version)
+    return out
+
+
 def _value_types(m: onnx.ModelProto) -> dict:
     types = {}
     g = m.graph

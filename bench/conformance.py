@@ -9,7 +9,7 @@ The suite is the one the installed ``onnx`` package carries (2,036 cases with on
 - ``light``: the 9 light models (inputs as onnx's runner makes them, expected outputs from the
   ``*_output_0.pb`` files).
 
-Each case runs in a worker process (``prepare`` + ``run`` through ``ember.frontend.backend``) with
+Each case runs in a worker process (``ember.compile(model).run(inputs)``, the public door) with
 a time-out, so a crash or a hang is recorded and the run goes on. Outputs are compared with
 ``onnx.backend.test.runner.Runner.assert_similar_outputs`` and the case's tolerances. The result
 is a scoreboard (passed / wrong result / error, by category, by operator, error kinds) written as
@@ -221,7 +221,10 @@ def assert_similar(ref: list, out: list, rtol: float, atol: float) -> None:
 
 
 def run_case(case: Case) -> Result:
-    """Prepare and run one case through ember's backend; compare like onnx's runner."""
+    """Compile and run one case through the public door, ``ember.compile(model).run(inputs)``
+    (the default ``executor="auto"``); compare like onnx's runner. ``extra`` records which
+    executor ``ember.compile`` chose (and why), and for a staged model its host operators and
+    compiled segments."""
     import numpy as np
 
     t0 = time.perf_counter()
@@ -231,13 +234,13 @@ def run_case(case: Case) -> Result:
     except Exception as e:  # noqa: BLE001 - a broken case is recorded, not fatal
         res.kind, res.message = "case data: " + type(e).__name__, str(e)[:500]
         return res
-    from ember.frontend import backend
+    import ember
     try:
-        rep = backend.prepare(model, "CPU")
+        compiled = ember.compile(model)
         outputs = []
         with np.errstate(all="ignore"):
             for ins, _ in sets:
-                outputs.append(list(rep.run(ins)))
+                outputs.append(list(compiled.run(ins)))
     except Exception as e:  # noqa: BLE001 - every failure is a scoreboard entry
         res.kind = _error_kind(e)
         res.message = (str(e) or type(e).__name__)[:1000]
@@ -261,12 +264,17 @@ def run_case(case: Case) -> Result:
         res.status = "wrong"
         res.kind = "wrong output type"
         res.message = f"{type(e).__name__}: {e}"[:1000]
-    try:
-        rep_report = rep.staged.report()
-        res.extra = {"host_ops": sorted({h["op"] for h in rep_report["host_nodes"]}),
-                     "segments": len(rep_report["segments"])}
-    except Exception:  # noqa: BLE001
-        pass
+    res.extra = {"executor": compiled.info.get("executor", "static"),
+                 "staged_reason": compiled.info.get("staged_reason", "")[:200]}
+    if hasattr(compiled, "report"):
+        try:
+            rep_report = compiled.report()
+            res.extra.update(host_ops=sorted({h["op"] for h in rep_report["host_nodes"]}),
+                             segments=len(rep_report["segments"]))
+        except Exception:  # noqa: BLE001
+            pass
+    else:
+        res.extra.update(host_ops=[], segments=1)
     res.seconds = time.perf_counter() - t0
     return res
 

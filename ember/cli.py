@@ -43,6 +43,28 @@ def _load_any(path: str, target: str, shapes=None, executor: str = "auto"):
     return ember.compile(path, target=target, shapes=shapes, executor=executor)
 
 
+def describe_output(o) -> tuple:
+    """``(shape, dtype, checksum, sum|x|)`` of one model output for ``ember run``'s table: a
+    numeric tensor as such; a string tensor with its shape, dtype ``string`` and a digest of
+    its text (no sum); a sequence as ``sequence[N]`` with the digest of its elements; an
+    empty optional as ``none``."""
+    if o is None:
+        return "-", "none", "-", "-"
+    if isinstance(o, (list, tuple)):
+        h = hashlib.sha256(f"sequence{len(o)}".encode())
+        for x in o:
+            h.update(describe_output(x)[2].encode())
+        return f"sequence[{len(o)}]", "-", h.hexdigest()[:12], "-"
+    a = np.asarray(o)
+    if a.dtype.kind in "OUS":
+        h = hashlib.sha256(f"string{a.shape}".encode())
+        for x in a.ravel():
+            h.update((x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x))
+                     .encode("utf-8") + b"\0")
+        return tuple(a.shape), "string", h.hexdigest()[:12], "-"
+    return tuple(a.shape), a.dtype, checksum(a), f"{float(np.abs(a).sum()):.6g}"
+
+
 def _check_artifact_shapes(model, path: str, shapes) -> None:
     """A saved model runs only on the shapes it was compiled for: a ``--shape`` naming another
     shape (or no input) is refused instead of being silently ignored.
@@ -131,6 +153,9 @@ def cmd_compile(args) -> int:
     ``MODEL.ember``); prints compile time (s), kernel counts and arena size (MiB). Returns 0.
 
     Raises:
+        ArtifactError: the model runs only on the staged executor (``ember.compile`` chose it:
+            data-dependent shapes, host operators, string inputs...), which an artifact cannot
+            hold; the message says why and that ``ember run``/``ember bench`` run it.
         InputError: ``-o`` names the input model itself, or a bad ``--shape``/``--disable-pass``.
         EmberError: any compile error (subclasses: ModelLoadError, UnsupportedOpError, ...)."""
     import ember
@@ -139,10 +164,21 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     with ctx, records_context(args.records) as tuned:
         qkw = {} if not getattr(args, "quantize", None) else dict(
-            quantize=args.quantize, calibration=args.calibration, calibrate=args.calibrate)
+            quantize=args.quantize, calibration=args.calibration, calibrate=args.calibrate,
+            executor="static")
         model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
-                              executor="static", **qkw)
+                              **qkw)
     dt = time.perf_counter() - t0
+    if model.info.get("executor") == "staged":
+        from .errors import ArtifactError
+        raise ArtifactError(
+            f"{args.model} compiles only for the staged executor "
+            f"({model.info.get('staged_reason', '')}): its segments are compiled at run time "
+            f"for the shapes and values they meet, so there is no fixed set of kernels for an "
+            f".ember artifact to hold and nothing was written. Run or time it from the .onnx "
+            f"file: `ember run {args.model}`, `ember bench {args.model}`"
+            + (" (or fix the input shapes with --shape NAME=D0,D1,... if that is the reason)"
+               if "--shape" in model.info.get("staged_reason", "") else ""))
     if tuned is not None:
         print(_records_note(args.records, tuned, model.target))
     if timing is not None:
@@ -227,8 +263,7 @@ def cmd_run(args) -> int:
     inputs = _parse_inputs(args.input, model)
     outs = model.run(inputs)
     stats = model.benchmark(inputs, number=args.repeat, warmup=1)
-    rows = [(n, tuple(o.shape), o.dtype, checksum(o), f"{float(np.abs(o).sum()):.6g}")
-            for n, o in zip(model.output_names, outs)]
+    rows = [(n,) + describe_output(o) for n, o in zip(model.output_names, outs)]
     print(_table(rows, ["output", "shape", "dtype", "checksum", "sum|x|"]))
     print(f"latency: median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms "
           f"over {stats['runs']} runs")
@@ -237,7 +272,18 @@ def cmd_run(args) -> int:
             raise InputError(f"--save-outputs {args.save_outputs!r} exists and is not a folder")
         os.makedirs(args.save_outputs, exist_ok=True)
         for k, o in enumerate(outs):
-            np.save(os.path.join(args.save_outputs, f"output_{k}.npy"), o)
+            a = np.asarray(o) if not isinstance(o, (list, tuple)) and o is not None else None
+            if a is None or a.dtype.kind == "O":
+                # .npy holds numeric and fixed-width text arrays; strings are saved as text
+                if a is not None and all(isinstance(x, (str, bytes)) for x in a.ravel()):
+                    a = np.array([x.decode("utf-8", "replace") if isinstance(x, bytes) else x
+                                  for x in a.ravel()], dtype=str).reshape(a.shape)
+                else:
+                    raise InputError(f"--save-outputs: output {k} "
+                                     f"({model.output_names[k]!r}) is a "
+                                     f"{'sequence' if isinstance(o, (list, tuple)) else 'value'}"
+                                     f" that an .npy file cannot hold")
+            np.save(os.path.join(args.save_outputs, f"output_{k}.npy"), a)
     return 0
 
 
@@ -316,14 +362,14 @@ def cmd_profile(args) -> int:
     Raises:
         InputError: a bad ``--input`` or ``--shape``.
         EmberError: any load, compile or run error."""
-    from .errors import RuntimeValueError, UnsupportedOpError
-    from .frontend.hostops import lookup_host_op
+    from .driver import staged_reason
+    from .errors import ShapeMismatchError, UnsupportedOpError
     from .runtime.profiler import profile
+    shapes = _parse_shapes(args.shape)
     try:
-        model = _load_any(args.model, args.target, _parse_shapes(args.shape), executor="static")
-    except (RuntimeValueError, UnsupportedOpError) as e:
-        if isinstance(e, UnsupportedOpError) and (e.op is None or
-                                                 lookup_host_op("", e.op) is None):
+        model = _load_any(args.model, args.target, shapes, executor="static")
+    except (UnsupportedOpError, ShapeMismatchError) as e:
+        if staged_reason(e, shapes) is None:
             raise
         # (was: "NonZero is not supported", though `ember run` runs the model, staged)
         raise InputError(f"ember profile times the kernels of a static model, and "
@@ -352,8 +398,17 @@ def cmd_bench(args) -> int:
     from .benchmark import ablation, format_ablation
     from .frontend.onnx import load_model
     onnx_model = load_model(args.model)
-    probe = __import__("ember").compile(onnx_model, shapes=_parse_shapes(args.shape))
+    probe = __import__("ember").compile(onnx_model, target=f"llvm -num-threads={args.threads}",
+                                        shapes=_parse_shapes(args.shape))
     inputs = probe.random_inputs(seed=0)
+    staged = probe.info.get("executor") == "staged"
+    if staged:
+        print(f"ember runs {args.model} on the staged executor: "
+              f"{probe.info.get('staged_reason', '')[:300]}")
+    if args.ablation and staged:
+        raise InputError("--ablation compiles the model statically at each optimization rung, "
+                         "and this model runs only on the staged executor; time it without "
+                         "--ablation")
     if args.ablation:
         steps = ablation(onnx_model, inputs, threads=args.threads, repeat=args.repeat,
                          records=args.records)
@@ -361,7 +416,11 @@ def cmd_bench(args) -> int:
         return 0
     from .benchmark import compare_runtimes
     res = compare_runtimes(onnx_model, inputs, threads=args.threads, repeat=args.repeat,
-                           ember_model=None)
+                           ember_model=probe)
+    if staged:
+        for r in res:
+            if r.name == "ember":
+                r.note = (r.note + "; " if r.note else "") + "staged executor"
     best_peer = min((r.median_ms for r in res if r.name != "ember"), default=None)
     rows = [(r.name, f"{r.median_ms:.2f}",
              f"{r.median_ms / best_peer:.2f}" if best_peer else "-",
@@ -388,25 +447,39 @@ def cmd_conformance(args) -> int:
 
 
 def cmd_ops(args) -> int:
-    """``ember ops``: print every supported ONNX operator with its opset ranges and whether it is
-    compiled to native kernels or run on the host. Returns 0."""
+    """``ember ops``: print every supported ONNX operator with its opset ranges and how it runs:
+    compiled to native kernels (by a converter, or expanded from its ONNX function body) or on
+    the host (staged executor). Returns 0."""
     from .frontend.converters import onnx_first_opsets, supported_onnx_ops
+    from .frontend.functions import function_ops
     from .frontend.hostops import host_ops
     rows = []
     host = host_ops()
     compiled = supported_onnx_ops()
     first = onnx_first_opsets()
-    for key in sorted(set(compiled) | set(host)):
+    body = function_ops()
+    for key in sorted(set(compiled) | set(host) | set(body)):
         domain, op = key
         r = ", ".join(f"{s}-{u if u else ''}" for s, u in compiled.get(key, []))
         mode = host.get(key)
-        where = ("host" if key not in compiled or mode == "always" else
-                 "compiled (host for strings/sequences)" if mode == "fallback" else "compiled")
+        if key not in compiled and key not in host:
+            where = "compiled (ONNX function body)"
+            r = f"{body[key]}-"
+        else:
+            where = ("host" if key not in compiled or mode == "always" else
+                     "compiled (host for strings/sequences)" if mode == "fallback" else
+                     "compiled")
+            if key in body and key in compiled and all(u is not None for _, u in compiled[key]):
+                where += "; newer opsets: ONNX function body"
         rows.append(((domain + ".") if domain else "", op, r or f"{first.get(key, 1)}-", where))
     print(_table([(d + o, r, w) for d, o, r, w in rows], ["ONNX operator", "opsets", "runs"]))
     n_host = sum(1 for *_, w in rows if w == "host")
+    n_body = sum(1 for *_, w in rows if w == "compiled (ONNX function body)")
     print(f"\n{len(rows)} ONNX operators ({len(rows) - n_host} compiled to native kernels, "
-          f"{n_host} on the host: data-dependent shapes, strings, sequences, control flow)")
+          f"{n_body} of them expanded from their ONNX function body; {n_host} on the host: "
+          f"data-dependent shapes, strings, sequences, control flow). Operators on string "
+          f"tensors without a host kernel of their own run on the host through onnx's "
+          f"reference implementation; ember.compile picks the executor (info['executor'])")
     return 0
 
 

@@ -338,7 +338,8 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         specialized on run-time shape values, host kernels for data-dependent operators
         (``NonZero``, ``Unique``, control flow, strings). Its segments compile at first run.
       - ``"auto"`` (default): static when possible, else staged (``info["executor"]`` says
-        which, and why).
+        which, ``info["staged_reason"]`` why: ``staged_reason``). Operators ONNX defines by a
+        function body are expanded into it by the importer and compile statically.
 
     ``quantize="int8"`` with ``calibration`` (input dicts, or an ``.npz`` file / directory):
     post-training quantization first (``ember.quantize``, the same keywords ``calibrate``,
@@ -360,23 +361,70 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         return _compile_static(model, target, shapes)
     if executor == "staged":
         return _compile_staged(model, target, shapes, reason="executor='staged'")
-    from .errors import RuntimeValueError, UnsupportedOpError
-    from .frontend.hostops import lookup_host_op
+    from .errors import ShapeMismatchError, UnsupportedOpError
     try:
         return _compile_static(model, target, shapes)
-    except RuntimeValueError as e:
-        return _compile_staged(model, target, shapes, reason=str(e))
-    except UnsupportedOpError as e:
-        if e.op is None or lookup_host_op("", e.op) is None:
+    except (UnsupportedOpError, ShapeMismatchError) as e:
+        reason = staged_reason(e, shapes)
+        if reason is None:
             raise
-        return _compile_staged(model, target, shapes, reason=str(e))
+        return _compile_staged(model, target, shapes, reason=reason)
+
+
+def staged_reason(e: Exception, shapes=None) -> str | None:
+    """Why the staged executor runs a model that the static compiler refused with ``e``, or
+    ``None`` when ``e`` is an error the staged executor cannot help with (an operator no
+    executor runs, a bad ``shapes=``...). The answer is what ``info["staged_reason"]`` says:
+
+    - a value the compiler needs is only known at run time (``RuntimeValueError``: a Reshape
+      shape computed by the graph, reduce axes from an input...);
+    - an operator that runs as a host kernel (data-dependent output shapes such as ``NonZero``,
+      strings, sequences, optionals, control flow, ``TreeEnsemble``);
+    - a string, sequence, optional or map graph input (``HostValueError``);
+    - a graph input with a symbolic dimension when ``shapes=`` does not fix it
+      (``SymbolicShapeError``).
+    """
+    from .errors import HostValueError, RuntimeValueError, SymbolicShapeError, UnsupportedOpError
+    from .frontend.hostops import host_ops
+    from .frontend.staging import CONTROL_OPS
+    if isinstance(e, RuntimeValueError):
+        return f"a value needed at compile time is computed at run time: {e}"
+    if isinstance(e, HostValueError):
+        return f"a value that is not a numeric tensor: {e}"
+    if isinstance(e, SymbolicShapeError):
+        return None if shapes else f"an input shape is known only at run time: {e}"
+    if isinstance(e, UnsupportedOpError) and e.op is not None and (
+            e.op in CONTROL_OPS or any(op == e.op for _, op in host_ops())):
+        kind = "control flow" if e.op in CONTROL_OPS else "a host kernel"
+        return (f"node {e.node!r}: operator {e.op} runs as {kind} (its output shapes or "
+                f"element types need host code), the rest of the graph as compiled segments")
+    return None
+
+
+def _with_shapes(model, shapes):
+    """The ONNX model with the graph-input dimensions of ``shapes`` fixed (what the staged
+    executor's ``random_inputs`` makes)."""
+    from .errors import ShapeMismatchError
+    from .frontend.onnx import load_model
+    import onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(load_model(model))
+    inputs = {vi.name: vi for vi in m.graph.input}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise ShapeMismatchError(f"shapes names {name!r}, which is not an input of the model; "
+                                     f"its inputs are {list(inputs)}")
+        shape = inputs[name].type.tensor_type.shape
+        del shape.dim[:]
+        for d in dims:
+            shape.dim.add().dim_value = int(d)
+    return m
 
 
 def _compile_staged(model, target, shapes, reason: str):
     from .frontend.staging import StagedModel
     if shapes:
-        raise ValueError("shapes= is for the static executor; the staged executor takes the "
-                         "shapes of the inputs it is run on")
+        model = _with_shapes(model, shapes)
     tgt = Target(target)
     staged = StagedModel(model, build=lambda mod, params: build(mod, tgt, params))
     staged.info.update(executor="staged", staged_reason=reason, target=str(tgt))

@@ -65,6 +65,45 @@ def ext_int_bits(name: str) -> tuple[int, bool]:
     return (4 if name.endswith("4") else 2), not name.startswith("u")
 
 
+def to_sub_byte_int(x, name: str) -> np.ndarray:
+    """``x`` converted to the sub-byte integer type ``name`` (int4, uint4, int2, uint2) by
+    ember's own rule, the same as the compiled kernels' (``codegen.dtype_support``), so the
+    result does not depend on the installed ml_dtypes version (0.5 wraps out-of-range floats,
+    0.7 makes them 0).
+
+    The rule follows ONNX Cast (onnx/docs/Operators.md, "Cast"): an integer (or bool) is
+    reduced to the type's bits, discarding the higher ones and reinterpreting in two's
+    complement for the signed types ("fixed point: when OOR, discard higher bits and
+    reinterpret", e.g. 9 -> int4 -7); a float is truncated toward zero to an integer first and
+    then reduced the same way. The specification leaves a float out of the type's range
+    undefined; ember gives it that wrap-around value, and 0 for NaN, infinities and magnitudes
+    from 9.2e18 (beyond int64). Shape is kept; dtype is ``np_dtype(name)``.
+    """
+    bits, signed = ext_int_bits(name)
+    a = np.asarray(x)
+    src = dtype_name(a.dtype)
+    if a.dtype.kind == "f" or is_ext_float(src):
+        f = a.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(f) | (np.abs(f) >= 9.2e18)
+        i = np.trunc(np.where(bad, 0.0, f)).astype(np.int64)
+    else:
+        i = a.astype(np.int64)  # bool, numpy ints (uint64 wraps to int64: same low bits)
+    u = i & ((1 << bits) - 1)
+    if signed:
+        u = np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
+    # every value is now in the type's range, where ml_dtypes' conversion is exact
+    return u.astype(np.int8 if signed else np.uint8).astype(np_dtype(name)).reshape(a.shape)
+
+
+def convert(x, name: str) -> np.ndarray:
+    """``np.asarray(x).astype(np_dtype(name))``, except that the sub-byte integers convert by
+    ember's own rule (``to_sub_byte_int``) instead of ml_dtypes' version-dependent one."""
+    if name in EXT_INT:
+        return to_sub_byte_int(x, name)
+    return np.asarray(x).astype(np_dtype(name))
+
+
 def finfo_max(name: str) -> float:
     """Largest finite value of a floating type."""
     import ml_dtypes

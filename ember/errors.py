@@ -168,3 +168,17 @@ class DeviceError(EmberError):
 class QuantizationError(EmberError):
     """Post-training quantization cannot proceed: nothing to quantize, an unknown ``dtype`` or
     calibration method, or a calibration value that becomes NaN/inf (``ember.quantize``)."""
+
+
+class HostValueError(UnsupportedOpError):
+    """A graph input or output that is not a numeric tensor (a string tensor, a sequence, an
+    optional or a map): a static compiled model has no slot for it. ``ember.compile`` with
+    ``executor="auto"`` answers it with the staged executor, whose host kernels handle such
+    values; ``executor="static"`` raises it."""
+
+
+class SymbolicShapeError(ShapeMismatchError):
+    """A graph input whose shape is not fixed (a symbolic dimension, or no shape at all) while
+    the static executor needs every shape at compile time: pass ``shapes=`` (``--shape``).
+    ``ember.compile(executor="auto")`` without ``shapes=`` runs such a model on the staged
+    executor instead, which compiles for the shapes it is run on."""

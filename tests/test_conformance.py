@@ -2,8 +2,11 @@
 ``bench/results/conformance_passing.txt`` (the cases that passed when the scoreboard was last
 written by ``bench/conformance.py``) still passes.
 
-The cases run as ``bench/conformance.py`` runs them (a worker process per case slot, with a
-time-out). ``make conformance`` runs the whole suite and rewrites the scoreboard.
+The cases run as ``bench/conformance.py`` runs them: through ``ember.compile(model).run(...)``
+(the public door, default ``executor="auto"``), in a worker process per case slot, with a
+time-out. Static models come from the compiled-model cache (``ember.compile_cache``) when they
+were compiled before, so a rerun mostly loads and runs. ``make conformance`` runs the whole
+suite and rewrites the scoreboard.
 """
 
 import os

@@ -385,9 +385,13 @@ def test_symbolic_input_dim_asks_for_shapes():
     model = M.bert_encoder(1, 32, 2, 8)
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "sequence"
     with pytest.raises(ember.errors.ShapeMismatchError) as e:
-        ember.compile(model)
+        ember.compile(model, executor="static")
     msg = str(e.value)
     assert "input_ids" in msg and "sequence" in msg and "shapes=" in msg
+    # the default executor runs it staged (compiled per run-time shape) and says why
+    staged = ember.compile(model)
+    assert staged.info["executor"] == "staged"
+    assert "input_ids" in staged.info["staged_reason"] and "shapes=" in staged.info["staged_reason"]
 
 
 def test_shapes_of_the_wrong_rank_are_refused():

@@ -406,7 +406,17 @@ class CFunctionPrinter(CStylePrinter):
         Raises:
             LoweringError: a statement with no C form."""
         pad = "  " * ind
-        if isinstance(s, Allocate):
+        if isinstance(s, Allocate) and self.buf_name(s.buffer) in self.decl:
+            # a second declaration of the same buffer in this function: a loop body that loop
+            # partitioning or unrolled-loop expansion copied (one part per range of a
+            # concatenation's or pad's inputs, emitted without its loop when the range is one
+            # iteration). Each copy gets its own C block, so the copies cannot clash
+            # ("redeclaration of acc0") whatever statement copied them
+            self.lines.append(f"{pad}{{")
+            self.decl.pop(self.buf_name(s.buffer))
+            self.stmt_special(s, ind + 1)
+            self.lines.append(f"{pad}}}")
+        elif isinstance(s, Allocate):
             b = s.buffer
             name = self.buf_name(b)
             # scalar locals of narrow floats (reduction accumulators) are plain floats: sums

@@ -12,8 +12,9 @@ gives the printer, per type, the storage C type and the helpers it calls:
   ``sat`` clamps to the finite range, as ``saturate=1`` does; ``float8_e8m0fnu`` follows
   ``onnx.numpy_helper.to_float8e8m0`` with ``mode`` 0 = up, 1 = down, 2 = nearest);
 - sub-byte integers: ``ember_ld_T(bits)`` (sign-extending), ``ember_st_T(v)`` (low bits, as
-  ml_dtypes stores them) and ``ember_cvt_T(double)`` (truncate toward zero and wrap, NaN/inf -> 0,
-  as ml_dtypes converts).
+  ml_dtypes stores them) and ``ember_cvt_T(double)`` (truncate toward zero and wrap, NaN/inf -> 0:
+  ember's rule for ONNX Cast, ``ember.dtypes.to_sub_byte_int``, which the NumPy reference uses
+  too, whatever the installed ml_dtypes does).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ context-dependent (the body depends on input types or attributes). When ember ha
 such an operator, ``expand_functions`` replaces the node by that body (from the installed onnx's
 schema: ``has_function`` / ``has_context_dependent_function``), so every operator of the body is
 converted and compiled as usual. The expansion recurses into bodies whose operators are functions
-themselves.
+themselves. ``expand_model`` also inlines the model's own (model-local) functions; ``from_onnx``
+applies it to every model it imports, so ``ember.compile`` and the staged executor see the same
+graph.
 """
 
 from __future__ import annotations
@@ -178,6 +180,32 @@ def expand_functions(model: onnx.ModelProto) -> onnx.ModelProto:
         del m.graph.node[:]
         m.graph.node.extend(nodes)
     return m
+
+
+def expand_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its model-local functions inlined (``onnx.inliner``) and its nodes without
+    an ember converter or host kernel expanded into their ONNX function bodies
+    (``expand_functions``): what ``from_onnx`` and the staged executor import, so a function
+    operator compiles statically and fuses like the arithmetic it is made of. ``model`` itself
+    is not modified; it is returned as is when nothing needs expanding."""
+    if model.functions:
+        from onnx import inliner
+        model = inliner.inline_local_functions(model)
+    return expand_functions(model)
+
+
+def function_ops() -> dict[tuple[str, str], int]:
+    """``{(domain, op_type): opset}``: the operators of the installed onnx that are defined by a
+    function body (plain or context-dependent) from ``opset`` on (the first schema version that
+    has one); these are what ``expand_functions`` can expand when ember has no converter."""
+    out: dict[tuple[str, str], int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.deprecated or not (schema.has_function or
+                                     schema.has_context_dependent_function):
+            continue
+        key = ("" if schema.domain in ("", "ai.onnx") else schema.domain, schema.name)
+        out[key] = min(out.get(key, schema.since_version), schema.since_version)
+    return out
 
 
 def _value_types(m: onnx.ModelProto) -> dict:

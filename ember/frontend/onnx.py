@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..dtypes import np_dtype
-from ..errors import (EmberError, ModelLoadError, RuntimeValueError, ShapeMismatchError,
-                      UnsupportedOpError)
+from ..dtypes import convert
+from ..errors import (EmberError, HostValueError, ModelLoadError, RuntimeValueError,
+                      ShapeMismatchError, SymbolicShapeError, UnsupportedOpError)
 from ..graph.builder import FunctionBuilder, infer_call
 from ..graph.ir import Constant, IRModule, TensorType, Value, Var
 from ..ops import get_op
@@ -206,9 +206,15 @@ class ImportContext:
         if fold and args and all(isinstance(a, Constant) for a in args):
             attrs_n, types = infer_call(op, args, dict(attrs or {}), where)
             outs = get_op(op).reference([a.data for a in args], attrs_n)
-            res = [Constant(np.asarray(o).astype(np_dtype(t.dtype)).reshape(t.shape))
+            res = [Constant(convert(o, t.dtype).reshape(t.shape))
                    for o, t in zip(outs, types)]
             return res[0] if len(res) == 1 else tuple(res)
+        for a in args:
+            if isinstance(a, Constant) and a.data.dtype.kind in "OUS":
+                raise HostValueError(f"{where}a string tensor reaches operator {op}: compiled "
+                                     f"kernels take numeric tensors only; the staged executor "
+                                     f"(ember.compile(..., executor='auto' or 'staged')) runs "
+                                     f"operators on strings on the host")
         hint = (self.node.outputs[0] if self.node and self.node.outputs else op)
         args = [self._materialize(a, self.const_names.get(id(a), f"{hint}_c{k}"))
                 for k, a in enumerate(args)]
@@ -219,8 +225,13 @@ class ImportContext:
 def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str) -> TensorType:
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
-        raise UnsupportedOpError(f"graph input {vi.name!r} is not a tensor (sequence/map/optional "
-                                 f"inputs are not supported)")
+        raise HostValueError(f"graph input {vi.name!r} is not a tensor (a sequence, map or "
+                             f"optional): the static executor cannot take it; the staged "
+                             f"executor (ember.compile(..., executor='auto' or 'staged')) can")
+    if tt.elem_type == onnx.TensorProto.STRING:
+        raise HostValueError(f"graph input {vi.name!r} is a string tensor: the static executor "
+                             f"cannot take it; the staged executor (ember.compile(..., "
+                             f"executor='auto' or 'staged')) runs string operators on the host")
     dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}: ")
     if shapes and vi.name in shapes:
         given = shapes[vi.name]
@@ -241,14 +252,14 @@ def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str
                         f"fixes at {d.dim_value}; only symbolic dimensions can be set")
         return TensorType(shape, dtype)
     if not tt.HasField("shape"):
-        raise ShapeMismatchError(f"graph input {vi.name!r} has no shape: pass "
+        raise SymbolicShapeError(f"graph input {vi.name!r} has no shape: pass "
                                  f"shapes={{{vi.name!r}: (...)}}")
     dims = []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         else:
-            raise ShapeMismatchError(
+            raise SymbolicShapeError(
                 f"graph input {vi.name!r} has a symbolic dimension "
                 f"{d.dim_param or '?'!r}: pass shapes={{{vi.name!r}: (...)}} (command line: "
                 f"--shape {vi.name}=D0,D1,...) to compile it for a concrete shape")
@@ -267,8 +278,13 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
         weights; ``params`` maps weight parameter names to numpy arrays.
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError.
+
+    Model-local functions are inlined and operators that ember has no converter for but that
+    ONNX defines by a function body (schema functions, context-dependent ones) are replaced by
+    that body first (``ember.frontend.functions.expand_model``).
     """
-    m = load_model(model)
+    from .functions import expand_model
+    m = expand_model(load_model(model))
     opsets = {(o.domain or ""): o.version for o in m.opset_import}
     if "ai.onnx" in opsets:
         opsets.setdefault("", opsets["ai.onnx"])
@@ -340,7 +356,7 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
                 raise RuntimeValueError(msg, op=e.op or node.op_type, node=view.name,
                                         opset=opset, value_name=name,
                                         node_index=node_index) from None
-            err = type(e)(msg) if not isinstance(e, UnsupportedOpError) else UnsupportedOpError(
+            err = type(e)(msg) if not isinstance(e, UnsupportedOpError) else type(e)(
                 msg, op=e.op or node.op_type, node=view.name, opset=opset)
             raise err from None
         if not isinstance(outs, (list, tuple)):
@@ -359,7 +375,13 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
     for vi in g.output:
         if vi.name not in env:
             raise ModelLoadError(f"graph output {vi.name!r} is not produced by any node")
-        outputs.append(env[vi.name])
+        v = env[vi.name]
+        if isinstance(v, Constant) and v.data.dtype.kind in "OUS":
+            raise HostValueError(f"graph output {vi.name!r} is a string tensor: a static compiled "
+                                 f"model returns numeric tensors only; the staged executor "
+                                 f"(ember.compile(..., executor='auto' or 'staged')) returns "
+                                 f"strings")
+        outputs.append(v)
     func = ctx.fb.finish(outputs)
     names = [vi.name for vi in g.output]
     _rename_outputs(func, names)

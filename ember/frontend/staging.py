@@ -168,18 +168,25 @@ class GraphProgram:
             return True
         reg = lookup_host_op(self._domain(node), node.op_type)
         if reg is None:
-            return False
+            # no host kernel of its own: strings still go to the host (the reference kernel)
+            return self._domain(node) == "" and self._touches(node, env, ("string",))
         if reg[1] == "always":
             return True
+        return self._touches(node, env, ("string", "sequence", "optional_none", "map",
+                                         "optional", "sparse"))
+
+    def _touches(self, node, env, kinds) -> bool:
+        """True when one of ``node``'s inputs or outputs is (or is inferred to be) a value of
+        one of ``kinds`` (``value_kind`` names): no compiled kernel takes those."""
         for n in node.input:
             if not n:
                 continue
             if n in env or n in self.init_protos:
-                if value_kind(self.value(n, env)) != "tensor":
+                if value_kind(self.value(n, env)) in kinds:
                     return True
-            elif self.kinds.get(n) not in (None, "tensor"):
+            elif self.kinds.get(n) in kinds:
                 return True
-        return any(self.kinds.get(o) not in (None, "tensor") for o in node.output if o)
+        return any(self.kinds.get(o) in kinds for o in node.output if o)
 
     # running ----------------------------------------------------------------------------------
     def run(self, env: dict, outer: Mapping | None = None) -> list:
@@ -201,11 +208,15 @@ class GraphProgram:
         opset = self.opsets.get(dom, 1)
         reg = lookup_host_op(dom, node.op_type)
         where = f"node {node.name or node.output[0]!r} ({node.op_type}, opset {opset}): "
+        ins = [self.value(x, env) if x else None for x in node.input]
+        if reg is None and dom == "" and all(value_kind(v) in ("tensor", "string", "optional_none")
+                                             for v in ins):
+            from .hostops.strings import reference_kernel  # strings through layout ops
+            reg = (reference_kernel, "fallback")
         if reg is None:
             raise UnsupportedOpError(f"{where}operator {node.op_type} on string/sequence/"
                                      f"optional values is not supported", op=node.op_type,
                                      node=node.name, opset=opset)
-        ins = [self.value(x, env) if x else None for x in node.input]
         hctx = HostContext(node, opset, self.opsets, self._run_subgraph, env)
         try:
             outs = reg[0](hctx, ins)
@@ -351,6 +362,43 @@ class GraphProgram:
         return model, in_names, out_names
 
 
+def _has_function_body(node: onnx.NodeProto, opset: int) -> bool:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def check_runnable(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
+    """Check that the staged executor has a way to run every node of ``graph`` (and of the
+    subgraphs of its control-flow nodes): a converter for the node's opset, a host kernel, or an
+    ONNX function body to expand. Checked when a ``StagedModel`` is made, so an operator no
+    executor can run is reported by ``ember.compile``, not at the first ``run``.
+
+    Raises:
+        UnsupportedOpError: names the first node that cannot run, its operator and opset."""
+    for node in graph.node:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        opset = opsets.get(domain, 1)
+        if domain == "" and node.op_type in CONTROL_OPS:
+            for a in node.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    check_runnable(g, opsets)
+            continue
+        if (lookup_converter(domain, node.op_type, opset) is not None
+                or lookup_host_op(domain, node.op_type) is not None
+                or _has_function_body(node, opset)):
+            continue
+        name = node.name or (node.output[0] if node.output else node.op_type)
+        raise UnsupportedOpError(
+            f"node {name!r} ({node.op_type}, opset {opset}): operator "
+            f"{(domain + '.') if domain else ''}{node.op_type} is not supported at opset "
+            f"{opset} (no native kernel, host kernel or ONNX function body)",
+            op=node.op_type, node=name, opset=opset)
+
+
 class StagedModel:
     """An ONNX model run by the staged executor (see the module doc).
 
@@ -360,15 +408,12 @@ class StagedModel:
             (``lambda mod, params: ember.build(mod, "llvm", params)``).
     Raises:
         ModelLoadError: unreadable model.
+        UnsupportedOpError: a node that no executor can run (``check_runnable``).
     """
 
     def __init__(self, model, build: Callable):
-        m = load_model(model)
-        if m.functions:
-            from onnx import inliner
-            m = inliner.inline_local_functions(m)
-        from .functions import expand_functions
-        m = expand_functions(m)
+        from .functions import expand_model
+        m = expand_model(load_model(model))
         self.model = m
         opsets = {(o.domain or ""): o.version for o in m.opset_import}
         if "ai.onnx" in opsets:
@@ -376,6 +421,7 @@ class StagedModel:
         opsets.setdefault("", 1)
         self._report: dict = {"segments": [], "host_nodes": []}
         self.info: dict = {"executor": "staged"}
+        check_runnable(m.graph, opsets)
         self.program = GraphProgram(m.graph, opsets, build, m.ir_version, self._report)
 
     @property

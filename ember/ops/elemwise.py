@@ -12,7 +12,7 @@ import numpy as np
 from .. import te
 from ..errors import ShapeMismatchError
 from ..graph.ir import TensorType
-from ..dtypes import EXT_FLOAT, finfo_max
+from ..dtypes import EXT_FLOAT, convert, finfo_max
 from ..tir.expr import Call, Expr, binop, cast, is_float
 from .registry import REQUIRED, OpPattern, broadcast_shapes, np_dtype, register_op
 
@@ -229,7 +229,7 @@ def _cast_ref(xs, attrs):
         f = np.asarray(x).astype(np.float32)
         with np.errstate(invalid="ignore"):
             x = np.where(np.isnan(f), f, np.clip(f, -m, m))
-    return [np.asarray(x).astype(np_dtype(to))]
+    return [convert(x, to)]
 
 
 def _to_e8m0(x, saturate, mode):

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..dtypes import EXT_FLOAT, EXT_INT, np_dtype
+from ..dtypes import EXT_FLOAT, EXT_INT, np_dtype, to_sub_byte_int
 from ..errors import LoweringError
 
 FLOAT_DTYPES = ("float16", "float32", "float64") + EXT_FLOAT  # EXT_FLOAT: bfloat16, float8...
@@ -276,10 +276,11 @@ def cast(dtype: str, v: Any) -> Expr:
     if v.dtype == dtype:
         return v
     if isinstance(v, Const):
-        if dtype in EXT_FLOAT or dtype in EXT_INT:
-            return Const(float(np.array(v.value).astype(np_dtype(dtype)).astype(np.float64))
-                         if dtype in EXT_FLOAT else
-                         int(np.array(v.value).astype(np_dtype(dtype)).astype(np.int64)), dtype)
+        if dtype in EXT_FLOAT:
+            return Const(float(np.array(v.value).astype(np_dtype(dtype)).astype(np.float64)),
+                         dtype)
+        if dtype in EXT_INT:
+            return Const(int(to_sub_byte_int(v.value, dtype).astype(np.int64)), dtype)
         return Const(np.array(v.value).astype(dtype).item(), dtype)
     return Cast(dtype, v)
 

@@ -147,3 +147,44 @@ def cast_like(h, ins):
     like = np.asarray(ins[1])
     dt = object if like.dtype.kind in "OUS" else like.dtype
     return [cast_strings(ins[0], dt)]
+
+
+def reference_kernel(h, ins):
+    """Host kernel of any ONNX operator applied to string tensors that has no kernel of its own
+    here (layout and selection operators: Reshape, Transpose, Gather, Concat, Slice, Where,
+    Constant... of strings): the node runs alone in onnx's reference implementation
+    (``onnx.reference.ReferenceEvaluator``), which defines them for every element type.
+    ``ins``: numpy arrays (strings as object arrays) or ``None`` for omitted inputs; returns the
+    node's outputs (strings as object arrays of ``str``).
+
+    Raises:
+        UnsupportedOpError: the reference implementation cannot run the node (the message
+            names it and the reason)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from ...errors import UnsupportedOpError
+    from ..staging import np_to_onnx_elem
+    node = h.proto
+    feeds, infos = {}, []
+    for name, v in zip(node.input, ins):
+        if not name or v is None:
+            continue
+        a = np.asarray(v)
+        if a.dtype.kind in "OUS":
+            a = _str_array(a)
+        feeds[name] = a
+        infos.append(helper.make_tensor_value_info(name, np_to_onnx_elem(a.dtype), list(a.shape)))
+    outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    g = helper.make_graph([node], f"host_{node.op_type}", infos, outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v)
+                                            for d, v in h.opsets.items()])
+    try:
+        res = ReferenceEvaluator(m).run(None, feeds)
+    except Exception as e:  # noqa: BLE001 - the reference's own errors are not typed
+        raise UnsupportedOpError(f"{h.where}operator {node.op_type} on string tensors: onnx's "
+                                 f"reference implementation failed ({type(e).__name__}: {e})",
+                                 op=node.op_type, node=h.name, opset=h.opset) from None
+    it = iter(res)
+    return [(_str_array(r) if np.asarray(r).dtype.kind in "OUS" else r) if o else None
+            for o, r in ((o, next(it) if o else None) for o in node.output)]

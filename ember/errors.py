@@ -168,3 +168,16 @@ class DeviceError(EmberError):
 class QuantizationError(EmberError):
     """Post-training quantization cannot proceed: nothing to quantize, an unknown ``dtype`` or
     calibration method, or a calibration value that becomes NaN/inf (``ember.quantize``)."""
+
+
+class TorchExportError(ModelLoadError):
+    """``torch.export`` (or torch's TorchScript ONNX exporter) could not capture a PyTorch
+    module; the message carries torch's error and what to change.
+
+    Attributes:
+        torch_error: the exception torch raised.
+    """
+
+    def __init__(self, message: str, torch_error: BaseException | None = None):
+        super().__init__(message)
+        self.torch_error = torch_error

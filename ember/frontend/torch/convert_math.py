@@ -28,10 +28,9 @@ _COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
 def _binary(op: str, torch_name: str):
     def convert(ctx, node, a, b, alpha=1, rounding_mode=None):
         dt = "bool" if op.startswith("logical_") else node.dtype
-        if rounding_mode is not None and not dt.startswith("float"):
-            raise UnsupportedOpError(f"div rounding_mode={rounding_mode!r} on integers is not "
-                                     f"supported", op=node.op_type)
         x, y = as_value(ctx, a, dt), as_value(ctx, b, dt)
+        if rounding_mode is not None and not dt.startswith(("float", "bfloat")):
+            return _int_div(ctx, x, y, rounding_mode)
         if alpha != 1:
             y = ctx.call("multiply", [y, as_value(ctx, alpha, dt)])
         out = ctx.call(op, [x, y], {"fmod": 1} if torch_name == "fmod" else {})
@@ -41,6 +40,20 @@ def _binary(op: str, torch_name: str):
             out = _trunc(ctx, out)
         return out
     return convert
+
+
+def _int_div(ctx, x, y, mode: str):
+    """Integer division: ``divide`` truncates toward zero; ``floor`` steps the quotient down
+    where the remainder is non-zero and its sign differs from the divisor's."""
+    q = ctx.call("divide", [x, y])
+    if mode != "floor":
+        return q
+    zero = ctx.const(np.zeros((), dtype=x.type.dtype))
+    r = ctx.call("subtract", [x, ctx.call("multiply", [q, y])])
+    nonzero = ctx.call("logical_not", [ctx.call("equal", [r, zero])])
+    signs = ctx.call("logical_xor", [ctx.call("less", [r, zero]), ctx.call("less", [y, zero])])
+    step = ctx.call("cast", [ctx.call("logical_and", [nonzero, signs])], {"dtype": x.type.dtype})
+    return ctx.call("subtract", [q, step])
 
 
 def _trunc(ctx, x):

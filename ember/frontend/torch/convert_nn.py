@@ -143,13 +143,25 @@ def adaptive_max_pool(ctx, node, x, output_size):
 
 @aten("aten.addmm.default")
 def addmm(ctx, node, bias, a, b, beta=1, alpha=1):
-    """``beta * bias + alpha * (a @ b)`` (``nn.gemm``)."""
-    return ctx.call("nn.gemm", [a, b, bias], {"alpha": float(alpha), "beta": float(beta)})
+    """``beta * bias + alpha * (a @ b)`` (``nn.gemm``; ``b`` = a weight's transpose, as
+    ``nn.Linear`` gives it, reads the weight under its own name with ``trans_b``)."""
+    w, trans = _weight_of(ctx, b)
+    return ctx.call("nn.gemm", [a, w, bias], {"alpha": float(alpha), "beta": float(beta),
+                                               "trans_b": trans})
+
+
+def _weight_of(ctx, b):
+    w = getattr(ctx, "transpose_of", {}).get(id(b))
+    return (w, 1) if w is not None else (b, 0)
 
 
 @aten("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
 def mm(ctx, node, a, b):
-    """``matmul`` (NumPy semantics; ``mm`` 2-D, ``bmm`` batched 3-D)."""
+    """``matmul`` (NumPy semantics; ``mm`` 2-D, ``bmm`` batched 3-D); ``mm`` by a weight's
+    transpose is ``nn.gemm`` with ``trans_b`` on the weight."""
+    w, trans = _weight_of(ctx, b)
+    if trans and a.type.ndim == 2:
+        return ctx.call("nn.gemm", [a, w], {"trans_b": 1})
     return ctx.call("matmul", [a, b])
 
 

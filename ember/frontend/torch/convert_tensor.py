@@ -38,7 +38,18 @@ def view(ctx, node, x, *args):
 def permute(ctx, node, x, dims):
     """``transpose`` with ``perm = dims``."""
     nd = x.type.ndim
-    return ctx.call("transpose", [x], {"perm": [d % nd for d in dims]})
+    return _transposed(ctx, x, [d % nd for d in dims])
+
+
+def _transposed(ctx, x, perm):
+    """``transpose(x, perm)``; a 2-D swap of a named weight is remembered
+    (``ctx.transpose_of``) so a product can read the weight itself with ``trans_b``."""
+    y = ctx.call("transpose", [x], {"perm": perm})
+    if perm == [1, 0] and id(x) in ctx.const_names:
+        if not hasattr(ctx, "transpose_of"):
+            ctx.transpose_of = {}
+        ctx.transpose_of[id(y)] = x
+    return y
 
 
 @aten("aten.t.default", "aten.transpose.int", "aten.numpy_T.default")
@@ -50,7 +61,7 @@ def transpose(ctx, node, x, d0=0, d1=1):
     perm = list(range(nd))
     a, b = d0 % nd, d1 % nd
     perm[a], perm[b] = perm[b], perm[a]
-    return ctx.call("transpose", [x], {"perm": perm})
+    return _transposed(ctx, x, perm)
 
 
 @aten("aten.expand.default", "aten.expand_copy.default")

@@ -19,8 +19,9 @@ from ember.testing import torch_models as tm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RTOL, ATOL = 1e-4, 1e-5
-# whole models whose compile takes several seconds each run only with --runslow
-QUICK = {"gpt2", "unet"}
+# whole models whose compile takes several seconds each run only with --runslow; the default
+# run keeps a transformer and a CNN through ember.compile and the CNN through torch.compile
+QUICK = {"ember.compile": {"gpt2", "unet"}, "torch.compile": {"unet"}}
 
 
 def _flat(out):
@@ -38,13 +39,13 @@ def _check(got, want):
         np.testing.assert_allclose(np.asarray(g), w, rtol=RTOL, atol=ATOL)
 
 
-def _models():
+def _models(door: str):
     for name in tm.MODELS:
-        marks = [] if name in QUICK else [pytest.mark.slow(reason="a whole model")]
+        marks = [] if name in QUICK[door] else [pytest.mark.slow(reason="a whole model")]
         yield pytest.param(name, marks=marks, id=name)
 
 
-@pytest.mark.parametrize("name", list(_models()))
+@pytest.mark.parametrize("name", list(_models("ember.compile")))
 def test_model_ember_compile(name):
     m, args = tm.MODELS[name]()
     c = ember.compile(m, example_inputs=args)
@@ -53,7 +54,7 @@ def test_model_ember_compile(name):
     _check(c.run([a.numpy() for a in args]), _eager(m, args))
 
 
-@pytest.mark.parametrize("name", list(_models()))
+@pytest.mark.parametrize("name", list(_models("torch.compile")))
 def test_model_torch_compile(name):
     m, args = tm.MODELS[name]()
     graphs = []

@@ -57,20 +57,16 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
 
 @aten("aten.native_group_norm.default")
 def group_norm(ctx, node, x, weight, bias, n, c, hxw, group, eps):
-    """Group norm: ``nn.layer_norm`` over ``(N, group, C/group * HxW)``, then the per-channel
-    affine; ``(y, None, None)``."""
+    """Group norm: ``nn.group_norm`` on ``(N, group, C/group * HxW)`` with the per-channel
+    scale and bias, reshaped back; ``(y, None, None)``."""
     shape, dt = x.type.shape, x.type.dtype
-    g = ctx.call("reshape", [x], {"newshape": [shape[0], int(group),
-                                              int(np.prod(shape)) // (shape[0] * int(group))]})
-    g = ctx.call("nn.layer_norm", [g, ctx.const(np.ones((1,), dtype=dt))],
-                 {"axis": -1, "epsilon": float(eps)})
-    y = ctx.call("reshape", [g], {"newshape": list(shape)})
-    bshape = [shape[1]] + [1] * (len(shape) - 2)
-    if weight is not None:
-        y = ctx.call("multiply", [y, ctx.call("reshape", [weight], {"newshape": bshape})])
-    if bias is not None:
-        y = ctx.call("add", [y, ctx.call("reshape", [bias], {"newshape": bshape})])
-    return y, None, None
+    g = int(group)
+    rows = ctx.call("reshape", [x], {"newshape": [shape[0], g,
+                                                  int(np.prod(shape)) // (shape[0] * g)]})
+    y = ctx.call("nn.group_norm", [rows, _affine(ctx, weight, shape[1], 1.0, dt),
+                                   _affine(ctx, bias, shape[1], 0.0, dt)],
+                 {"epsilon": float(eps), "spatial": int(np.prod(shape[2:]))})
+    return ctx.call("reshape", [y], {"newshape": list(shape)}), None, None
 
 
 def _pool_attrs(x, kernel, stride, padding, dilation, ceil_mode):

@@ -319,7 +319,8 @@ EXECUTORS = ("auto", "static", "staged")
 def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public verb
             shapes: Mapping[str, Sequence[int]] | None = None, executor: str = "auto", *,
             quantize: str | None = None, calibration=None, calibrate: str = "minmax",
-            per_channel: bool = True, skip: Sequence[str] = ()):
+            per_channel: bool = True, skip: Sequence[str] = (),
+            example_inputs=None, dynamic_shapes=None):
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) to a runnable model.
 
     Example::
@@ -346,11 +347,19 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     ``per_channel``, ``skip``), then int8 kernels; ``info["quantization"]`` reports it
     (``ember.quant.onnx_qdq.compile_quantized``, docs/quantization.md). Static executor only.
 
+    A ``torch.nn.Module`` (or ``torch.jit.ScriptModule``) is compiled by the PyTorch frontend
+    with ``example_inputs=(x, ...)`` fixing its input shapes (``dynamic_shapes`` is not
+    supported yet and raises ``ShapeMismatchError``); see ``docs/torch.md``.
+
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError;
         ValueError for an unknown ``executor``; QuantizationError / InputError for
-        quantization (see ``ember.quantize``).
+        quantization (see ``ember.quantize``); ``TorchExportError`` when torch cannot capture
+        a module.
     """
+    if _is_torch_module(model):
+        from .frontend.torch import compile_module
+        return compile_module(model, example_inputs, target, dynamic_shapes)
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if quantize is not None:
@@ -419,6 +428,13 @@ def _with_shapes(model, shapes):
         for d in dims:
             shape.dim.add().dim_value = int(d)
     return m
+
+
+def _is_torch_module(model) -> bool:
+    """True for a ``torch.nn.Module`` (torch is only imported when the user already has)."""
+    import sys
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def _compile_staged(model, target, shapes, reason: str):

@@ -182,3 +182,16 @@ class SymbolicShapeError(ShapeMismatchError):
     the static executor needs every shape at compile time: pass ``shapes=`` (``--shape``).
     ``ember.compile(executor="auto")`` without ``shapes=`` runs such a model on the staged
     executor instead, which compiles for the shapes it is run on."""
+
+
+class TorchExportError(ModelLoadError):
+    """``torch.export`` (or torch's TorchScript ONNX exporter) could not capture a PyTorch
+    module; the message carries torch's error and what to change.
+
+    Attributes:
+        torch_error: the exception torch raised.
+    """
+
+    def __init__(self, message: str, torch_error: BaseException | None = None):
+        super().__init__(message)
+        self.torch_error = torch_error

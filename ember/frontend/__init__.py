@@ -1,3 +1,10 @@
-"""Frontends: model formats into the graph IR (ONNX now)."""
+"""Frontends: model formats into the graph IR (ONNX; PyTorch programs in ``frontend.torch``)."""
 
 from .onnx import from_onnx, load_model  # noqa: F401
+
+
+def from_exported_program(ep, decompose: bool = True, input_names=None):
+    """``torch.export.ExportedProgram`` -> ``(IRModule, params)``; see
+    ``ember.frontend.torch.from_exported_program`` (needs ``torch``)."""
+    from .torch import from_exported_program as imp
+    return imp(ep, decompose=decompose, input_names=input_names)

@@ -1,0 +1,318 @@
+"""ATen converters: views and layout (view/reshape/permute/expand/slice/select/cat/split),
+copies and dtype conversions, tensor creation (folded to constants: shapes are static) and
+indexing (index/index_select/gather/where).
+
+View ops produce copies in the graph IR (values are immutable SSA); export's functionalization
+has already turned in-place ops (``relu_``, ``add_``) and views of mutated tensors into
+functional ops, so this is exact.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ...dtypes import np_dtype
+from ...errors import UnsupportedOpError
+from .registry import aten
+from .values import as_value, cast, is_value
+
+
+def _reshape(ctx, x, shape):
+    shape = [int(d) for d in shape]
+    if tuple(x.type.shape) == tuple(shape):
+        return x
+    return ctx.call("reshape", [x], {"newshape": shape})
+
+
+@aten("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+      "aten.unsqueeze.default", "aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default",
+      "aten.flatten.using_ints", "aten.view_copy.default", "aten.unflatten.int")
+def view(ctx, node, x, *args):
+    """Any reshaping view: ``reshape`` to the shape torch recorded for the node."""
+    return _reshape(ctx, x, node.shape)
+
+
+@aten("aten.permute.default", "aten.permute_copy.default")
+def permute(ctx, node, x, dims):
+    """``transpose`` with ``perm = dims``."""
+    nd = x.type.ndim
+    return _transposed(ctx, x, [d % nd for d in dims])
+
+
+def _transposed(ctx, x, perm):
+    """``transpose(x, perm)``; a 2-D swap of a named weight is remembered
+    (``ctx.transpose_of``) so a product can read the weight itself with ``trans_b``."""
+    y = ctx.call("transpose", [x], {"perm": perm})
+    if perm == [1, 0] and id(x) in ctx.const_names:
+        if not hasattr(ctx, "transpose_of"):
+            ctx.transpose_of = {}
+        ctx.transpose_of[id(y)] = x
+    return y
+
+
+@aten("aten.t.default", "aten.transpose.int", "aten.numpy_T.default")
+def transpose(ctx, node, x, d0=0, d1=1):
+    """Swap two dims (``t``: the two of a 2-D tensor)."""
+    nd = x.type.ndim
+    if nd < 2:
+        return x
+    perm = list(range(nd))
+    a, b = d0 % nd, d1 % nd
+    perm[a], perm[b] = perm[b], perm[a]
+    return _transposed(ctx, x, perm)
+
+
+@aten("aten.expand.default", "aten.expand_copy.default")
+def expand(ctx, node, x, size, implicit=False):
+    """``broadcast_to`` the recorded shape."""
+    if tuple(x.type.shape) == node.shape:
+        return x
+    return ctx.call("broadcast_to", [x], {"shape": list(node.shape)})
+
+
+def _slice(ctx, x, dim, start, end, step):
+    n = x.type.shape[dim]
+    start = 0 if start is None else int(start)
+    end = n if end is None else int(end)
+    start = min(max(start + n if start < 0 else start, 0), n)
+    end = min(max(end + n if end < 0 else end, 0), n)
+    if step <= 0:
+        raise UnsupportedOpError(f"slice step {step} must be positive (torch requires it)")
+    if (start, end, step) == (0, n, 1):
+        return x
+    b = [0] * x.type.ndim
+    e = list(x.type.shape)
+    s = [1] * x.type.ndim
+    b[dim], e[dim], s[dim] = start, max(end, start), int(step)
+    return ctx.call("strided_slice", [x], {"begin": b, "end": e, "strides": s})
+
+
+@aten("aten.slice.Tensor", "aten.slice_copy.Tensor")
+def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
+    """``x[..., start:end:step, ...]`` along ``dim`` (bounds clamped as Python slices)."""
+    return _slice(ctx, x, dim % x.type.ndim, start, end, step)
+
+
+@aten("aten.narrow.default")
+def narrow(ctx, node, x, dim, start, length):
+    """``x.narrow(dim, start, length)``."""
+    dim = dim % x.type.ndim
+    start = start % x.type.shape[dim] if start < 0 else start
+    return _slice(ctx, x, dim, start, start + length, 1)
+
+
+@aten("aten.select.int", "aten.select_copy.int")
+def select(ctx, node, x, dim, index):
+    """``x[..., index, ...]``: the slice at ``index`` along ``dim``, that dim removed."""
+    dim = dim % x.type.ndim
+    n = x.type.shape[dim]
+    if not -n <= index < n:
+        raise UnsupportedOpError(f"select index {index} is out of range for size {n}")
+    i = index % n
+    return _reshape(ctx, _slice(ctx, x, dim, i, i + 1, 1), node.shape)
+
+
+@aten("aten.split_with_sizes.default", "aten.split.Tensor", "aten.split_with_sizes_copy.default",
+      "aten.split_copy.Tensor")
+def split(ctx, node, x, sizes, dim=0):
+    """Consecutive slices along ``dim`` (``split.Tensor``: chunks of ``sizes`` elements)."""
+    dim = dim % x.type.ndim
+    n = x.type.shape[dim]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, n - k) for k in range(0, n, sizes)]
+    outs, at = [], 0
+    for sz in sizes:
+        outs.append(_slice(ctx, x, dim, at, at + sz, 1))
+        at += sz
+    return tuple(outs)
+
+
+@aten("aten.unbind.int")
+def unbind(ctx, node, x, dim=0):
+    """Every index of ``dim`` as its own tensor."""
+    dim = dim % x.type.ndim
+    shape = [d for k, d in enumerate(x.type.shape) if k != dim]
+    return tuple(_reshape(ctx, _slice(ctx, x, dim, i, i + 1, 1), shape)
+                 for i in range(x.type.shape[dim]))
+
+
+@aten("aten.cat.default", "aten.concat.default")
+def cat(ctx, node, tensors, dim=0):
+    """``concatenate`` along ``dim`` (empty 1-D tensors, which torch skips, are dropped)."""
+    dt = node.dtype
+    ts = [cast(ctx, t, dt) for t in tensors if not (t.type.ndim == 1 and t.type.shape[0] == 0)]
+    if len(ts) == 1:
+        return ts[0]
+    return ctx.call("concatenate", ts, {"axis": dim % node.val.dim()})
+
+
+@aten("aten.stack.default")
+def stack(ctx, node, tensors, dim=0):
+    """Tensors of one shape stacked along a new axis ``dim``."""
+    nd = tensors[0].type.ndim + 1
+    dim = dim % nd
+    shape = list(tensors[0].type.shape)
+    shape.insert(dim, 1)
+    return ctx.call("concatenate", [_reshape(ctx, t, shape) for t in tensors], {"axis": dim})
+
+
+@aten("aten.clone.default", "aten.alias.default", "aten.detach.default",
+      "aten.lift_fresh_copy.default", "aten.contiguous.default", "aten.dropout.default",
+      "aten.alias_copy.default", "aten.detach_copy.default")
+def identity(ctx, node, x, *args, **kwargs):
+    """Copies, aliases and (inference) dropout: the value itself."""
+    return x
+
+
+@aten("aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.type_as.default")
+def to_copy(ctx, node, x, *args, **kwargs):
+    """A copy in the recorded dtype (``cast`` when it changes)."""
+    return cast(ctx, x, node.dtype)
+
+
+@aten("aten.copy.default")
+def copy(ctx, node, dst, src, non_blocking=False):
+    """``dst.copy_(src)`` made functional: ``src`` broadcast to ``dst``'s shape and dtype."""
+    y = cast(ctx, src, node.dtype)
+    if tuple(y.type.shape) != node.shape:
+        y = ctx.call("broadcast_to", [y], {"shape": list(node.shape)})
+    return y
+
+
+# creation (static shapes: compile-time constants) -----------------------------------------------
+
+def _filled(node, value):
+    return np.full(node.shape, value, dtype=np_dtype(node.dtype))
+
+
+@aten("aten.full.default", "aten.scalar_tensor.default", "aten.zeros.default",
+      "aten.ones.default", "aten.full_like.default", "aten.zeros_like.default",
+      "aten.ones_like.default", "aten.empty.memory_format", "aten.empty_like.default",
+      "aten.new_full.default", "aten.new_zeros.default", "aten.new_ones.default",
+      "aten.empty_strided.default", "aten.new_empty.default")
+def full(ctx, node, *args, **kwargs):
+    """A constant filled with the fill value (``empty``: zeros)."""
+    kind = node.op_type.split(".")[1]
+    if kind in ("zeros", "zeros_like", "new_zeros") or kind.startswith(("empty", "new_empty")):
+        value = 0
+    elif kind in ("ones", "ones_like", "new_ones"):
+        value = 1
+    elif kind == "scalar_tensor":
+        value = args[0]
+    else:  # full(size, fill), full_like(x, fill), new_full(x, size, fill)
+        value = args[2] if kind == "new_full" else args[1]
+    if is_value(value):
+        raise UnsupportedOpError("a fill value computed at run time is not supported")
+    return ctx.const(_filled(node, value))
+
+
+@aten("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
+def arange(ctx, node, *args, **kwargs):
+    """``arange`` as a constant (``start, end, step`` from the arguments)."""
+    nums = [a for a in args if isinstance(a, (int, float))]
+    if len(nums) == 1:
+        start, end, step = 0, nums[0], 1
+    else:
+        start, end = nums[0], nums[1]
+        step = nums[2] if len(nums) > 2 else kwargs.get("step", 1)
+    vals = np.arange(start, end, step)
+    return ctx.const(vals.astype(np_dtype(node.dtype)))
+
+
+# indexing ---------------------------------------------------------------------------------------
+
+@aten("aten.index.Tensor")
+def index(ctx, node, x, indices):
+    """Advanced indexing with one integer index tensor (the other positions ``None``):
+    ``take`` along that axis.
+
+    Raises:
+        UnsupportedOpError: boolean masks (data-dependent shapes) or several index tensors."""
+    given = [(k, i) for k, i in enumerate(indices) if i is not None]
+    if len(given) != 1:
+        raise UnsupportedOpError(f"indexing with {len(given)} index tensors is not supported "
+                                 f"(one integer index tensor is)")
+    k, idx = given[0]
+    if idx.type.dtype == "bool":
+        raise UnsupportedOpError("boolean-mask indexing has a data-dependent shape; use "
+                                 "torch.where instead")
+    return ctx.call("take", [x, idx], {"axis": k})
+
+
+@aten("aten.index_select.default")
+def index_select(ctx, node, x, dim, idx):
+    """``take`` along ``dim`` with a 1-D index."""
+    return ctx.call("take", [x, idx], {"axis": dim % x.type.ndim})
+
+
+@aten("aten.gather.default")
+def gather(ctx, node, x, dim, idx, sparse_grad=False):
+    """``gather_elements`` along ``dim``."""
+    return ctx.call("gather_elements", [x, idx], {"axis": dim % x.type.ndim})
+
+
+@aten("aten.repeat.default")
+def repeat(ctx, node, x, repeats):
+    """``tile`` (leading dims of size 1 added when ``repeats`` is longer than the rank)."""
+    repeats = list(repeats)
+    extra = len(repeats) - x.type.ndim
+    if extra > 0:
+        x = _reshape(ctx, x, [1] * extra + list(x.type.shape))
+    return ctx.call("tile", [x], {"repeats": repeats})
+
+
+@aten("aten.flip.default")
+def flip(ctx, node, x, dims):
+    """Reverse ``dims`` (``strided_slice`` with step -1)."""
+    nd = x.type.ndim
+    dims = {d % nd for d in dims}
+    b = [x.type.shape[k] - 1 if k in dims else 0 for k in range(nd)]
+    e = [-1 if k in dims else x.type.shape[k] for k in range(nd)]
+    s = [-1 if k in dims else 1 for k in range(nd)]
+    return ctx.call("strided_slice", [x], {"begin": b, "end": e, "strides": s})
+
+
+@aten("aten.constant_pad_nd.default")
+def constant_pad(ctx, node, x, pad, value=0):
+    """``nn.pad`` constant mode; torch's ``pad`` runs from the last dim
+    (``[last_begin, last_end, prev_begin, ...]``), negative pads crop."""
+    nd = x.type.ndim
+    begins, ends = [0] * nd, [0] * nd
+    for k in range(len(pad) // 2):
+        begins[nd - 1 - k], ends[nd - 1 - k] = int(pad[2 * k]), int(pad[2 * k + 1])
+    return ctx.call("nn.pad", [x], {"pads": begins + ends, "mode": "constant",
+                                    "value": float(value)})
+
+
+@aten("aten.tril.default", "aten.triu.default")
+def trilu(ctx, node, x, diagonal=0):
+    """Lower / upper triangle of the last two dims (``trilu``)."""
+    return ctx.call("trilu", [x], {"k": int(diagonal), "upper": int("triu" in node.op_type)})
+
+
+@aten("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+def masked_fill(ctx, node, x, mask, value):
+    """``where(mask, value, x)``."""
+    return ctx.call("where", [cast(ctx, mask, "bool"), as_value(ctx, value, node.dtype), x])
+
+
+@aten("_operator.getitem", "operator.getitem")
+def getitem(ctx, node, seq, k):
+    """Element ``k`` of a multi-output node.
+
+    Raises:
+        UnsupportedOpError: an output the converter does not produce (pooling indices, the
+            training statistics of batch/layer norm)."""
+    v = operator.getitem(seq, k)
+    if v is None:
+        raise UnsupportedOpError(f"output {k} of the producing operator (pooling indices or "
+                                 f"normalization statistics) is not supported")
+    return v
+
+
+@aten("aten.sym_size.int")
+def sym_size(ctx, node, x, dim):
+    """A static dimension as a Python int."""
+    return int(x.type.shape[dim])

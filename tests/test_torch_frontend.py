@@ -1,0 +1,321 @@
+"""The PyTorch frontend: ember.compile(module, example_inputs), torch.compile(backend="ember"),
+from_exported_program, custom operators, TorchScript, and its errors. Every numeric check is
+against torch eager at rtol 1e-4 / atol 1e-5."""
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'ember[torch]')")
+
+import ember  # noqa: E402
+from ember.errors import (InputError, ShapeMismatchError, TorchExportError,  # noqa: E402
+                          UnsupportedOpError)
+from ember.frontend.torch import ember_backend  # noqa: E402
+from ember.frontend.torch.dynamo import EmberFallbackWarning  # noqa: E402
+from ember.testing import torch_models as tm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RTOL, ATOL = 1e-4, 1e-5
+# whole models whose compile takes several seconds each run only with --runslow; the default
+# run keeps a transformer and a CNN through ember.compile and the CNN through torch.compile
+QUICK = {"ember.compile": {"gpt2", "unet"}, "torch.compile": {"unet"}}
+
+
+def _flat(out):
+    return [out] if isinstance(out, torch.Tensor) else list(out)
+
+
+def _eager(m, args):
+    with torch.no_grad():
+        return [t.numpy() for t in _flat(m(*args))]
+
+
+def _check(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=RTOL, atol=ATOL)
+
+
+def _models(door: str):
+    for name in tm.MODELS:
+        marks = [] if name in QUICK[door] else [pytest.mark.slow(reason="a whole model")]
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", list(_models("ember.compile")))
+def test_model_ember_compile(name):
+    m, args = tm.MODELS[name]()
+    c = ember.compile(m, example_inputs=args)
+    import inspect
+    assert c.input_names == list(inspect.signature(m.forward).parameters)
+    _check(c.run([a.numpy() for a in args]), _eager(m, args))
+
+
+@pytest.mark.parametrize("name", list(_models("torch.compile")))
+def test_model_torch_compile(name):
+    m, args = tm.MODELS[name]()
+    graphs = []
+
+    def backend(gm, ex, **kw):
+        r = ember_backend(gm, ex, **kw)
+        graphs.append(r)
+        return r
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings(), torch._dynamo.config.patch(allow_rnn=True):
+        warnings.simplefilter("error", EmberFallbackWarning)
+        with torch.no_grad():
+            got = _flat(torch.compile(m, backend=backend)(*args))
+    assert graphs and all(type(g).__name__ == "EmberGraph" for g in graphs)
+    assert all(isinstance(t, torch.Tensor) for t in got)
+    _check([t.numpy() for t in got], _eager(m, args))
+
+
+class OpSoup(torch.nn.Module):
+    """Views, indexing, in-place ops, promotion, reductions and pooling forms in one graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 6, 3, padding=2, dilation=2, groups=2)
+        self.convt = torch.nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, groups=2)
+        self.gn = torch.nn.GroupNorm(2, 6)
+        self.register_buffer("idx", torch.tensor([3, 0, 2]))
+
+    def forward(self, x, n):
+        y = self.gn(self.conv(x))                       # (2, 6, 8)
+        y = F_relu_(y.clone())
+        z = self.convt(y)                               # (2, 4, 15)
+        a = z[:, 1:, ::2].flip(-1).permute(2, 0, 1)     # slice with step, flip, permute
+        b = torch.cat([a, a * 2], dim=-1).reshape(8, -1).t().unsqueeze(0)
+        c = torch.nn.functional.pad(b, (1, 2, 0, -1), value=0.5)
+        d = c.select(1, -1) + c[..., self.idx].sum(-1)  # select, index with a tensor
+        e = torch.where(d > 0, d, 0.1 * d).amax(-1, keepdim=True)
+        f = x.var(dim=-1, keepdim=True) + x.std(-1, keepdim=True) + x.mean()
+        g = (n * 2 + 1) // 3 + n.float() / 2            # int arithmetic and promotion
+        h = torch.nn.functional.max_pool1d(x, 3, 2, ceil_mode=True)
+        i = torch.nn.functional.avg_pool1d(x, 3, 2, padding=1, count_include_pad=False)
+        j = torch.nn.functional.adaptive_avg_pool1d(x, 4)
+        k = x.argmax(-1).float() + torch.cumsum(x, 1).tril()[..., 0:1].sum((1, 2))[:, None]
+        return e, f, g, h, i, j, k, torch.stack([x[0], x[1]], 1).expand(2, 4, 2, 8).sum(0)
+
+
+def F_relu_(t):
+    return t.relu_().add_(1.0)
+
+
+def test_op_coverage_module():
+    m = OpSoup().eval()
+    torch.manual_seed(1)
+    args = (torch.randn(2, 4, 8), torch.arange(6).reshape(2, 3))
+    c = ember.compile(m, example_inputs=args)
+    assert c.input_names == ["x", "n"]
+    _check(c.run([a.numpy() for a in args]), _eager(m, args))
+
+
+def test_params_keep_qualified_names():
+    m, args = tm.resnet()
+    mod, params = ember.frontend.from_exported_program(torch.export.export(m, args))
+    sd = m.state_dict()
+    assert "blocks.0.conv1.weight" in params and "fc.weight" in params
+    np.testing.assert_array_equal(params["blocks.0.conv1.weight"],
+                                  sd["blocks.0.conv1.weight"].numpy())
+    assert [p.name for p in mod.main.params][0] == "x"
+
+
+class TwoUnsupported(torch.nn.Module):
+    def forward(self, x):
+        y = torch.special.erfinv(x * 0.5)
+        return torch.atan2(y, x + 2)
+
+
+def test_unsupported_ops_listed_at_once():
+    x = torch.rand(2, 3)
+    with pytest.raises(UnsupportedOpError) as ei:
+        ember.compile(TwoUnsupported(), example_inputs=(x,))
+    msg = str(ei.value)
+    assert "aten.erfinv.default" in msg and "aten.atan2.default" in msg
+    assert "test_torch_frontend.py" in msg and "torch.special.erfinv" in msg  # source lines
+    assert "register_converter" in msg and "register_op" in msg
+    assert ei.value.ops == ["aten.atan2.default", "aten.erfinv.default"]
+
+
+class DataDependent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:      # Python control flow on a tensor value
+            return torch.relu(y) * 2
+        return y - 1
+
+
+def test_export_failure_is_typed():
+    with pytest.raises(TorchExportError) as ei:
+        ember.compile(DataDependent().eval(), example_inputs=(torch.randn(2, 4),))
+    assert "torch.export could not trace DataDependent" in str(ei.value)
+    assert "torch.compile(module, backend='ember')" in str(ei.value)
+    assert ei.value.torch_error is not None
+
+
+def test_data_dependent_control_flow_graph_breaks():
+    m = DataDependent().eval()
+    graphs = []
+
+    def backend(gm, ex, **kw):
+        graphs.append(ember_backend(gm, ex, **kw))
+        return graphs[-1]
+
+    torch._dynamo.reset()
+    cm = torch.compile(m, backend=backend)
+    with torch.no_grad():
+        for s in (1.0, -1.0):  # both branches
+            x = s * torch.ones(2, 4) * 3
+            m.fc.bias.fill_(s)
+            _check([cm(x).numpy()], _eager(m, (x,)))
+    assert len(graphs) >= 2 and all(type(g).__name__ == "EmberGraph" for g in graphs)
+
+
+def test_unsupported_op_in_torch_compile_runs_eagerly_with_warning():
+    torch._dynamo.reset()
+    x = torch.rand(2, 3)
+    with pytest.warns(EmberFallbackWarning, match="aten.erfinv.default"):
+        with torch.no_grad():
+            got = torch.compile(TwoUnsupported(), backend=ember_backend)(x)
+    _check([got.numpy()], _eager(TwoUnsupported(), (x,)))
+
+
+def test_weight_update_rebuilds_graph():
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()).eval()
+    graphs = []
+
+    def backend(gm, ex, **kw):
+        graphs.append(ember_backend(gm, ex, **kw))
+        return graphs[-1]
+
+    torch._dynamo.reset()
+    cm = torch.compile(m, backend=backend)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        cm(x)
+        m[0].weight.mul_(-2.0)
+        got = cm(x)
+    _check([got.numpy()], _eager(m, (x,)))
+    assert graphs[-1].builds == 2
+
+
+def test_dynamic_shapes_are_refused():
+    m = torch.nn.Linear(4, 2).eval()
+    x = torch.randn(3, 4)
+    with pytest.raises(ShapeMismatchError, match="not supported yet"):
+        ember.compile(m, example_inputs=(x,), dynamic_shapes={"input": {0: torch.export.Dim("b")}})
+    ep = torch.export.export(m, (x,), dynamic_shapes={"input": {0: torch.export.Dim("b")}})
+    with pytest.raises(ShapeMismatchError, match="symbolic dimension"):
+        ember.frontend.from_exported_program(ep)
+
+
+def test_missing_example_inputs():
+    with pytest.raises(InputError, match="example_inputs"):
+        ember.compile(torch.nn.ReLU())
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("n", torch.zeros(1))
+
+    def forward(self, x):
+        self.n.add_(1)
+        return x + self.n
+
+
+def test_buffer_mutation_is_refused():
+    with pytest.raises(UnsupportedOpError, match="mutates 'n'"):
+        ember.compile(Counter(), example_inputs=(torch.randn(2),))
+
+
+def test_torchscript_module_through_onnx():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5)).eval()
+    x = torch.randn(1, 3, 6, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        s = torch.jit.script(m)
+        c = ember.compile(s, example_inputs=(x,))
+    assert c.info["frontend"] == "torchscript-onnx"
+    _check(c.run([x.numpy()]), _eager(m, (x,)))
+
+
+def test_custom_op_tutorial_in_docs():
+    text = (ROOT / "docs" / "torch.md").read_text()
+    block = text.split("## Tutorial: a custom operator")[1].split("```python")[1].split("```")[0]
+    from ember.ops.registry import _REGISTRY
+    from ember.frontend.torch import registry
+    try:
+        exec(compile(block, "docs/torch.md", "exec"), {"__name__": "tutorial"})
+    finally:  # rerunnable in one process
+        _REGISTRY.pop("mylib.gated_swish", None)
+        registry._CONVERTERS.pop("mylib::gated_swish", None)
+
+
+def test_custom_op_wrong_shape_func_is_caught():
+    from ember.frontend.torch import register_op
+    from ember.graph.ir import TensorType
+    from ember.ops.registry import _REGISTRY
+    from ember.frontend.torch import registry
+
+    @torch.library.custom_op("embertest::halve", mutates_args=())
+    def halve(x: torch.Tensor) -> torch.Tensor:
+        return x[..., ::2].clone()
+
+    @halve.register_fake
+    def _(x):
+        return x.new_empty(x.shape[:-1] + (x.shape[-1] // 2,))
+
+    register_op("embertest::halve", compute=lambda i, a, o: i[0],
+                shape_func=lambda t, a: TensorType(t[0].shape, t[0].dtype))  # wrong shape
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.embertest.halve(x)
+
+    try:
+        with pytest.raises(ShapeMismatchError, match="torch computes"):
+            ember.compile(M(), example_inputs=(torch.randn(2, 4),))
+    finally:
+        _REGISTRY.pop("embertest.halve", None)
+        registry._CONVERTERS.pop("embertest::halve", None)
+
+
+def test_custom_op_undefined():
+    from ember.frontend.torch import register_op
+    with pytest.raises(UnsupportedOpError, match="custom_op"):
+        register_op("nosuchlib::op", compute=None, shape_func=lambda t, a: t[0])
+
+
+def test_dynamo_entry_point_declared():
+    import importlib
+    import tomllib
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    ep = spec["project"]["entry-points"]["torch_dynamo_backends"]["ember"]
+    mod, _, fn = ep.partition(":")
+    assert getattr(importlib.import_module(mod), fn) is ember_backend
+
+
+def test_backend_name_registered_when_installed():
+    from importlib import metadata
+    eps = [e for e in metadata.entry_points(group="torch_dynamo_backends") if e.name == "ember"]
+    if not eps:
+        pytest.skip("the installed ember distribution has no torch_dynamo_backends entry "
+                    "point (installed before it was added: reinstall with pip install -e .)")
+    import torch._dynamo
+    assert "ember" in torch._dynamo.list_backends()
+    m = torch.nn.Linear(3, 2).eval()
+    x = torch.randn(1, 3)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        _check([torch.compile(m, backend="ember")(x).numpy()], _eager(m, (x,)))

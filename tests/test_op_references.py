@@ -242,6 +242,13 @@ NO_ONNX_EQUIVALENT.update({
     op: "Winograd transform halves of a Conv: composed with the weight transform they are "
         "checked against a direct convolution in test_winograd.py"
     for op in ("nn.winograd_input", "nn.winograd_output")})
+NO_ONNX_EQUIVALENT.update({
+    op: "ONNX's operator takes another attribute form (ember's carries the converter's derived "
+        "geometry); the compiled op is checked against onnx.reference on odd shapes in "
+        "test_transformer_kernels.py and against onnx's backend cases in test_transformer_ops.py"
+    for op in ("nn.attention", "nn.group_norm", "nn.rotary_embedding", "nn.swiglu")})
+ONNX_OPS["nn.rms_norm"] = ("RMSNormalization", 23, lambda xs, a: (
+    xs, {"axis": a["axis"], "epsilon": a["epsilon"]}))
 NO_ONNX_EQUIVALENT["nn.inverted_residual"] = (
     "a chain of ONNX Conv/Clip/Add nodes, not one op: whole blocks and MobileNetV2 are checked "
     "against onnxruntime and the unfused compile in test_inverted_residual.py")

@@ -79,8 +79,10 @@ class WorkerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
                                     else "")
+        # the parent's pid travels on the command line: a parent that dies while the child is
+        # still importing (seconds on a loaded host) is then noticed too
         self.proc = subprocess.Popen([sys.executable, "-c",
-                                      "from ember.tune.worker import _serve; _serve()"],
+                                      f"from ember.tune.worker import _serve; _serve({os.getpid()})"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      start_new_session=True)
         self.served = 0
@@ -402,9 +404,11 @@ def _exit_with_parent(parent: int, poll_s: float = PARENT_POLL_S) -> None:
             os._exit(3)
 
 
-def _serve() -> None:
+def _serve(parent: int | None = None) -> None:
+    """Serve measurement requests on stdin/stdout until stdin closes; ``parent``: the pid of the
+    process that started this worker (default: the current parent), watched by the watchdog."""
     import threading
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True,
+    threading.Thread(target=_exit_with_parent, args=(parent or os.getppid(),), daemon=True,
                      name="ember-worker-parent-watchdog").start()
     proto_in = sys.stdin.buffer.fileno()
     proto_out = os.dup(1)

@@ -195,6 +195,27 @@ def test_bad_feeds_are_input_errors_and_leave_the_cluster_usable(clusters):
     np.testing.assert_allclose(dm.run(feeds)[0], single[0], rtol=1e-5, atol=1e-5)
 
 
+@needs_mpi
+def test_idle_ranks_do_not_take_the_cores(clusters):
+    """Idle spawned ranks polled every 1 ms, ~3% of a core each (9 ranks in this module's
+    clusters); after a second idle they poll every 10 ms (~0.7%)."""
+    import time
+    cluster = clusters(2)
+    cluster.check_usable()
+    time.sleep(1.5)
+
+    def ticks(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        return int(st[11]) + int(st[12])     # utime + stime
+    if not os.path.exists(f"/proc/{cluster.pids[0]}/stat"):
+        pytest.skip("no /proc to read the ranks' CPU time from")
+    before = [ticks(p) for p in cluster.pids]
+    time.sleep(4.0)
+    used = [(ticks(p) - b) / os.sysconf("SC_CLK_TCK") for p, b in zip(cluster.pids, before)]
+    assert max(used) < 0.08, f"idle ranks used {used} s of CPU in 4 s"
+
+
 def test_bad_cluster_arguments():
     from ember.distributed import DeviceCluster
     with pytest.raises(ShardingError, match="strategy"):

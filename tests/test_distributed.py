@@ -12,7 +12,7 @@ import ember
 from ember.distributed import (load_sharded, mpi_available, partition_for_distributed,
                                split_sizes)
 from ember.errors import (ArtifactError, CollectiveTimeoutError, DistributedError,
-                          RankFailedError, ShardingError)
+                          InputError, RankFailedError, ShardingError)
 from ember.frontend.onnx import from_onnx
 from ember.testing.models import bert_encoder, bert_inputs, gpt2_decoder
 
@@ -176,6 +176,44 @@ def test_a_model_that_cannot_fit_names_the_largest_tensor_and_budget():
     assert "memory_per_device=4096" in msg and "largest" in msg
     biggest = max(params, key=lambda k: params[k].nbytes)
     assert biggest in msg or "wte" in msg or "lm_head" in msg
+
+
+@needs_mpi
+def test_bad_feeds_are_input_errors_and_leave_the_cluster_usable(clusters):
+    """A feed of the wrong dtype or shape was a RankFailedError from rank 0 that marked the
+    cluster unusable (a new DeviceCluster was needed); it is an InputError from the driver."""
+    model, feeds = _gpt2()
+    mod, params, single = _references(model, feeds)
+    cluster = clusters(2)
+    _, dm, _ = _run_sharded(cluster, mod, params, feeds, "tensor")
+    ids = feeds["input_ids"]
+    with pytest.raises(InputError, match="'input_ids': expected dtype int64, got float32"):
+        dm.run({"input_ids": ids.astype(np.float32)})
+    with pytest.raises(InputError, match=r"'input_ids': expected shape \(1, 8\), got \(1, 4\)"):
+        dm.run({"input_ids": ids[:, :4]})
+    assert not cluster.broken
+    np.testing.assert_allclose(dm.run(feeds)[0], single[0], rtol=1e-5, atol=1e-5)
+
+
+@needs_mpi
+def test_idle_ranks_do_not_take_the_cores(clusters):
+    """Idle spawned ranks polled every 1 ms, ~3% of a core each (9 ranks in this module's
+    clusters); after a second idle they poll every 10 ms (~0.7%)."""
+    import time
+    cluster = clusters(2)
+    cluster.check_usable()
+    time.sleep(1.5)
+
+    def ticks(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        return int(st[11]) + int(st[12])     # utime + stime
+    if not os.path.exists(f"/proc/{cluster.pids[0]}/stat"):
+        pytest.skip("no /proc to read the ranks' CPU time from")
+    before = [ticks(p) for p in cluster.pids]
+    time.sleep(4.0)
+    used = [(ticks(p) - b) / os.sysconf("SC_CLK_TCK") for p, b in zip(cluster.pids, before)]
+    assert max(used) < 0.08, f"idle ranks used {used} s of CPU in 4 s"
 
 
 def test_bad_cluster_arguments():

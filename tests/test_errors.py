@@ -476,3 +476,19 @@ def test_artifact_with_a_weight_of_the_wrong_dtype_is_refused(tmp_path):
     _rewrite_artifact(tmp_path / "ok.ember", tmp_path / "bad.ember", edit)
     with pytest.raises(ArtifactError, match="expects int32"):
         ember.load(tmp_path / "bad.ember")
+
+
+# a required input left out ---------------------------------------------------------------------
+@pytest.mark.parametrize("op,inputs,opset,missing", [
+    ("SwiGLU", ["a"], 28, "B"), ("Attention", ["a", "a"], 23, "V"),
+    ("RMSNormalization", ["a"], 23, "scale"), ("Add", ["a"], 17, "B"),
+    ("Gemm", ["a", ""], 17, "B")])
+def test_missing_required_input_is_model_load_error(op, inputs, opset, missing):
+    """A node that omits a required input of its ONNX schema was an AttributeError from deep
+    inside the converter; it is a ModelLoadError naming the node and the input."""
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node(op, inputs, ["y"], name="the_node")], "g", [a], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    with pytest.raises(ModelLoadError, match=rf"the_node.*{op}.*'{missing}'.*missing"):
+        ember.compile(m)

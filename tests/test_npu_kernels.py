@@ -120,6 +120,13 @@ def test_bad_requests_are_typed_errors():
         npu.lower_conv2d(wt, input_shape=(1, 3, 8, 8), multiplier=3, shift=1)
     with pytest.raises(NPUError, match="bias must be int32"):
         npu.lower_conv2d(wt, np.zeros(4, np.int64), input_shape=(1, 3, 8, 8))
+    # a zero stride was a ZeroDivisionError from the output-size arithmetic
+    with pytest.raises(NPUError, match="strides"):
+        npu.lower_conv2d(wt, input_shape=(1, 3, 8, 8), strides=(0, 1))
+    with pytest.raises(NPUError, match="strides"):
+        npu.lower_conv2d(wt, input_shape=(1, 3, 8, 8), strides=(1,))
+    with pytest.raises(NPUError, match="four integers"):
+        npu.lower_conv2d(wt, input_shape=(1, 3, 8, 8), pads=(1, 1))
     k = npu.lower_conv2d(wt, input_shape=(1, 3, 8, 8), multiplier=3, shift=4)
     with pytest.raises(InputError, match="int8 of shape"):
         k.run(np.zeros((1, 3, 8, 8), np.float32))

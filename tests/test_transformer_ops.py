@@ -89,3 +89,24 @@ def test_backend_cases_native_all():
 
 def test_quick_cases_exist():
     assert len(CASES) >= 125 and QUICK <= {c.name for c in CASES}
+
+
+def _attention_model(shapes, **attrs):
+    from onnx import TensorProto, helper
+    vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip("qkv", shapes)]
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="attn0", **attrs)
+    g = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                           None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+
+
+@pytest.mark.parametrize("shapes,attrs,match", [
+    # a 3-D Q with 4-D K/V was "ValueError: too many values to unpack" from the head split
+    (((1, 4, 16), (1, 2, 4, 8), (1, 2, 4, 8)), {"q_num_heads": 2, "kv_num_heads": 2},
+     "all 3-D or all 4-D"),
+    # no keys at all was a ZeroDivisionError from the kernel's key tiling
+    (((1, 2, 4, 8), (1, 2, 0, 8), (1, 2, 0, 8)), {}, "no keys")])
+def test_attention_bad_operands_are_typed_errors(shapes, attrs, match):
+    from ember.errors import ShapeMismatchError
+    with pytest.raises(ShapeMismatchError, match=rf"attn0.*{match}"):
+        ember.compile(_attention_model(shapes, **attrs))

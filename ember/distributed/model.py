@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 
+from ..dtypes import np_dtype
 from ..errors import InputError, RankFailedError
 from ..target import Target
 from .cluster import DeviceCluster
@@ -53,6 +54,14 @@ class DistributedModel:
         self.weight_bytes = sharded.weight_bytes
         self.owners = _owners(sharded)
         self._local = local       # SPMD: this rank's RankProgram
+        # each model input's type, from a shard that reads it: feeds are checked on the driver,
+        # so that a wrong dtype or shape is an InputError rather than a rank failure that
+        # leaves the cluster unusable
+        self.input_types = {}
+        for sh in sharded.shards:
+            for p in sh.mod.main.params:
+                if p.name in self.input_names:
+                    self.input_types.setdefault(p.name, p.type)
         self.last_stats: list = []
         self.info = dict(sharded.info, strategy=sharded.strategy, num_ranks=sharded.num_ranks,
                          target=target, mode=cluster.mode)
@@ -88,7 +97,8 @@ class DistributedModel:
         returns its outputs (list, model order) on this process.
 
         Raises:
-            InputError: a missing input. RankFailedError / CollectiveTimeoutError: a rank
+            InputError: a missing input, or one of the wrong dtype or shape (checked on the
+                driver; the cluster stays usable). RankFailedError / CollectiveTimeoutError: a rank
                 failed or hangs (names it).
         """
         return self.run_batches([inputs])[0]
@@ -102,7 +112,20 @@ class DistributedModel:
             missing = [n for n in self.input_names if n not in b]
             if missing:
                 raise InputError(f"missing model inputs {missing} (inputs: {self.input_names})")
-            feeds.append({n: np.ascontiguousarray(b[n]) for n in self.input_names})
+            # (np.ascontiguousarray alone would turn a 0-d array into shape (1,))
+            feed = {n: np.ascontiguousarray(b[n]).reshape(np.shape(b[n]))
+                    for n in self.input_names}
+            for n, a in feed.items():
+                t = self.input_types.get(n)
+                if t is None:
+                    continue
+                if a.dtype != np_dtype(t.dtype):
+                    raise InputError(f"input {n!r}: expected dtype {t.dtype}, got {a.dtype} "
+                                     f"(convert with .astype(np.{t.dtype}))")
+                if tuple(a.shape) != tuple(t.shape):
+                    raise InputError(f"input {n!r}: expected shape {tuple(t.shape)}, got "
+                                     f"{tuple(a.shape)}")
+            feeds.append(feed)
         if self._local is not None:
             return self._run_spmd(feeds)
         msgs = []

@@ -154,6 +154,26 @@ def _attr_value(a: onnx.AttributeProto):
     return v
 
 
+def _check_required_inputs(view: NodeView) -> None:
+    """Raise ``ModelLoadError`` naming the node and the input when a required (non-optional,
+    non-variadic) input of the node's ONNX schema at its opset is omitted or empty; converters
+    may then assume every required input is a graph value."""
+    try:
+        schema = onnx.defs.get_schema(view.op_type, view.opset, view.domain)
+    except Exception:  # an operator or domain onnx has no schema for: its converter decides
+        return
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for k, formal in enumerate(schema.inputs):
+        if formal.option != single:
+            continue
+        if view.input(k) is None:
+            raise ModelLoadError(
+                f"{view.where}required input {k} ({formal.name!r}) of {view.op_type}-"
+                f"{schema.since_version} is missing (the node has "
+                f"{len(view.proto.input)} input(s)); the ONNX spec requires it: give the node "
+                f"that input")
+
+
 class ImportContext:
     """State of one graph import; converters call ``call``/``const``/``constant_value``."""
 
@@ -335,6 +355,7 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
                                      f"node, input or initializer defines (model not topologically "
                                      f"sorted or malformed)")
         view = NodeView(node, ins, opset)
+        _check_required_inputs(view)
         conv = lookup_converter(domain, node.op_type, opset)
         if conv is None:
             raise UnsupportedOpError(

@@ -303,6 +303,12 @@ def lower_conv2d(weight, bias=None, *, input_shape, strides=(1, 1), pads=(0, 0, 
         if bias.dtype != np.int32 or bias.shape != (weight.shape[0],):
             raise NPUError(f"NPU conv2d: bias must be int32 ({weight.shape[0]},), got "
                            f"{bias.dtype} {bias.shape}")
+    if len(strides) != 2 or any(int(st) < 1 for st in strides):
+        raise NPUError(f"NPU conv2d: strides {tuple(strides)} must be two integers >= 1 "
+                       f"(stride_h, stride_w)")
+    if len(pads) != 4:
+        raise NPUError(f"NPU conv2d: pads {tuple(pads)} must be four integers (top, left, "
+                       f"bottom, right)")
     if any(not 0 <= p <= 15 for p in pads):
         raise NPUError(f"NPU conv2d: pads {tuple(pads)} must each be in [0, 15] (the DMA's "
                        f"4-bit padding fields)")

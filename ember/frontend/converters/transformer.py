@@ -154,6 +154,10 @@ def attention(ctx, node):
     if dt not in ("float32", "float16", "bfloat16"):
         raise UnsupportedOpError(f"{where}Attention: dtype {dt} is not supported (float32, "
                                  f"float16, bfloat16)")
+    ranks = (q.type.ndim, k.type.ndim, v.type.ndim)
+    if ranks not in ((3, 3, 3), (4, 4, 4)):
+        raise ShapeMismatchError(f"{where}Attention: Q, K, V must be all 3-D or all 4-D, got "
+                                 f"{q.type.shape}, {k.type.shape}, {v.type.shape}")
     three_d = q.type.ndim == 3
     q, k, v = (_f32(ctx, t) for t in (q, k, v))
     if three_d:
@@ -172,6 +176,9 @@ def attention(ctx, node):
         v = ctx.call("concatenate", [pv, v], {"axis": 2})
     b, h, s, _ = q.type.shape
     t = k.type.shape[2]
+    if t == 0:
+        raise ShapeMismatchError(f"{where}Attention: K and V have no keys (sequence length 0 "
+                                 f"and no past): give at least one key")
     args = [q, k, v]
     if mask is not None:
         if mask.type.dtype == "bool":

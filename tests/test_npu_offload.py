@@ -122,3 +122,36 @@ def test_scratchpad_too_small_falls_back(tmp_path):
         cpu_m = ember.build(qmod, "llvm", dict(qparams))
     f = _feeds(1, 4)[0]
     np.testing.assert_array_equal(m.run(f)[0], cpu_m.run(f)[0])
+
+
+def test_imported_ort_qdq_model_on_npu(tmp_path):
+    """An onnxruntime ``quantize_static`` QDQ model (QInt8 symmetric activations, per-tensor
+    weights) imported and run with target="npu": identical to the CPU int8 path with the
+    integer requantize, and within a few output steps of onnxruntime running the QDQ model."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(_feeds(8, 1))
+
+        def get_next(self):
+            return next(self.it, None)
+
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_cnn(), src)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    per_channel=False, extra_options={"ActivationSymmetric": True})
+    m = ember.compile(str(dst), target="npu")
+    assert len(m.info["npu"]["layers"]) == 4, m.info["npu"]["fallback"]
+    with ember.PassContext(config={"RealizeQnn.requantize": "fixed"}):
+        cpu_m = ember.compile(str(dst), target="llvm")
+    sess = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    for f in _feeds(3, 6):
+        y = m.run(f)[0]
+        np.testing.assert_array_equal(y, cpu_m.run(f)[0])
+        want = sess.run(None, f)[0]
+        step = np.min(np.diff(np.unique(want)))
+        assert np.max(np.abs(y - want)) <= 3 * step

@@ -154,6 +154,17 @@ class NPUModel:
         self.info["last_run"] = {"cpu_s": cpu_s, "npu_sim_s": npu_s}
         return [env[id(o)] if isinstance(o, Var) else o.data for o in self.func.outputs]
 
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random inputs of the model's input types (standard normal floats, small
+        integers)."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for p in self._params:
+            shape, dt = tuple(p.type.shape), np.dtype(p.type.dtype)
+            out[p.name] = (rng.standard_normal(shape).astype(dt) if dt.kind == "f" else
+                           rng.integers(0, 8, shape).astype(dt))
+        return out
+
     def benchmark(self, inputs, number: int = 5, warmup: int = 1) -> dict:
         """Wall time of ``run`` (ms; the NPU layers as simulated on the host)."""
         for _ in range(warmup):

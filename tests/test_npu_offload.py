@@ -155,3 +155,14 @@ def test_imported_ort_qdq_model_on_npu(tmp_path):
         want = sess.run(None, f)[0]
         step = np.min(np.diff(np.unique(want)))
         assert np.max(np.abs(y - want)) <= 3 * step
+    # the same model through `ember profile --target npu`: the table lists each offloaded layer
+    from ember.cli import main
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["profile", str(dst), "--target", "npu"]) == 0
+    out = buf.getvalue()
+    for r in m.info["npu"]["layers"]:
+        assert r["layer"][:33] in out and str(r["cycles"]) in out
+    assert f"total: {m.info['npu']['cycles']} cycles" in out

@@ -250,11 +250,11 @@ def build_npu(mod: IRModule, target, params, build) -> NPUModel:
 
 def format_layers(info_npu: dict) -> str:
     """The per-layer table of ``info["npu"]`` as text (``ember profile --target npu``)."""
-    head = f"{'layer':<24}{'shape':<40}{'cycles':>10}{'MACs':>12}{'util':>7}{'DMA B':>10}" \
+    head = f"{'layer':<34}{'shape':<40}{'cycles':>10}{'MACs':>12}{'util':>7}{'DMA B':>10}" \
         f"{'stalls':>9}"
     lines = [head, "-" * len(head)]
     for r in info_npu["layers"]:
-        lines.append(f"{r['layer'][:23]:<24}{r['shape'][:39]:<40}{r['cycles']:>10}"
+        lines.append(f"{r['layer'][:33]:<34}{r['shape'][:39]:<40}{r['cycles']:>10}"
                      f"{r['macs']:>12}{r['utilization']:>7.2f}{r['dma_bytes']:>10}"
                      f"{r['stall_cycles']:>9}")
     lines.append(f"total: {info_npu['cycles']} cycles, utilization "

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from ..graph.ir import Function, IRModule, Var
-from ..graph.segments import Segment, cut_function
+from ..graph.segments import Segment, cut_function, run_items
 from ..ops.collective import COLLECTIVE_OPS
 from .comm import Communicator
 
@@ -55,17 +55,8 @@ class RankProgram:
         for name, arr in feeds.items():
             if name in names:
                 env[id(names[name])] = arr
-        compute = comm_s = 0.0
-        for item in self.items:
-            t0 = time.perf_counter()
-            if isinstance(item, Segment):
-                outs = item.model.run({a.name: env[id(a)] for a in item.inputs})
-                for o, arr in zip(item.outputs, outs):
-                    env[id(o)] = arr
-                compute += time.perf_counter() - t0
-                continue
-            env[id(item.outputs[0])] = self._collective(item, env, comm)
-            comm_s += time.perf_counter() - t0
+        compute, comm_s = run_items(self.items, env,
+                                    lambda b, env_: self._collective(b, env_, comm))
         t0 = time.perf_counter()
         comm.flush()
         comm_s += time.perf_counter() - t0

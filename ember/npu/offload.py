@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import EmberError, InputError
 from ..graph.ir import IRModule, Var
-from ..graph.segments import Segment, cut_function
+from ..graph.segments import Segment, cut_function, run_items
 
 COMPOSITE = "npu"
 
@@ -104,8 +104,11 @@ def _layer_row(name, k, stats, cfg) -> dict:
 
 
 class _NPUStep:
+    """An offloaded layer: its composite call ``binding`` and ``NPUKernel``."""
+
     def __init__(self, binding, kernel, name):
         self.binding, self.kernel, self.name = binding, kernel, name
+        self.outputs = binding.outputs
 
 
 class NPUModel:
@@ -138,19 +141,10 @@ class NPUModel:
             if p.name not in inputs:
                 raise InputError(f"missing input {p.name!r} (inputs: {self.input_names})")
             env[id(p)] = np.asarray(inputs[p.name])
-        cpu_s = npu_s = 0.0
-        for item in self.items:
-            t0 = time.perf_counter()
-            if isinstance(item, Segment):
-                outs = item.model.run({a.name: env[id(a)] for a in item.inputs})
-                for o, arr in zip(item.outputs, outs):
-                    env[id(o)] = arr
-                cpu_s += time.perf_counter() - t0
-                continue
-            x = env[id(item.binding.call.args[0])]
-            y, _ = item.kernel.run(np.ascontiguousarray(x), mode="functional", check=False)
-            env[id(item.binding.outputs[0])] = y
-            npu_s += time.perf_counter() - t0
+        def npu(step, env_):
+            x = np.ascontiguousarray(env_[id(step.binding.call.args[0])])
+            return step.kernel.run(x, mode="functional", check=False)[0]
+        cpu_s, npu_s = run_items(self.items, env, npu)
         self.info["last_run"] = {"cpu_s": cpu_s, "npu_sim_s": npu_s}
         return [env[id(o)] if isinstance(o, Var) else o.data for o in self.func.outputs]
 

@@ -82,15 +82,21 @@ def test_npu_and_cpu_int8_identical(dilated):
     for r in info["layers"]:
         assert r["macs"] > 0 and r["dma_bytes"] > 0 and 0 < r["utilization"] <= 1
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    out_scale = None
+    # the output's quantization step: the scale of the last qnn.quantize
+    out_scale = float(np.asarray([b for b in qmod["main"].bindings
+                                  if b.call.op == "qnn.quantize"][-1].call.args[1].data))
     for f in _feeds(3, 5):
         y_npu = npu_m.run(f)[0]
         y_cpu = cpu_m.run(f)[0]
         np.testing.assert_array_equal(y_npu, y_cpu)  # identical (dequantized int8) outputs
+        np.testing.assert_allclose(np.round(y_npu / out_scale), y_npu / out_scale, atol=1e-3)
         want = sess.run(None, f)[0]
-        if out_scale is None:
-            out_scale = np.min(np.diff(np.unique(y_cpu))) if len(np.unique(y_cpu)) > 1 else 1
-        assert np.max(np.abs(y_npu - want)) <= 6 * max(out_scale, 0.02 * np.abs(want).max())
+        # the error of four int8 layers accumulated (measured: up to 7 steps on these seeds);
+        # values beyond the calibrated range saturate at the int8 ends
+        sat = np.abs(want) >= 127 * out_scale
+        assert np.max(np.abs(y_npu - want)[~sat]) <= 8 * out_scale
+        assert np.all(np.isin(np.round(np.abs(y_npu[sat]) / out_scale), (127, 128)))
+        assert np.corrcoef(y_npu.ravel(), want.ravel())[0, 1] > 0.98
 
 
 def test_compile_target_npu_quantize(tmp_path):

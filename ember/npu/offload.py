@@ -159,6 +159,12 @@ class NPUModel:
                            rng.integers(0, 8, shape).astype(dt))
         return out
 
+    def save(self, path) -> None:
+        """Raises ``ArtifactError``: an NPU model (simulated layers) has no artifact yet."""
+        from ..errors import ArtifactError
+        raise ArtifactError(f"an NPU model ({self.target}) cannot be saved as an artifact yet: "
+                            f"compile it again with ember.compile(..., target='npu')")
+
     def benchmark(self, inputs, number: int = 5, warmup: int = 1) -> dict:
         """Wall time of ``run`` (ms; the NPU layers as simulated on the host)."""
         for _ in range(warmup):

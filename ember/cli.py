@@ -366,6 +366,9 @@ def cmd_profile(args) -> int:
     from .errors import ShapeMismatchError, UnsupportedOpError
     from .runtime.profiler import profile
     shapes = _parse_shapes(args.shape)
+    from .target import Target
+    if Target(args.target).is_npu:  # a QDQ model: the NPU's per-layer cycle table
+        return _profile_npu(args, shapes)
     try:
         model = _load_any(args.model, args.target, shapes, executor="static")
     except (UnsupportedOpError, ShapeMismatchError) as e:
@@ -382,6 +385,23 @@ def cmd_profile(args) -> int:
     if args.trace:
         report.write_chrome_trace(args.trace)
         print(f"wrote Chrome trace {args.trace} (open in chrome://tracing or Perfetto)")
+    return 0
+
+
+def _profile_npu(args, shapes) -> int:
+    """``ember profile QDQ_MODEL --target npu``: the per-layer table of ``info["npu"]`` (cycles,
+    MACs, utilization, DMA bytes, stall cycles; CPU fallbacks with their reason) and the wall
+    time of one run of the whole model (NPU layers simulated)."""
+    import time
+    from .driver import compile as ember_compile
+    from .npu.offload import format_layers
+    model = ember_compile(args.model, target=args.target, shapes=shapes)
+    inputs = _parse_inputs(args.input, model) if hasattr(model, "input_names") else {}
+    t0 = time.perf_counter()
+    model.run(inputs)
+    print(format_layers(model.info["npu"]))
+    print(f"wall time of one run (NPU simulated on the host): "
+          f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
     return 0
 
 

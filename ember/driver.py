@@ -236,6 +236,9 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     if hasattr(mod, "shards"):  # an ember.distributed.ShardedModule: built on its ranks
         return mod.build(target)
     target = Target(target)
+    if target.is_npu:  # NPU layers offloaded, the rest on the host CPU (docs/npu.md)
+        from .npu.offload import build_npu
+        return build_npu(mod, target, params, build)
     t0 = time.perf_counter()
     num_imported = len(mod.main.bindings)
     output_names = list(mod.main.attrs.get("output_names") or
@@ -472,7 +475,7 @@ def _compile_static(model, target, shapes) -> CompiledModel:
                                   target, shapes, PassContext.current())
     if key is not None and stamp != _file_stamp(model):
         key = None  # the file changed while it was read: its hash may not be what was compiled
-    if target.is_gpu:
+    if target.is_gpu or target.is_npu:
         key = None  # the compiled-model cache stores CPU artifacts only
     if key is not None:
         cached = compile_cache.lookup(key, target.num_threads)

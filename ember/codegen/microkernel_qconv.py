@@ -25,6 +25,11 @@ broadcasts of 4 weight bytes (``W`` is ``(Cout, KH * KW * C4)``, zero-padded:
 the weights are packed once at compile time) and ``MR * NV`` ``vpdpbusd``. Accumulation is
 int32 and exact for ``K < 65793`` (255 * 128 * K < 2**31).
 
+With ``requant="fixed"`` the epilogue is the integer one (``ember.ops.qnn_conv``):
+``p = (int32)((uint32)(acc + bias) * (uint32)M)`` (wrap-around, as the NPU's ALU),
+``v = ((p >> (s - 1)) + 1) >> 1`` (arithmetic shifts; ``v = p`` for ``s = 0``), ``+ y_zp``, clamp;
+the VNNI path computes it with ``vpmulld`` and ``vpsrad``, bit-identical.
+
 ISAs: ``avx512vnni`` (AVX-512 F/BW/VL + VNNI) and ``scalar`` (portable C, bit-identical: the
 same int32 sums, the same float32 multiply and round-to-nearest-even). Output layouts: ``nchw``
 (``Y[b, co, p]``, a convolution) or ``rows`` (``Y[p, co]``, a dense layer).
@@ -40,7 +45,7 @@ from .microkernel import register_microkernel
 
 FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
           "oh", "ow", "kp", "x_zp", "y_zp", "lo", "hi", "out_dtype", "pt_pixels", "cc", "mr",
-          "nv")
+          "nv", "requant", "rq_mult", "rq_shift")
 FMAX = 1e9  # float clamp before the float -> int32 conversion (both paths)
 CT = {"uint8": "uint8_t", "int8": "int8_t"}
 
@@ -142,15 +147,40 @@ def _scalar_body(g: dict) -> list[str]:
         f"      for (int64_t k4 = 0; k4 < {K4}; ++k4)",
         "        for (int t = 0; t < 4; ++t) acc += (int32_t)(uint8_t)(XP(k4, q) >> (8 * t)) * "
         "(int32_t)wr[k4 * 4 + t];",
-        "      float f = (float)(acc + bias[co]) * mult[co];",
-        f"      f = f < -{FMAX}f ? -{FMAX}f : (f > {FMAX}f ? {FMAX}f : f);",
-        f"      int32_t v = (int32_t)nearbyintf(f) + {g['y_zp']};",
+    ] + _scalar_requant(g) + [
         f"      v = v < {g['lo']} ? {g['lo']} : (v > {g['hi']} ? {g['hi']} : v);",
         f"      Y[{_out_index(g, 'co', 'p0 + q')}] = ({CT[g['out_dtype']]})v;",
         "    }",
         "  }",
         f"  (void){PT};",
     ]
+
+
+def _scalar_requant(g: dict) -> list[str]:
+    """``int32_t v``: the requantized value (before the clamp) of ``acc`` at channel ``co``."""
+    if g.get("requant", "float") == "fixed":
+        s = int(g["rq_shift"])
+        L = ["      const int32_t p = (int32_t)(((uint32_t)acc + (uint32_t)bias[co]) * "
+             f"(uint32_t)({int(g['rq_mult'])}));"]
+        rnd = f"((p >> {s - 1}) + 1) >> 1" if s > 0 else "p"
+        return L + [f"      int32_t v = ({rnd}) + {g['y_zp']};"]
+    return ["      float f = (float)(acc + bias[co]) * mult[co];",
+            f"      f = f < -{FMAX}f ? -{FMAX}f : (f > {FMAX}f ? {FMAX}f : f);",
+            f"      int32_t v = (int32_t)nearbyintf(f) + {g['y_zp']};"]
+
+
+def _vnni_requant(g: dict, a: str, j: int) -> list[str]:
+    """``__m512i r{j}``: the requantized lanes (before the clamp) of accumulator ``a``."""
+    if g.get("requant", "float") == "fixed":
+        s = int(g["rq_shift"])
+        L = [f"        __m512i r{j} = _mm512_mullo_epi32(_mm512_add_epi32({a}, bi), vmq);"]
+        if s > 0:
+            L += [f"        r{j} = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srai_epi32(r{j}, "
+                  f"{s - 1}), _mm512_set1_epi32(1)), 1);"]
+        return L + [f"        r{j} = _mm512_add_epi32(r{j}, vzp);"]
+    return [f"        __m512 f{j} = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, bi)), mu);",
+            f"        f{j} = _mm512_min_ps(_mm512_max_ps(f{j}, vfl), vfh);",
+            f"        __m512i r{j} = _mm512_add_epi32(_mm512_cvtps_epi32(f{j}), vzp);"]
 
 
 def _vnni_block(g: dict, mr: int, nv: int) -> list[str]:
@@ -177,10 +207,8 @@ def _vnni_block(g: dict, mr: int, nv: int) -> list[str]:
                  f"const __m512 mu = _mm512_set1_ps(mult[co + {i}]);")
         for j in range(nv):
             a = acc[i][j]
-            L += [f"        __m512 f{j} = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, bi)), mu);",
-                  f"        f{j} = _mm512_min_ps(_mm512_max_ps(f{j}, vfl), vfh);",
-                  f"        __m512i r{j} = _mm512_add_epi32(_mm512_cvtps_epi32(f{j}), vzp);",
-                  f"        r{j} = _mm512_min_epi32(_mm512_max_epi32(r{j}, vlo), vhi);",
+            L += _vnni_requant(g, a, j)
+            L += [f"        r{j} = _mm512_min_epi32(_mm512_max_epi32(r{j}, vlo), vhi);",
                   f"        const int64_t qq{j} = q0 + {16 * j};",
                   f"        if (qq{j} < np_) {{"]
             if store_rows:
@@ -207,6 +235,8 @@ def _vnni_body(g: dict) -> list[str]:
     L = [f"  const __m512 vfl = _mm512_set1_ps(-{FMAX}f), vfh = _mm512_set1_ps({FMAX}f);",
          f"  const __m512i vzp = _mm512_set1_epi32({g['y_zp']}), vlo = _mm512_set1_epi32({g['lo']}),"
          f" vhi = _mm512_set1_epi32({g['hi']});",
+         f"  const __m512i vmq = _mm512_set1_epi32({int(g.get('rq_mult', 0))});",
+         "  (void)vmq; (void)vfl; (void)vfh;",
          "  int64_t co = c0;",
          f"  for (; co + {mr} <= c1; co += {mr})",
          f"    for (int64_t q0 = 0; q0 < np_; q0 += {step})"]

@@ -13,15 +13,11 @@ import time
 import numpy as np
 
 from ..graph.ir import Function, IRModule, Var
+from ..graph.segments import Segment, cut_function, run_items
 from ..ops.collective import COLLECTIVE_OPS
 from .comm import Communicator
 
 __all__ = ["RankProgram"]
-
-
-class _Segment:
-    def __init__(self, func: Function, model, inputs: list, outputs: list):
-        self.func, self.model, self.inputs, self.outputs = func, model, inputs, outputs
 
 
 class RankProgram:
@@ -34,7 +30,7 @@ class RankProgram:
         build: ``(IRModule, target, params) -> CompiledModel`` (``ember.driver.build``).
 
     Attributes:
-        items: ``_Segment``s and collective bindings, in order.
+        items: ``Segment``s (``ember.graph.segments``) and collective bindings, in order.
         weight_bytes: bytes of the weights this rank holds.
         timings: ``{"compute_s", "comm_s"}`` of the last ``run``.
     """
@@ -43,46 +39,13 @@ class RankProgram:
         self.func = func
         self.output_names = list(func.attrs.get("output_names") or [])
         self.weight_bytes = int(sum(np.asarray(a).nbytes for a in params.values()))
-        self.items: list = []
-        later_use = self._later_uses()
-        run: list = []
-        for i, b in enumerate(func.bindings):
-            if b.call.op in COLLECTIVE_OPS:
-                if run:
-                    self.items.append(self._segment(run, later_use[run[-1][0] + 1], params,
-                                                    target, build))
-                    run = []
-                self.items.append(b)
-            else:
-                run.append((i, b))
-        if run:
-            self.items.append(self._segment(run, later_use[run[-1][0] + 1], params, target,
-                                            build))
+        self.items = cut_function(func, lambda b: b.call.op in COLLECTIVE_OPS)
+        for item in self.items:
+            if isinstance(item, Segment):
+                weights = {a.name: params[a.name] for a in item.inputs if a.name in params}
+                item.model = build(IRModule.from_function(item.func), target, weights)
+                item.inputs = [a for a in item.inputs if a.name not in params]
         self.timings = {"compute_s": 0.0, "comm_s": 0.0}
-
-    def _later_uses(self) -> list:
-        """``later[i]``: ids of values read by bindings ``i..`` or returned."""
-        bs = self.func.bindings
-        later = [set() for _ in range(len(bs) + 1)]
-        later[-1] = {id(o) for o in self.func.outputs if isinstance(o, Var)}
-        for i in range(len(bs) - 1, -1, -1):
-            later[i] = later[i + 1] | {id(a) for a in bs[i].call.args if isinstance(a, Var)}
-        return later
-
-    def _segment(self, run, later, params, target, build) -> _Segment:
-        defined = {id(o) for _, b in run for o in b.outputs}
-        seen, inputs = set(), []
-        for _, b in run:
-            for a in b.call.args:
-                if isinstance(a, Var) and id(a) not in defined and id(a) not in seen:
-                    seen.add(id(a))
-                    inputs.append(a)
-        outputs = [o for _, b in run for o in b.outputs if id(o) in later]
-        func = Function(inputs, [b for _, b in run], outputs, "main",
-                        {"output_names": [o.name for o in outputs]})
-        weights = {a.name: params[a.name] for a in inputs if a.name in params}
-        model = build(IRModule.from_function(func), target, weights)
-        return _Segment(func, model, [a for a in inputs if a.name not in params], outputs)
 
     def run(self, feeds: dict, comm: Communicator) -> list:
         """Run the shard on ``feeds`` (``{input name: array}``); returns this rank's outputs
@@ -92,17 +55,8 @@ class RankProgram:
         for name, arr in feeds.items():
             if name in names:
                 env[id(names[name])] = arr
-        compute = comm_s = 0.0
-        for item in self.items:
-            t0 = time.perf_counter()
-            if isinstance(item, _Segment):
-                outs = item.model.run({a.name: env[id(a)] for a in item.inputs})
-                for o, arr in zip(item.outputs, outs):
-                    env[id(o)] = arr
-                compute += time.perf_counter() - t0
-                continue
-            env[id(item.outputs[0])] = self._collective(item, env, comm)
-            comm_s += time.perf_counter() - t0
+        compute, comm_s = run_items(self.items, env,
+                                    lambda b, env_: self._collective(b, env_, comm))
         t0 = time.perf_counter()
         comm.flush()
         comm_s += time.perf_counter() - t0

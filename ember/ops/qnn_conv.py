@@ -20,6 +20,13 @@ int32 sum of ``(x_u - 0) * w`` over the padded window (padding reads the zero po
 ``hi`` the output dtype's range narrowed by a fused ReLU (``lo = y_zp``). This is ONNX
 QLinearConv's arithmetic with the requantization in float32 (as onnxruntime's MLAS does).
 
+``requant="fixed"`` (attrs ``rq_mult = M``, ``rq_shift = s``, one per-tensor pair; ``mult`` is
+then unused) is the integer form the NPU computes (docs/npu.md, "Epilogue"), bit-exact across
+targets: ``p = wrap32(wrap32(acc + bias) * M)``, ``v = floor((p + 2**(s-1)) / 2**s)`` (``v = p``
+for ``s = 0``; computed as ``((p >> (s-1)) + 1) >> 1`` with arithmetic shifts, no overflow),
+``y = clamp(v + y_zp, lo, hi)``. ``fixed_point_multiplier`` derives ``(M, s)`` from the float
+scale ratio so that ``|acc + bias| * M < 2**31`` for every input (no wrap-around ever).
+
 The kernel (``ember.codegen.microkernel_qconv``): a parallel loop over tasks (image x pixel tile
 x channel chunk), each one ``qconv`` micro-kernel call: ``vpdpbusd`` on AVX-512 VNNI, else
 portable scalar C with bit-identical results.
@@ -75,6 +82,9 @@ class QConvGeometry:
     cc: int = 64
     mr: int = 8
     nv: int = 2
+    requant: str = "float"
+    rq_mult: int = 0
+    rq_shift: int = 0
 
     @property
     def n_tasks_per_image(self) -> int:
@@ -126,8 +136,16 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
         raise ShapeMismatchError(f"{OP}: out_dtype must be int8/uint8, got {out}")
     qlo, qhi = QDTYPES[out]
     lo, hi = max(qlo, int(attrs["lo"])), min(qhi, int(attrs["hi"]))
+    requant = attrs.get("requant", "float")
+    rq_mult, rq_shift = int(attrs.get("rq_mult", 0)), int(attrs.get("rq_shift", 0))
+    if requant not in ("float", "fixed"):
+        raise ShapeMismatchError(f"{OP}: requant must be 'float' or 'fixed', got {requant!r}")
+    if requant == "fixed" and not (abs(rq_mult) < 2**31 and 0 <= rq_shift <= 31):
+        raise ShapeMismatchError(f"{OP}: fixed requantize needs |rq_mult| < 2**31 and rq_shift "
+                                 f"in [0, 31], got {rq_mult}, {rq_shift}")
     g = QConvGeometry(layout, c, h, wd, w.shape[0], kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, kp,
-                      int(attrs["x_zp"]), int(attrs["y_zp"]), lo, hi, out)
+                      int(attrs["x_zp"]), int(attrs["y_zp"]), lo, hi, out, requant=requant,
+                      rq_mult=rq_mult, rq_shift=rq_shift)
     return n, _tile(g)
 
 
@@ -163,10 +181,45 @@ def _infer(types, attrs):
     return [TensorType((n, g.cout, g.oh, g.ow), g.out_dtype)]
 
 
+MAX_MULT = 2**15  # the NPU's ALU immediate (docs/npu.md): |M| < 2**15
+
+
+def fixed_point_multiplier(ratio: float, acc_bound: int) -> tuple[int, int]:
+    """``(M, s)`` with ``M / 2**s`` the nearest to ``ratio`` (the requantize scale ``x_scale *
+    w_scale / y_scale``, > 0) such that ``1 <= M < 2**15``, ``s`` in ``{0} | [2, 31]`` (the
+    NPU's ALU: a 16-bit immediate, the split rounding shift) and ``acc_bound * M < 2**31``
+    (``acc_bound``: the largest ``|acc + bias|`` any int8 input can give, so the int32 product
+    never wraps). The largest such ``s`` is taken (the most precise ``M``).
+
+    Raises:
+        ValueError: no such pair (``ratio`` too small or too large for the bound); the caller
+            keeps the float requantization."""
+    if not ratio > 0:
+        raise ValueError(f"requantize scale {ratio} must be positive")
+    for s in list(range(31, 1, -1)) + [0]:
+        m = int(np.rint(ratio * 2.0**s))
+        if 1 <= m < MAX_MULT and m * max(int(acc_bound), 1) < 2**31:
+            return m, s
+    raise ValueError(f"no fixed-point multiplier for the scale ratio {ratio:.3g} with "
+                     f"|acc| <= {acc_bound}: M in [1, 2**15) and |acc| * M < 2**31")
+
+
+def fixed_requantize(acc: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    """The integer requantization of ``requant="fixed"`` on int64 NumPy (before the zero point
+    and the clamp): ``floor((wrap32(wrap32(acc) * mult) + 2**(shift-1)) / 2**shift)``."""
+    def wrap32(v):
+        return ((np.asarray(v, np.int64) + 2**31) % 2**32) - 2**31
+    p = wrap32(wrap32(acc) * np.int64(mult))
+    if shift == 0:
+        return p
+    return (p + (1 << (shift - 1))) >> shift  # int64: no overflow; >> floors
+
+
 def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
                     attrs: dict) -> np.ndarray:
     """The integer NumPy reference of ``qnn.conv2d`` (int64 sums, float32 requantization,
-    ``np.rint``: round half to even)."""
+    ``np.rint``: round half to even; or the integer ``fixed_requantize`` for
+    ``requant="fixed"``)."""
     n, g = geometry([TensorType(a.shape, str(a.dtype)) for a in (x, w, bias, mult)], attrs)
     shift = 128 if x.dtype == np.int8 else 0
     xu = x.astype(np.int64) + shift
@@ -186,8 +239,11 @@ def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.nda
                 cols[:, :, r, s, :g.c] = win.reshape(n, g.c, -1).transpose(0, 2, 1)
         cols = cols.reshape(n, g.oh * g.ow, g.kp)
     acc = cols @ w.astype(np.int64).T + bias.astype(np.int64)  # (n, P, Cout)
-    f = acc.astype(np.int32).astype(np.float32) * mult.astype(np.float32)
-    v = np.rint(np.clip(f, -1e9, 1e9)).astype(np.int64) + g.y_zp
+    if g.requant == "fixed":
+        v = fixed_requantize(acc, g.rq_mult, g.rq_shift) + g.y_zp
+    else:
+        f = acc.astype(np.int32).astype(np.float32) * mult.astype(np.float32)
+        v = np.rint(np.clip(f, -1e9, 1e9)).astype(np.int64) + g.y_zp
     y = np.clip(v, g.lo, g.hi).astype(g.out_dtype)
     if g.layout == "rows":
         return y[0]
@@ -226,6 +282,6 @@ register_op(OP, infer_type=_infer,
             pattern=OpPattern.OPAQUE, num_inputs=(4, 4),
             attrs={"layout": "nchw", "kernel": (1, 1), "strides": (1, 1), "pads": (0, 0, 0, 0),
                    "dilations": (1, 1), "x_zp": 0, "y_zp": 0, "lo": -128, "hi": 255,
-                   "out_dtype": "uint8"},
+                   "out_dtype": "uint8", "requant": "float", "rq_mult": 0, "rq_shift": 0},
             doc="int8 convolution / dense layer u8|s8 x s8 -> s32 with the requantization "
                 "(bias, scale, round half even, ReLU, saturation) fused; see ember.ops.qnn_conv")

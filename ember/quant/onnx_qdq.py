@@ -192,13 +192,18 @@ def compile_quantized(model, target, shapes, quantize: str, calibration, calibra
         raise
     mod, params = from_onnx(proto, shapes=shapes)
     inputs = {p.name: p.type for p in mod["main"].params if p.name not in params}
+    from ..target import Target
+    tgt = Target(target)
+    npu = tgt.is_npu  # the NPU's form: per-tensor weight scales, symmetric int8 activations
     qmod, qparams, report = quantize_with_report(mod, params, _batched(calibration, inputs),
-                                                 "int8", calibrate, per_channel, skip, target)
+                                                 "int8", calibrate, per_channel and not npu,
+                                                 skip, tgt, symmetric_activations=npu)
     compiled = build(qmod, target, qparams, _consume_params=True)
-    steps = compiled.plan.get("steps", []) if isinstance(compiled.plan, dict) else []
+    plan = getattr(compiled, "plan", None)
+    steps = plan.get("steps", []) if isinstance(plan, dict) else []
     report = {k: v for k, v in report.items() if k not in ("plan", "weight_scales",
                                                           "activation_qparams")}
     report["int8_kernels"] = sum(1 for s in steps if s.get("op") == "qnn.conv2d")
     compiled.info["quantization"] = report
-    compiled.info["executor"] = "static"
+    compiled.info.setdefault("executor", "static")
     return compiled

@@ -172,11 +172,15 @@ def calibrate(mod: IRModule, params: Mapping[str, np.ndarray], names: Sequence[s
 def quantize_with_report(mod: IRModule, params: Mapping[str, np.ndarray], calibration: Iterable,
                          dtype: str = "int8", calibrate: str = "minmax", per_channel: bool = True,
                          skip: Sequence[str] = (), target="llvm",
-                         progress: bool = True) -> tuple[IRModule, dict, dict]:
+                         progress: bool = True,
+                         symmetric_activations: bool = False) -> tuple[IRModule, dict, dict]:
     """``ember.quantize`` with its report (``(qmod, qparams, report)``); ``report`` is what
     ``info["quantization"]`` shows: ``method``, ``num_feeds``, ``layers`` (per layer: kind,
     input/output scale and zero point, weight scale range, per_channel), ``float_ops``,
-    ``weight_bytes`` (``{"float32": ..., "quantized": ...}``)."""
+    ``weight_bytes`` (``{"float32": ..., "quantized": ...}``).
+
+    ``symmetric_activations``: int8 activations with zero point 0 (``scale = max(|lo|, |hi|) /
+    127``) instead of asymmetric uint8: the NPU target's form (docs/npu.md)."""
     if dtype != "int8":
         raise QuantizationError(f"dtype={dtype!r}: only 'int8' post-training quantization is "
                                 f"implemented (bf16 is not)")
@@ -191,8 +195,14 @@ def quantize_with_report(mod: IRModule, params: Mapping[str, np.ndarray], calibr
             "with a constant weight" + (f" outside skip={list(skip)}" if skip else "") +
             (f"; these stay float32: {floats}" if floats else ""))
     names = list(dict.fromkeys([n for l in layers for n in (l.input, l.output)]))
-    ranges, n_feeds = calibrate_fn(mod, params, names, calibration, calibrate, target, progress)
-    act = {n: affine_uint8(*ranges[n]) for n in names}
+    host = target.host() if hasattr(target, "host") else target
+    ranges, n_feeds = calibrate_fn(mod, params, names, calibration, calibrate, host, progress)
+    if symmetric_activations:
+        act = {n: (symmetric_int8(np.array([ranges[n][0], ranges[n][1]], np.float32), None),
+                   np.int8(0)) for n in names}
+        act = {n: (np.float32(s.reshape(-1)[0]), z) for n, (s, z) in act.items()}
+    else:
+        act = {n: affine_uint8(*ranges[n]) for n in names}
     qfunc, qparams, wscales = _rewrite(func, params, layers, act, per_channel)
     before = sum(v.nbytes for v in params.values())
     after = sum(v.nbytes for v in qparams.values())
@@ -217,7 +227,8 @@ calibrate_fn = calibrate
 
 def quantize(mod: IRModule, params: Mapping[str, np.ndarray], calibration: Iterable,
              dtype: str = "int8", calibrate: str = "minmax", per_channel: bool = True,
-             skip: Sequence[str] = (), target="llvm", progress: bool = True):
+             skip: Sequence[str] = (), target="llvm", progress: bool = True,
+             symmetric_activations: bool = False):
     """Post-training int8 quantization of ``mod["main"]`` into the QDQ graph form (module doc).
 
     Args:
@@ -228,6 +239,8 @@ def quantize(mod: IRModule, params: Mapping[str, np.ndarray], calibration: Itera
         calibrate: ``"minmax"``, ``"percentile"`` or ``"entropy"`` (``ember.quant.observers``).
         per_channel: one weight scale per output channel (else per tensor).
         skip: output value names of layers to keep in float32.
+        symmetric_activations: int8 activations with zero point 0 (the NPU's form) instead of
+            asymmetric uint8.
     Returns:
         ``(qmod, qparams)``: the QDQ module and its parameters (int8 weights, int32 biases, the
         other parameters unchanged); ``ember.build(qmod, target, qparams)`` compiles it.
@@ -236,7 +249,8 @@ def quantize(mod: IRModule, params: Mapping[str, np.ndarray], calibration: Itera
         QuantizationError: nothing to quantize; an unknown ``dtype`` or ``calibrate``.
     """
     qmod, qparams, _ = quantize_with_report(mod, params, calibration, dtype, calibrate,
-                                            per_channel, skip, target, progress)
+                                            per_channel, skip, target, progress,
+                                            symmetric_activations)
     return qmod, qparams
 
 
@@ -253,7 +267,7 @@ def _rewrite(func: Function, params: dict, layers: list[QuantLayer], act: dict,
     def qdq(v, name):
         s, z = act[name]
         q = fb.call("qnn.quantize", [v, Constant(s), Constant(z)],
-                    {"axis": 1, "out_dtype": "uint8"}, names=[f"{name}_q"])
+                    {"axis": 1, "out_dtype": str(np.asarray(z).dtype)}, names=[f"{name}_q"])
         return fb.call("qnn.dequantize", [q, Constant(s), Constant(z)], {"axis": 1},
                        names=[f"{name}_dq"])
 

@@ -22,6 +22,13 @@ GPU kinds (see docs/gpu.md):
 GPU options override attributes: ``-max_threads_per_block=N``, ``-max_shared_memory_per_block=
 BYTES``, ``-thread_warp_size=N``, ``-max_num_blocks=N`` (workgroups per grid dimension),
 ``-arch=sm_XX``, ``-l2_cache_size_bytes=BYTES``.
+
+Accelerator kind (see docs/npu.md): ``Target("npu")`` is the VTA-class NPU of ``ember.npu`` with
+its default hardware description (``ember/npu/configs/default.json``), ``Target("npu
+-config=FILE")`` one read from a JSON file of the same keys. The config is read and validated
+when the target is made (``TargetError`` naming the key or the scratchpad that cannot hold one
+tile); ``target.npu_config`` is the ``NPUConfig``. The layers the NPU cannot run, and the rest of
+the graph, run on the host CPU (``-mcpu``/``-num-threads``/``-isa`` are accepted for it).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from .cpu import CPU_KINDS, _march_features
 from .tags import TAGS
 
 GPU_KINDS = {"webgpu", "cuda"}
+NPU_KINDS = {"npu"}
 
 # attribute defaults per GPU kind: WebGPU's from the WebGPU spec's "limits" defaults
 GPU_DEFAULTS: dict[str, dict] = {
@@ -56,6 +64,7 @@ class Target:
     def __init__(self, spec: "str | Target" = "llvm"):
         if isinstance(spec, Target):
             self.kind, self.options, self.tag = spec.kind, dict(spec.options), spec.tag
+            self._npu_config = getattr(spec, "_npu_config", None)
             return
         parts = str(spec).split()
         if not parts:
@@ -75,24 +84,56 @@ class Target:
             self.options = {k: str(v) for k, v in GPU_DEFAULTS[kind].items()}
             self._parse_gpu(parts[1:])
             return
-        if kind not in CPU_KINDS:
+        if kind not in CPU_KINDS and kind not in NPU_KINDS:
             raise TargetError(f"unknown target kind {parts[0]!r}: ember supports 'llvm' (also "
-                              f"spelled 'cpu' or 'c') for the host CPU, 'webgpu', 'cuda' and "
-                              f"the tags {sorted(TAGS)}")
-        self.kind = "llvm"
+                              f"spelled 'cpu' or 'c') for the host CPU, 'webgpu', 'cuda', 'npu' "
+                              f"and the tags {sorted(TAGS)}")
+        self.kind = "npu" if kind in NPU_KINDS else "llvm"
         self.options: dict[str, str] = {"mcpu": "native"}
+        known = ("mcpu", "num-threads", "isa") + (("config",) if self.kind == "npu" else ())
         for p in parts[1:]:
             if not p.startswith("-") or "=" not in p:
                 raise TargetError(f"bad target option {p!r}: expected -key=value")
             k, v = p.lstrip("-").split("=", 1)
-            if k not in ("mcpu", "num-threads", "isa"):
-                raise TargetError(f"unknown target option -{k} (known: -mcpu, -num-threads, "
-                                  f"-isa)")
+            if k not in known:
+                raise TargetError(f"unknown {self.kind} target option -{k} (known: "
+                                  f"{', '.join('-' + x for x in known)})")
             if k == "num-threads" and not (v.isdigit() and int(v) > 0):
                 raise TargetError(f"-num-threads={v}: expected a positive integer")
             if k == "isa" and v not in ("avx512", "avx2", "scalar"):
                 raise TargetError(f"unknown -isa={v}: use avx512, avx2 or scalar")
             self.options[k] = v
+        self._npu_config = None
+        if self.kind == "npu":
+            self._npu_config = self._load_npu_config()
+
+    def _load_npu_config(self):
+        from ..npu.config import load_config
+        return load_config(self.options.get("config"))
+
+    @property
+    def is_npu(self) -> bool:
+        """True for the accelerator kind ``npu`` (its host part is the CPU)."""
+        return self.kind in NPU_KINDS
+
+    @property
+    def npu_config(self):
+        """The ``ember.npu.NPUConfig`` of an ``npu`` target (``-config=FILE``, else the default).
+
+        Raises:
+            TargetError: a target of another kind."""
+        if not self.is_npu:
+            raise TargetError(f"target {self} is not an NPU: it has no NPU config")
+        if getattr(self, "_npu_config", None) is None:
+            self._npu_config = self._load_npu_config()
+        return self._npu_config
+
+    def host(self) -> "Target":
+        """The CPU target that runs what an accelerator target does not (itself for a CPU)."""
+        if not self.is_npu:
+            return self
+        return Target(" ".join(["llvm"] + [f"-{k}={v}" for k, v in sorted(self.options.items())
+                                           if k != "config"]))
 
     def _parse_gpu(self, parts) -> None:
         known = set(_INT_ATTRS) | {"arch"}
@@ -199,4 +240,4 @@ class Target:
         return hash(str(self))
 
 
-__all__ = ["CPU_KINDS", "GPU_KINDS", "TAGS", "Target", "TargetError"]
+__all__ = ["CPU_KINDS", "GPU_KINDS", "NPU_KINDS", "TAGS", "Target", "TargetError"]

@@ -15,6 +15,12 @@ Chains that do not fit stay in the QDQ form and compute in float32 (fused elemen
 quantize/dequantize kernels): per-axis activation scales, weight zero points other than 0,
 grouped or non-2-D convolutions, uint8 weights, reductions longer than
 ``qnn_conv.MAX_K``. ``realize_report(mod)`` lists what was and was not lowered.
+
+With the ``PassContext`` config ``"RealizeQnn.requantize": "fixed"`` (set by the ``npu`` target,
+docs/npu.md) every ``qnn.conv2d`` with one per-tensor scale ratio gets the integer requantization
+(``requant="fixed"``, ``(M, shift)`` from ``qnn_conv.fixed_point_multiplier`` with the sound
+accumulator bound ``max|x - zx| * max_co sum|w| + max|bias|``), so CPU and NPU outputs are
+identical; per-channel ratios keep the float32 form.
 """
 
 from __future__ import annotations
@@ -24,7 +30,12 @@ import numpy as np
 from ...errors import EmberError
 from ..ir import Constant
 from ..pattern import PatternCallback, is_constant, is_op, rewrite_function, wildcard
-from .pass_manager import function_pass
+from .pass_manager import PassContext, function_pass, register_config
+
+REQUANTIZE = register_config(
+    "RealizeQnn.requantize", str,
+    "'float' (default: float32 multiply, round half even) or 'fixed' (the integer (acc * M + "
+    "round) >> shift of the NPU, bit-exact across targets) requantization of qnn.conv2d")
 
 
 def _dq(x):
@@ -40,7 +51,8 @@ class QnnConvCallback(PatternCallback):
     """``quantize([relu](conv/gemm/matmul(dequantize(x), dequantize(w)[, bias])))`` ->
     ``qnn.conv2d`` (see the module doc)."""
 
-    def __init__(self):
+    def __init__(self, requantize: str = "float"):
+        self.requantize = requantize
         x, w = wildcard(), is_constant()
         dqx, dqw = _dq(x), _dq(w)
         bias = _dq(is_constant()) | is_constant()
@@ -116,6 +128,17 @@ class QnnConvCallback(PatternCallback):
         out_dtype = qb.call.attrs["out_dtype"]
         attrs = {"x_zp": int(zx), "y_zp": int(zy), "out_dtype": out_dtype,
                  "lo": int(zy) if relu else -128, "hi": 255, "kernel": tuple(int(v) for v in kernel)}
+        if self.requantize == "fixed" and np.all(mult == mult[0]):
+            from ...ops.qnn_conv import fixed_point_multiplier
+            span = max(x_zp_u, 255 - x_zp_u)
+            bound = span * int(np.abs(wmat.astype(np.int64)).sum(1).max()) + \
+                int(np.abs(bias + x_zp_u * wmat.astype(np.int64).sum(1)).max())
+            try:
+                m_, s_ = fixed_point_multiplier(float(acc_scale[0]) / float(np.float32(sy)),
+                                                bound)
+                attrs.update(requant="fixed", rq_mult=m_, rq_shift=s_)
+            except ValueError:
+                pass  # the float32 requantization stays
         consts = [Constant(wp, name_hint="qweight"), Constant(bias.astype(np.int32)),
                   Constant(mult)]
         if op == "nn.conv":
@@ -132,11 +155,12 @@ class QnnConvCallback(PatternCallback):
                                                                    [cout]})
 
 
-def realize_qnn_function(func):
-    """``func`` with every matching QDQ chain rewritten into ``qnn.conv2d`` (module doc)."""
+def realize_qnn_function(func, requantize: str = "float"):
+    """``func`` with every matching QDQ chain rewritten into ``qnn.conv2d`` (module doc);
+    ``requantize``: ``"float"`` or ``"fixed"``."""
     if not any(b.call.op == "qnn.quantize" for b in func.bindings):
         return func
-    return rewrite_function([QnnConvCallback()], func)
+    return rewrite_function([QnnConvCallback(requantize)], func)
 
 
 def realize_report(mod) -> dict:
@@ -156,4 +180,7 @@ def realize_report(mod) -> dict:
 def RealizeQnn(func, mod, ctx):
     """Lower ``dequantize -> conv/gemm/matmul [-> relu] -> quantize`` chains to ``qnn.conv2d``
     int8 kernels (``ember.graph.passes.realize_qnn``)."""
-    return realize_qnn_function(func)
+    mode = (ctx or PassContext.current()).get_config(REQUANTIZE, "float")
+    if mode not in ("float", "fixed"):
+        raise EmberError(f"PassContext config {REQUANTIZE}={mode!r}: use 'float' or 'fixed'")
+    return realize_qnn_function(func, mode)

@@ -234,7 +234,11 @@ def check_resources(binary: CUDABinary, kernels: dict, target) -> None:
         for name, r in res.items():
             what, threads = kernels.get(name, (name, 1))
             where = f"CUDA kernel {name} of {what} on {arch}"
-            if r.registers > MAX_REGISTERS or r.registers * threads > 65536:
+            if r.registers > MAX_REGISTERS:
+                raise CodegenError(f"{where}: {r.registers} registers per thread, above the "
+                                   f"limit of {MAX_REGISTERS}; schedule it with smaller "
+                                   f"per-thread tiles")
+            if r.registers * threads > 65536:
                 raise CodegenError(f"{where}: {r.registers} registers per thread x {threads} "
                                    f"threads is above the 65,536 registers of a block; use fewer "
                                    f"threads per block")

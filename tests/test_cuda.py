@@ -69,6 +69,9 @@ def test_cuda_and_wgsl_printers_share_their_base():
         assert getattr(WGSLPrinter, method) is getattr(CStylePrinter, method) or method == "stmt"
     for method in ("expr", "stmt", "serial_loop"):
         assert getattr(CUDAPrinter, method) is getattr(CStylePrinter, method)
+    # thread-bound loops too: only the dialect's declaration differs
+    assert CUDAPrinter.thread_loop is WGSLPrinter.thread_loop is CStylePrinter.thread_loop
+    assert CUDAPrinter.dialect.thread_decl != WGSLPrinter.dialect.thread_decl
     assert CUDAPrinter.dialect.name == "cuda" and WGSLPrinter.dialect.name == "wgsl"
     assert CUDAPrinter.dialect.barrier == "__syncthreads();"
 

@@ -172,20 +172,9 @@ class CUDAPrinter(CFunctionPrinter):
             self.serial_loop(s, ind)
             return
         tag = s.annotations["thread_tag"]
-        v = self.var_name(s.var)
         d = "xyz".index(tag[-1])
         launch = (self.kernel.grid if tag.startswith("blockIdx") else self.kernel.block)[d]
-        self.lines.append(f"{pad}{{")
-        self.lines.append(f"{pad}  const int64_t {v} = (int64_t){tag};")
-        self.bounds[s.var] = (0, s.extent - 1)
-        if s.extent < launch:
-            self.lines.append(f"{pad}  if ({v} < {s.extent}) {{")
-            self.stmt(s.body, ind + 2)
-            self.lines.append(f"{pad}  }}")
-        else:
-            self.stmt(s.body, ind + 1)
-        del self.bounds[s.var]
-        self.lines.append(f"{pad}}}")
+        self.thread_loop(s, ind, self.dialect.thread_index[tag], launch)
 
     def stmt_special(self, s, ind: int) -> None:
         pad = "  " * ind

@@ -34,7 +34,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import ArtifactError, DeviceError, InputError
+from ..errors import ArtifactError, DeviceError
 from .webgpu import WebGPUModel
 
 ALIGN = 256  # bytes between tensors in the device allocation (cuMemAlloc aligns to 256 too)
@@ -253,6 +253,7 @@ class CUDAModel:
         arrays = self._check_inputs(inputs)
         d = self._open()
         cu, host, slots = d["cu"], d["host"], self.plan["slots"]
+        _ok(cu, cu.cuCtxSetCurrent(d["ctx"]), "cuCtxSetCurrent")  # run() from any thread
         names = {i["slot"]: i["name"] for i in self.plan["inputs"]}
         for kind, slot, ho in d["hplace"]:
             if kind == "in":

@@ -57,9 +57,11 @@ def _device_prelude() -> str:
     end = C_PRELUDE.index("static inline void* ember_alloc")
     helpers = (C_PRELUDE[start:end].replace("static inline", "static __device__ __forceinline__")
                .replace("copysign(0, b)", "copysign(0.0, b)"))  # C++ overloads: no int 0
-    return ("typedef signed char int8_t; typedef short int16_t; typedef int int32_t; "
+    return ("#ifndef EMBER_HAVE_STDINT\n"  # NVRTC has no <stdint.h>; a host build defines it
+            "typedef signed char int8_t; typedef short int16_t; typedef int int32_t; "
             "typedef long long int64_t;\ntypedef unsigned char uint8_t; typedef unsigned short "
             "uint16_t; typedef unsigned int uint32_t; typedef unsigned long long uint64_t;\n"
+            "#endif\n"
             "#define NAN __int_as_float(0x7fffffff)\n#define INFINITY __int_as_float(0x7f800000)\n"
             + helpers)
 

@@ -137,6 +137,31 @@ class CUDAModel:
         self.device_bytes = off
         self.info["device_bytes"] = off
 
+    def launches(self, base: int) -> list[tuple]:
+        """The kernel launches of one inference, in order, for the device allocation at address
+        ``base``: ``(kernel name, grid, block, [argument addresses], plan step index)``
+        (kernels with an empty grid left out). Host only: the runtime launches these, the
+        tests' host emulation (``tests/cuda_emulator.py``) runs them on the CPU."""
+        out = []
+        for k, (pst, st) in enumerate(zip(self.plan["steps"], self.steps)):
+            ws, o = [], self.workspace_at
+            for n in st["workspace"]:
+                ws.append(base + o)
+                o += _round(n)
+            for kern in st["kernels"]:
+                if 0 in kern["grid"]:
+                    continue
+                ptrs = []
+                for kind, i in kern["args"]:
+                    if kind == "param":
+                        ptrs.append(base + self.where[pst["args"][i]])
+                    elif kind == "workspace":
+                        ptrs.append(ws[i])
+                    else:
+                        ptrs.append(base + self.status_at + ALIGN * self.checked.index(k))
+                out.append((kern["name"], tuple(kern["grid"]), tuple(kern["block"]), ptrs, k))
+        return out
+
     # device ---------------------------------------------------------------------------------
     def _open(self):
         """Open the device, load the module, allocate, upload the weights and capture the
@@ -207,28 +232,14 @@ class CUDAModel:
                                              _nbytes(slots[slot]), stream), "input copy")
         _ok(cu, cu.cuMemsetD8Async(cu.CUdeviceptr(base + self.status_at), 0,
                                    ALIGN * max(1, len(self.checked)), stream), "status reset")
-        for k, (pst, st) in enumerate(zip(self.plan["steps"], self.steps)):
-            ws, o = [], self.workspace_at
-            for n in st["workspace"]:
-                ws.append(base + o)
-                o += _round(n)
-            for kern in st["kernels"]:
-                if 0 in kern["grid"]:
-                    continue
-                ptrs = []
-                for kind, i in kern["args"]:
-                    if kind == "param":
-                        ptrs.append(base + self.where[pst["args"][i]])
-                    elif kind == "workspace":
-                        ptrs.append(ws[i])
-                    else:
-                        ptrs.append(base + self.status_at + ALIGN * self.checked.index(k))
-                vals = [np.array([p], np.uint64) for p in ptrs]
-                args = np.array([v.ctypes.data for v in vals], np.uint64)
-                keep += [vals, args]
-                _ok(cu, cu.cuLaunchKernel(funcs[kern["name"]], *kern["grid"], *kern["block"], 0,
-                                          stream, args.ctypes.data, 0),
-                    f"launching the kernel of node {pst['name']} ({pst['op']})")
+        for name, grid, block, ptrs, k in self.launches(base):
+            pst = self.plan["steps"][k]
+            vals = [np.array([p], np.uint64) for p in ptrs]
+            args = np.array([v.ctypes.data for v in vals], np.uint64)
+            keep += [vals, args]
+            _ok(cu, cu.cuLaunchKernel(funcs[name], *grid, *block, 0, stream, args.ctypes.data,
+                                      0),
+                f"launching the kernel of node {pst['name']} ({pst['op']})")
         for kind, slot, ho in hplace:
             if kind == "out" and _nbytes(slots[slot]):
                 _ok(cu, cu.cuMemcpyDtoHAsync(hptr + ho, cu.CUdeviceptr(base + self.where[slot]),

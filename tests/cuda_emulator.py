@@ -3,8 +3,8 @@
 The module's source is compiled as C++ by the host compiler (``$CXX`` or ``g++``) with a few
 definitions standing in for CUDA's (``__global__``, ``threadIdx``/``blockIdx`` as thread-local
 variables, ``__int_as_float``...); every block and thread of each launch runs in turn, in one
-host thread. Kernels with ``__syncthreads`` cannot run this way (a barrier aborts): the GPU
-fallback schedules have none. The launches, their arguments and the memory layout are the
+host thread; the threads of a block whose kernel has ``__syncthreads`` run as coroutines
+(``ucontext``) switched at every barrier, so a barrier orders them as on a GPU. The launches, their arguments and the memory layout are the
 runtime's own (``CUDAModel.launches``, ``where``, ``device_bytes``), so this checks the printed
 CUDA C and the runtime's layout against a reference; only the driver calls are left out.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,14 +30,49 @@ SHIM = r"""
 #define EMBER_HAVE_STDINT
 using namespace std;
 struct ember_dim3 { unsigned x, y, z; };
-static thread_local ember_dim3 threadIdx, blockIdx;
+static ember_dim3 threadIdx, blockIdx;
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
 #define __launch_bounds__(n)
 #define __shared__ static
-#define __syncthreads() abort()
+// a block whose kernel synchronizes runs its threads as coroutines (ucontext): each runs
+// to its next __syncthreads, in turn, so every thread reaches barrier k before any passes it
+#include <ucontext.h>
+static ucontext_t ember_sched, *ember_cur;
+#define __syncthreads() swapcontext(ember_cur, &ember_sched)
+struct ember_thread { ucontext_t ctx; ember_dim3 tid; bool done; };
+static void** ember_args;
+static void (*ember_entry)(void**);
+static ember_thread* ember_now;
+static void ember_trampoline() { ember_entry(ember_args); ember_now->done = true; }
+static void ember_run_block(void (*entry)(void**), void** a, ember_dim3 b, int bx, int by, int bz) {
+  static char* stacks = nullptr; static int nstacks = 0; const int STACK = 1 << 17;
+  int n = bx * by * bz;
+  if (n > nstacks) { free(stacks); stacks = (char*)malloc((size_t)n * STACK); nstacks = n; }
+  ember_thread* ts = new ember_thread[n];
+  ember_entry = entry; ember_args = a; blockIdx = b;
+  for (int i = 0; i < n; ++i) {
+    ts[i].tid = {(unsigned)(i % bx), (unsigned)(i / bx % by), (unsigned)(i / (bx * by))};
+    ts[i].done = false;
+    getcontext(&ts[i].ctx);
+    ts[i].ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK;
+    ts[i].ctx.uc_stack.ss_size = STACK;
+    ts[i].ctx.uc_link = &ember_sched;
+    makecontext(&ts[i].ctx, ember_trampoline, 0);
+  }
+  for (int left = n; left;) {
+    left = 0;
+    for (int i = 0; i < n; ++i) {
+      if (ts[i].done) continue;
+      ember_now = &ts[i]; ember_cur = &ts[i].ctx; threadIdx = ts[i].tid;
+      swapcontext(&ember_sched, &ts[i].ctx);
+      left += !ts[i].done;
+    }
+  }
+  delete[] ts;
+}
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 template <typename... A, size_t... I>
 static void ember_call_(void (*f)(A...), void** a, index_sequence<I...>) { f((A)a[I]...); }
@@ -55,13 +91,23 @@ def cxx() -> str | None:
 
 def _library(model) -> ctypes.CDLL:
     names = sorted({k["name"] for st in model.steps for k in st["kernels"]})
-    launchers = "".join(
-        f'extern "C" void launch_{n}(void** a, int gx, int gy, int gz, int bx, int by, int bz) '
-        f"{{ for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x)"
-        f" for (int tz = 0; tz < bz; ++tz) for (int ty = 0; ty < by; ++ty) "
-        f"for (int tx = 0; tx < bx; ++tx) {{ blockIdx = {{(unsigned)x, (unsigned)y, (unsigned)z}};"
-        f" threadIdx = {{(unsigned)tx, (unsigned)ty, (unsigned)tz}}; ember_call({n}, a); }} }}\n"
-        for n in names)
+    parts = re.split(r'extern "C" __global__ void __launch_bounds__\(\d+\) (\w+)\(', model.source)
+    sources = dict(zip(parts[1::2], parts[2::2]))  # kernel name -> its text
+    launchers = []
+    for n in names:
+        if "__syncthreads" in sources.get(n, ""):
+            body = (f"ember_run_block([](void** a) {{ ember_call({n}, a); }}, a, "
+                    f"{{(unsigned)x, (unsigned)y, (unsigned)z}}, bx, by, bz);")
+        else:
+            body = (f"for (int tz = 0; tz < bz; ++tz) for (int ty = 0; ty < by; ++ty) "
+                    f"for (int tx = 0; tx < bx; ++tx) {{ blockIdx = {{(unsigned)x, (unsigned)y, "
+                    f"(unsigned)z}}; threadIdx = {{(unsigned)tx, (unsigned)ty, (unsigned)tz}}; "
+                    f"ember_call({n}, a); }}")
+        launchers.append(
+            f'extern "C" void launch_{n}(void** a, int gx, int gy, int gz, int bx, int by, '
+            f"int bz) {{ for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) "
+            f"for (int x = 0; x < gx; ++x) {{ {body} }} }}\n")
+    launchers = "".join(launchers)
     half = ("typedef _Float16 __half; static inline float __half2float(__half h) "
             "{ return (float)h; } static inline __half __float2half_rn(float f) "
             "{ return (__half)f; }\n")  # the host's IEEE half (GCC >= 12) for cuda_fp16.h

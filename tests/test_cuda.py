@@ -80,6 +80,7 @@ def test_cuda_and_wgsl_printers_share_their_base():
 
 GOLDEN_CASES = {
     "softmax_4x8": ("nn.softmax", [f32(4, 8)], {"axis": -1}),
+    "softmax_2x256_cooperative": ("nn.softmax", [f32(2, 256)], {"axis": -1}),
     "matmul_8x16x4": ("matmul", [f32(8, 16), f32(16, 4)], {}),
     "conv_1x2x5x5_k3": ("nn.conv", [f32(1, 2, 5, 5), f32(3, 2, 3, 3)], {"pads": [1, 1, 1, 1]}),
 }

@@ -35,6 +35,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import ArtifactError, DeviceError
+from .module import CompiledModel
 from .webgpu import WebGPUModel
 
 ALIGN = 256  # bytes between tensors in the device allocation (cuMemAlloc aligns to 256 too)
@@ -94,12 +95,12 @@ class CUDAModel:
         graph_text, target, info: as ``CompiledModel``'s.
     """
 
-    input_names = WebGPUModel.input_names
-    input_shapes = WebGPUModel.input_shapes
-    input_dtypes = WebGPUModel.input_dtypes
-    output_names = WebGPUModel.output_names
-    random_inputs = WebGPUModel.random_inputs
-    _check_inputs = WebGPUModel._check_inputs
+    input_names = CompiledModel.input_names  # the plan's descriptions, as the other models
+    input_shapes = CompiledModel.input_shapes
+    input_dtypes = CompiledModel.input_dtypes
+    output_names = CompiledModel.output_names
+    random_inputs = CompiledModel.random_inputs
+    _check_inputs = WebGPUModel._check_inputs  # native dtypes: no 32-bit storage conversion
 
     def __init__(self, plan: dict, params: Mapping[str, np.ndarray], steps: list, binary,
                  source: str, graph_text: str, target: str, info: dict):

@@ -41,21 +41,33 @@ static ember_dim3 threadIdx, blockIdx;
 // to its next __syncthreads, in turn, so every thread reaches barrier k before any passes it
 #include <ucontext.h>
 static ucontext_t ember_sched, *ember_cur;
-#define __syncthreads() swapcontext(ember_cur, &ember_sched)
-struct ember_thread { ucontext_t ctx; ember_dim3 tid; bool done; };
+struct ember_thread { ucontext_t ctx; ember_dim3 tid; bool done; int wait; };
 static void** ember_args;
 static void (*ember_entry)(void**);
-static ember_thread* ember_now;
+static ember_thread *ember_now, *ember_threads;
+// wait: 0 runnable, 1 at a barrier (resumed when every thread is), 2 in a warp shuffle
+#define __syncthreads() (ember_now->wait = 1, swapcontext(ember_cur, &ember_sched))
+static long long ember_lanes[1024];
+template <typename T> static T __shfl_down_sync(unsigned, T v, int d) {
+  int me = (int)(ember_now - ember_threads);
+  memcpy(&ember_lanes[me], &v, sizeof(T));
+  ember_now->wait = 2; swapcontext(ember_cur, &ember_sched);  // every lane has written
+  T r = v;
+  if (me % 32 + d < 32) memcpy(&r, &ember_lanes[me + d], sizeof(T));
+  ember_now->wait = 2; swapcontext(ember_cur, &ember_sched);  // every lane has read
+  return r;
+}
 static void ember_trampoline() { ember_entry(ember_args); ember_now->done = true; }
 static void ember_run_block(void (*entry)(void**), void** a, ember_dim3 b, int bx, int by, int bz) {
   static char* stacks = nullptr; static int nstacks = 0; const int STACK = 1 << 17;
   int n = bx * by * bz;
   if (n > nstacks) { free(stacks); stacks = (char*)malloc((size_t)n * STACK); nstacks = n; }
   ember_thread* ts = new ember_thread[n];
+  ember_threads = ts;
   ember_entry = entry; ember_args = a; blockIdx = b;
   for (int i = 0; i < n; ++i) {
     ts[i].tid = {(unsigned)(i % bx), (unsigned)(i / bx % by), (unsigned)(i / (bx * by))};
-    ts[i].done = false;
+    ts[i].done = false; ts[i].wait = 0;
     getcontext(&ts[i].ctx);
     ts[i].ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK;
     ts[i].ctx.uc_stack.ss_size = STACK;
@@ -63,13 +75,22 @@ static void ember_run_block(void (*entry)(void**), void** a, ember_dim3 b, int b
     makecontext(&ts[i].ctx, ember_trampoline, 0);
   }
   for (int left = n; left;) {
-    left = 0;
+    bool running = false;
     for (int i = 0; i < n; ++i) {
-      if (ts[i].done) continue;
+      if (ts[i].done || ts[i].wait == 1) continue;
+      ts[i].wait = 0; running = true;
       ember_now = &ts[i]; ember_cur = &ts[i].ctx; threadIdx = ts[i].tid;
       swapcontext(&ember_sched, &ts[i].ctx);
-      left += !ts[i].done;
     }
+    left = 0;
+    bool all_at_barrier = true;
+    for (int i = 0; i < n; ++i) {
+      if (ts[i].done) continue;
+      ++left;
+      if (ts[i].wait != 1) all_at_barrier = false;
+    }
+    if (all_at_barrier) for (int i = 0; i < n; ++i) ts[i].wait = 0;  // the barrier opens
+    (void)running;
   }
   delete[] ts;
 }
@@ -95,7 +116,7 @@ def _library(model) -> ctypes.CDLL:
     sources = dict(zip(parts[1::2], parts[2::2]))  # kernel name -> its text
     launchers = []
     for n in names:
-        if "__syncthreads" in sources.get(n, ""):
+        if "__syncthreads" in sources.get(n, "") or "__shfl" in sources.get(n, ""):
             body = (f"ember_run_block([](void** a) {{ ember_call({n}, a); }}, a, "
                     f"{{(unsigned)x, (unsigned)y, (unsigned)z}}, bx, by, bz);")
         else:

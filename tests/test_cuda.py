@@ -16,6 +16,7 @@ pytest.importorskip("cuda.bindings.nvrtc", reason="the cuda extra (cuda-bindings
                                                   "installed")
 
 import ember  # noqa: E402
+from ember.codegen.c import CFunctionPrinter  # noqa: E402
 from ember.codegen.cstyle import CStylePrinter  # noqa: E402
 from ember.codegen.cuda import CUDAPrinter, emit_cuda, module_source  # noqa: E402
 from ember.codegen.nvrtc import (build_cuda, check_resources, include_dir,  # noqa: E402
@@ -67,8 +68,10 @@ def test_cuda_and_wgsl_printers_share_their_base():
     # the walk over expressions and statements is the base's in both: no twin printer
     for method in ("expr", "stmt", "serial_loop", "access"):
         assert getattr(WGSLPrinter, method) is getattr(CStylePrinter, method) or method == "stmt"
-    for method in ("expr", "stmt", "serial_loop"):
-        assert getattr(CUDAPrinter, method) is getattr(CStylePrinter, method)
+    # (CUDA's stmt only rewrites warp-sized reduction trees, then calls the base's)
+    for method in ("expr", "serial_loop", "binop"):
+        assert getattr(CUDAPrinter, method) is getattr(CFunctionPrinter, method)
+    assert CUDAPrinter.expr is CStylePrinter.expr and issubclass(CUDAPrinter, CFunctionPrinter)
     # thread-bound loops too: only the dialect's declaration differs
     assert CUDAPrinter.thread_loop is WGSLPrinter.thread_loop is CStylePrinter.thread_loop
     assert CUDAPrinter.dialect.thread_decl != WGSLPrinter.dialect.thread_decl

@@ -86,3 +86,23 @@ def test_small_resnet_on_emulated_cuda_matches_onnxruntime():
     m = M.resnet18(image_size=32, num_classes=10)
     x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
     _check_model(m, {"data": x})
+
+
+@pytest.mark.parametrize("op,shape", [("nn.softmax", (3, 256)), ("sum", (5, 100)),
+                                      ("argmax", (4, 64))])
+def test_warp_shuffle_reduction_equals_the_shared_memory_tree(op, shape, monkeypatch):
+    import ember.codegen.cuda as cg
+    x = rng.standard_normal(shape).astype(np.float32)
+    attrs = {"axis": -1} if op == "nn.softmax" else {"axes": [1]} if op == "sum" else {"axis": 1}
+    with PassContext(opt_level=0):
+        cm = ember.build(op_module(op, [x], attrs), "nvidia/h200")
+    got, _ = cuda_emulator.emulate(cm, {"x0": x})
+    expected, _ = _reference_and_types(op, [x], attrs)
+    assert_close(got[0], expected[0], 1e-5, 1e-6, op)
+    monkeypatch.setattr(cg, "warp_reductions", lambda stmts, block, warp: stmts)
+    with PassContext(opt_level=0):
+        tree = ember.build(op_module(op, [x], attrs), "nvidia/h200")
+    if op != "argmax":  # argmax combines (value, index) pairs: not one shuffled value
+        assert "__shfl_down_sync" in cm.source and "__shfl_down_sync" not in tree.source
+    got_tree, _ = cuda_emulator.emulate(tree, {"x0": x})
+    np.testing.assert_array_equal(got[0], got_tree[0])  # same combination order, same bits

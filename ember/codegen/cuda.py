@@ -12,6 +12,10 @@ and math names, all with C's semantics) on the ``cuda`` ``Dialect`` table of the
 - loops bound to ``blockIdx.*`` / ``threadIdx.*`` become ``const int64_t i = threadIdx.x;``
   (guarded by ``if (i < extent)`` where the loop is shorter than the launch);
 - ``shared`` buffers are ``__shared__`` arrays, ``Barrier`` is ``__syncthreads();``;
+- the last steps of a shared-memory reduction tree (``Schedule.cross_thread_reduce``: strides
+  16, 8, 4, 2, 1, each a ``threadIdx.x`` step and a barrier) become warp shuffles
+  (``__shfl_down_sync`` in the first warp, combined in the tree's order, so the result is
+  bit-identical) and one barrier, where the block is whole warps and the dtype shuffles;
 - vectorized and unrolled loops are ``#pragma unroll`` loops (the GPU rules bind the spatial
   loops to threads, so a vectorized loop left in a thread is short);
 - ``float16`` tensors are ``__half`` (``cuda_fp16.h``, from the ``nvidia-cuda-runtime`` wheel's
@@ -30,8 +34,8 @@ from dataclasses import dataclass, field
 
 from ..dtypes import EXT_DTYPES, itemsize
 from ..errors import CodegenError, LoweringError
-from ..tir.expr import Load
-from ..tir.stmt import Allocate, For, KernelCall, PrimFunc, Store
+from ..tir.expr import BinOp, Call, Const, Load, Var, binop
+from ..tir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Store
 from .c import C_PRELUDE, C_TYPES, CFunctionPrinter
 from .cstyle import Dialect
 
@@ -158,11 +162,20 @@ class CUDAPrinter(CFunctionPrinter):
                 self.deps[fn] = (f"static __device__ __forceinline__ {td} {fn}({ts} v) {{ "
                                  f"{td} r; memcpy(&r, &v, sizeof r); return r; }}\n")
             return f"{fn}({self.expr(e.args[0])})"
+        if e.name == "shfl_down":  # (value, delta): lane + delta's value in the warp
+            return f"__shfl_down_sync(0xffffffffu, {self.expr(e.args[0])}, " \
+                   f"{int(e.args[1].value)})"
         if e.name == "cvt":
             raise CodegenError(f"{self.where}: conversion to {e.dtype} has no CUDA form yet")
         return super().call(e)
 
     # statements -------------------------------------------------------------------------------
+    def stmt(self, s, ind: int) -> None:
+        if isinstance(s, Seq):
+            s = Seq(warp_reductions(list(s.stmts), self.kernel.block,
+                                    self.target.thread_warp_size))
+        super().stmt(s, ind)
+
     def loop(self, s: For, ind: int) -> None:
         pad = "  " * ind
         if s.kind == "parallel":
@@ -234,6 +247,72 @@ class CUDAPrinter(CFunctionPrinter):
         src = f"{CUDA_DIALECT.kernel_prefix} __launch_bounds__({threads}) {name}{body}"
         return CUDAKernel(name, src, args, tuple(k.grid), tuple(k.block), self.shared_bytes,
                           dict(self.deps))
+
+
+SHUFFLE_DTYPES = {"float32", "float64", "int32", "int64", "uint32", "uint64"}
+
+
+def _tree_step(s):
+    """``(shared buffer, op, stride, loop)`` of one step of a reduction tree
+    ``for t bound to threadIdx.x: if (t < stride) sh[t] = op(sh[t], sh[t + stride])``."""
+    if not (isinstance(s, For) and s.kind == "thread_binding"
+            and s.annotations.get("thread_tag") == "threadIdx.x"
+            and isinstance(s.body, IfThenElse) and s.body.else_ is None):
+        return None
+    c, st = s.body.cond, s.body.then
+    if not (isinstance(c, BinOp) and c.op == "lt" and c.a is s.var and isinstance(c.b, Const)
+            and isinstance(st, Store) and isinstance(st.buffer, Buffer)
+            and st.buffer.scope == "shared" and len(st.indices) == 1 and st.indices[0] is s.var
+            and isinstance(st.value, BinOp)):
+        return None
+    v, stride = st.value, int(c.b.value)
+    a, b = v.a, v.b
+    ok = (isinstance(a, Load) and a.src is st.buffer and a.indices[0] is s.var
+          and isinstance(b, Load) and b.src is st.buffer and isinstance(b.indices[0], BinOp)
+          and b.indices[0].op == "add" and b.indices[0].a is s.var
+          and isinstance(b.indices[0].b, Const) and int(b.indices[0].b.value) == stride)
+    return (st.buffer, v.op, stride, s) if ok else None
+
+
+def warp_reductions(stmts: list, block: tuple, warp: int) -> list:
+    """``stmts`` with each run of reduction-tree steps of strides ``warp/2 .. 1`` (each
+    followed by a ``Barrier``) replaced by one warp-shuffle reduction in the first warp that
+    leaves the same value in ``sh[0]``, and one ``Barrier``. Applies when the block is
+    ``threadIdx.x`` only, a multiple of ``warp`` threads, and the dtype shuffles."""
+    if warp < 2 or block[1] != 1 or block[2] != 1 or block[0] % warp:
+        return stmts
+    out, i = [], 0
+    want = [warp >> k for k in range(1, warp.bit_length()) if warp >> k]
+    while i < len(stmts):
+        steps = []
+        j = i
+        for stride in want:
+            st = _tree_step(stmts[j]) if j < len(stmts) else None
+            if st is None or st[2] != stride or j + 1 >= len(stmts) \
+                    or not isinstance(stmts[j + 1], Barrier) \
+                    or (steps and (st[0] is not steps[0][0] or st[1] != steps[0][1])):
+                break
+            steps.append(st)
+            j += 2
+        if len(steps) == len(want) and steps[0][0].dtype in SHUFFLE_DTYPES:
+            sh, op, _, loop0 = steps[0]
+            t = Var(f"{loop0.var.name}_w", "int64")
+            v = Buffer(f"{sh.name}_lane", (), sh.dtype, scope="local")
+            body = [Store(v, (), Load(sh, (t,)))]
+            for stride in want:
+                body.append(Store(v, (), binop(op, Load(v, ()), Call(
+                    "shfl_down", [Load(v, ()), Const(stride, "int32")], sh.dtype))))
+            body.append(IfThenElse(binop("eq", t, Const(0, "int64")),
+                                   Store(sh, (Const(0, "int64"),), Load(v, ()))))
+            first_warp = IfThenElse(binop("lt", t, Const(warp, "int64")),
+                                    Allocate(v, Seq(body)))
+            out += [For(t, loop0.extent, first_warp, "thread_binding",
+                        dict(loop0.annotations)), Barrier()]
+            i = j
+        else:
+            out.append(stmts[i])
+            i += 1
+    return out
 
 
 def emit_index_checks(func: PrimFunc) -> list[CUDAKernel]:

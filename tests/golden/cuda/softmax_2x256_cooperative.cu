@@ -1,5 +1,5 @@
 // device kernel 0: grid (2, 1, 1), block (256, 1, 1), args [('param', 0), ('param', 1), ('workspace', 0), ('workspace', 1), ('workspace', 2)]
-extern "C" __global__ void __launch_bounds__(256) k_913df67238f2cd19(const float* __restrict__ p0, float* __restrict__ p1, float* __restrict__ p2, float* __restrict__ p3, float* __restrict__ p4) {
+extern "C" __global__ void __launch_bounds__(256) k_13193ea4ef0d5d07(const float* __restrict__ p0, float* __restrict__ p1, float* __restrict__ p2, float* __restrict__ p3, float* __restrict__ p4) {
   {
     const int64_t i0 = (int64_t)blockIdx.x;
     __shared__ float ws0[256];
@@ -34,42 +34,23 @@ extern "C" __global__ void __launch_bounds__(256) k_913df67238f2cd19(const float
     __syncthreads();
     {
       const int64_t i5 = (int64_t)threadIdx.x;
-      if ((i5 < 16LL)) {
-        ws0[i5] = ember_max_float32(ws0[i5], ws0[(i5 + 16LL)]);
+      if ((i5 < 32LL)) {
+        float acc1;
+        acc1 = ws0[i5];
+        acc1 = ember_max_float32(acc1, __shfl_down_sync(0xffffffffu, acc1, 16));
+        acc1 = ember_max_float32(acc1, __shfl_down_sync(0xffffffffu, acc1, 8));
+        acc1 = ember_max_float32(acc1, __shfl_down_sync(0xffffffffu, acc1, 4));
+        acc1 = ember_max_float32(acc1, __shfl_down_sync(0xffffffffu, acc1, 2));
+        acc1 = ember_max_float32(acc1, __shfl_down_sync(0xffffffffu, acc1, 1));
+        if ((i5 == 0LL)) {
+          ws0[0LL] = acc1;
+        }
       }
     }
     __syncthreads();
     {
       const int64_t i6 = (int64_t)threadIdx.x;
-      if ((i6 < 8LL)) {
-        ws0[i6] = ember_max_float32(ws0[i6], ws0[(i6 + 8LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i7 = (int64_t)threadIdx.x;
-      if ((i7 < 4LL)) {
-        ws0[i7] = ember_max_float32(ws0[i7], ws0[(i7 + 4LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i8 = (int64_t)threadIdx.x;
-      if ((i8 < 2LL)) {
-        ws0[i8] = ember_max_float32(ws0[i8], ws0[(i8 + 2LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i9 = (int64_t)threadIdx.x;
-      if ((i9 < 1LL)) {
-        ws0[i9] = ember_max_float32(ws0[i9], ws0[(i9 + 1LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i10 = (int64_t)threadIdx.x;
-      if ((i10 == 0LL)) {
+      if ((i6 == 0LL)) {
         p2[i0] = ember_max_float32((-(float)INFINITY), ws0[0LL]);
       }
     }
@@ -88,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(256) k_638ebcffd49e6049(const float
 }
 
 // device kernel 2: grid (2, 1, 1), block (256, 1, 1), args [('param', 0), ('param', 1), ('workspace', 0), ('workspace', 1), ('workspace', 2)]
-extern "C" __global__ void __launch_bounds__(256) k_8723742e3a6de00c(const float* __restrict__ p0, float* __restrict__ p1, float* __restrict__ p2, float* __restrict__ p3, float* __restrict__ p4) {
+extern "C" __global__ void __launch_bounds__(256) k_f38c0cbb9f6cd633(const float* __restrict__ p0, float* __restrict__ p1, float* __restrict__ p2, float* __restrict__ p3, float* __restrict__ p4) {
   {
     const int64_t i0 = (int64_t)blockIdx.x;
     __shared__ float ws0[256];
@@ -123,42 +104,23 @@ extern "C" __global__ void __launch_bounds__(256) k_8723742e3a6de00c(const float
     __syncthreads();
     {
       const int64_t i5 = (int64_t)threadIdx.x;
-      if ((i5 < 16LL)) {
-        ws0[i5] = (ws0[i5] + ws0[(i5 + 16LL)]);
+      if ((i5 < 32LL)) {
+        float acc1;
+        acc1 = ws0[i5];
+        acc1 = (acc1 + __shfl_down_sync(0xffffffffu, acc1, 16));
+        acc1 = (acc1 + __shfl_down_sync(0xffffffffu, acc1, 8));
+        acc1 = (acc1 + __shfl_down_sync(0xffffffffu, acc1, 4));
+        acc1 = (acc1 + __shfl_down_sync(0xffffffffu, acc1, 2));
+        acc1 = (acc1 + __shfl_down_sync(0xffffffffu, acc1, 1));
+        if ((i5 == 0LL)) {
+          ws0[0LL] = acc1;
+        }
       }
     }
     __syncthreads();
     {
       const int64_t i6 = (int64_t)threadIdx.x;
-      if ((i6 < 8LL)) {
-        ws0[i6] = (ws0[i6] + ws0[(i6 + 8LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i7 = (int64_t)threadIdx.x;
-      if ((i7 < 4LL)) {
-        ws0[i7] = (ws0[i7] + ws0[(i7 + 4LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i8 = (int64_t)threadIdx.x;
-      if ((i8 < 2LL)) {
-        ws0[i8] = (ws0[i8] + ws0[(i8 + 2LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i9 = (int64_t)threadIdx.x;
-      if ((i9 < 1LL)) {
-        ws0[i9] = (ws0[i9] + ws0[(i9 + 1LL)]);
-      }
-    }
-    __syncthreads();
-    {
-      const int64_t i10 = (int64_t)threadIdx.x;
-      if ((i10 == 0LL)) {
+      if ((i6 == 0LL)) {
         p4[i0] = (0x0.0p+0f + ws0[0LL]);
       }
     }

@@ -204,7 +204,7 @@ class CUDAModel:
                 if a.nbytes:
                     _ok(cu, cu.cuMemcpyHtoD(cu.CUdeviceptr(base + self.where[k]), a, a.nbytes),
                         "uploading the weights")
-        stream = _ok(cu, cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+        stream = _ok(cu, cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
                      "cuStreamCreate")
         # pinned host buffers: inputs, then outputs, then the status words
         host_regions = [("in", i["slot"]) for i in self.plan["inputs"]] + \

@@ -81,8 +81,8 @@ def section_ops(target: str, quick: bool) -> dict:
 
     from ember.testing import assert_matches_reference
     results = []
-    skip = {"nn.winograd_input", "nn.winograd_output", "nn.inverted_residual"}
-    for op in sorted(set(CASES) - skip)[: 20 if quick else None]:
+    from test_cuda_ops import CPU_ONLY as skip
+    for op in sorted(set(CASES) - set(skip))[: 20 if quick else None]:
         def one(op=op):
             n = {"examples": 0}
 

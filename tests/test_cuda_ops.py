@@ -22,13 +22,20 @@ from ember.testing import op_module  # noqa: E402
 from op_cases import CASES  # noqa: E402
 
 EXAMPLES = 2
-CPU_ONLY = {"nn.winograd_input", "nn.winograd_output", "nn.inverted_residual"}
+# operators the cuda graph pipeline never produces or whose compute is CPU micro-kernels
+CPU_ONLY = {"nn.winograd_input": "Winograd transforms are CPU-only (no WinogradConv pass on GPUs)",
+            "nn.winograd_output": "Winograd transforms are CPU-only (no WinogradConv pass on "
+                                  "GPUs)",
+            "nn.inverted_residual": "a CPU composite of micro-kernel calls",
+            "nn.attention": "its compute is built of CPU micro-kernel calls (not on GPUs yet)"}
 REFUSED = re.compile(r"dtype (\w+) has no CUDA form")
 
 
 @pytest.mark.slow(reason="every operator through NVRTC (about 1 s per example)")
-@pytest.mark.parametrize("op", sorted(set(CASES) - CPU_ONLY))
+@pytest.mark.parametrize("op", sorted(CASES))
 def test_op_compiles_for_cuda(op):
+    if op in CPU_ONLY:
+        pytest.skip(CPU_ONLY[op])
     seen = {"ok": 0, "refused": set()}
 
     @settings(max_examples=EXAMPLES, deadline=None)

@@ -209,7 +209,8 @@ class CUDAPrinter(CFunctionPrinter):
             self.stmt(s.body, ind)
             return
         if isinstance(s, KernelCall):
-            raise CodegenError(f"{self.where}: micro-kernel call {s.name} has no CUDA form (a CPU "
+            raise CodegenError(f"{self.where}: micro-kernel call {s.name} has no CUDA form (the "
+                               f"operator's kernel is built of CPU micro-kernels, or a CPU "
                                f"schedule was applied to a cuda kernel)")
         raise CodegenError(f"{self.where}: statement {type(s).__name__} has no CUDA form")
 

@@ -251,6 +251,12 @@ class CStylePrinter:
     def loop(self, s: For, ind: int) -> None:
         self.serial_loop(s, ind)
 
+    def launch_extent(self, tag: str) -> int:
+        """Blocks (``blockIdx.*``) or threads (``threadIdx.*``) of the printed kernel's launch
+        (``self.kernel``, a ``DeviceKernel``) along ``tag``'s dimension."""
+        d = "xyz".index(tag[-1])
+        return (self.kernel.grid if tag.startswith("blockIdx") else self.kernel.block)[d]
+
     def thread_loop(self, s: For, ind: int, src: str, launch: int) -> None:
         """A GPU thread-bound loop: its variable declared from the built-in ``src`` (the
         dialect's ``thread_decl``), the body masked with ``if (v < extent)`` where the loop is

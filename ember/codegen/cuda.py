@@ -187,9 +187,7 @@ class CUDAPrinter(CFunctionPrinter):
             self.serial_loop(s, ind)
             return
         tag = s.annotations["thread_tag"]
-        d = "xyz".index(tag[-1])
-        launch = (self.kernel.grid if tag.startswith("blockIdx") else self.kernel.block)[d]
-        self.thread_loop(s, ind, self.dialect.thread_index[tag], launch)
+        self.thread_loop(s, ind, self.dialect.thread_index[tag], self.launch_extent(tag))
 
     def stmt_special(self, s, ind: int) -> None:
         pad = "  " * ind

@@ -420,13 +420,12 @@ class WGSLPrinter(CStylePrinter):
             self.serial_loop(s, ind)
             return
         tag = s.annotations["thread_tag"]
-        d = "xyz".index(tag[-1])
         if tag == "blockIdx.x" and self.fold is not None:
             src = "(wid.x + wid.y * launch.grid_x)"
             launch = self.fold * self.kernel_dispatch[1]
         else:
             src = self.dialect.thread_index[tag]
-            launch = (self.kernel.grid if tag.startswith("blockIdx") else self.kernel.block)[d]
+            launch = self.launch_extent(tag)
         self.thread_loop(s, ind, src, launch)
 
     def stmt_special(self, s, ind: int) -> None:

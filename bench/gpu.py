@@ -1,13 +1,24 @@
-"""WebGPU latency of small models through the public door: ``ember.compile(m, target="webgpu")
-.run(feeds)`` against the same model on the CPU (``llvm``), interleaved (webgpu, llvm, webgpu,
-llvm...) so a busy host shifts both alike. On lavapipe (Mesa's CPU Vulkan driver) this measures
-the WebGPU path's overhead and its schedules, not a GPU; on a machine with a GPU's Vulkan
-driver the same script times the GPU.
+"""One prepared run on a machine with an NVIDIA GPU: ember's CUDA target checked and timed.
 
-Usage::
+    python bench/gpu.py OUT_DIR [--sections ops,models,latency] [--quick]
 
-    python bench/gpu.py                  # writes bench/results/gpu_<adapter>.json
-    python bench/gpu.py --repeat 5 --no-write
+Each section runs in its own process with a time limit, so one failing or hanging section
+does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and the run writes
+``OUT_DIR/summary.json`` (per section: ok / failed / timed out, seconds, the tail of its log).
+
+- ``ops``: every registered operator's randomized CPU cases (``tests/op_cases.py``, 2 examples
+  each) compiled for the GPU's tag and run on it against the NumPy reference.
+- ``models``: whole models on CUDA against onnxruntime CPU (rtol 1e-3, atol 1e-4): a BERT layer,
+  a GPT-2 layer, MobileNetV2 and ResNet-18 at 224, the nine ONNX light models.
+- ``latency``: batch-1 latency (median of ``run``, inputs and outputs copied each run, through
+  ``CUDAModel.benchmark``) of ResNet-50, BERT-base (seq 128) and a 6-camera ResNet-18 backbone
+  (6x3x256x704) in float32. ember has no float16 model conversion for CUDA yet.
+- ``torch``: the same three in torch eager (cuDNN) and ``torch.compile(mode="max-autotune")``
+  (torchvision / torch.nn equivalents: same architecture, random weights), fp32 and fp16,
+  when torch with CUDA is importable (else the section fails, the others stand).
+
+The target is the tag matching the GPU (``nvidia/h200`` for compute capability 9.0,
+``nvidia/a100`` for 8.0, else ``cuda -arch=sm_XX``).
 """
 
 from __future__ import annotations
@@ -15,67 +26,290 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
+import subprocess
 import sys
 import time
+import traceback
+from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import ember  # noqa: E402
-from ember.runtime.webgpu import adapter_info  # noqa: E402
-from ember.testing import models as M  # noqa: E402
-
-MODELS = {
-    "bert_1x64_seq16": lambda: M.bert_encoder(num_layers=1, hidden=64, heads=2, seq=16),
-    "mobilenet_v2_32px": lambda: M.mobilenet_v2(image_size=32, num_classes=10),
-}
+SECTIONS = {"ops": 300, "models": 420, "latency": 480, "torch": 900}  # time limits (s)
 
 
-def _feeds(name, model, compiled):
-    return M.bert_inputs(model) if name.startswith("bert") else compiled.random_inputs()
+def gpu_target() -> str:
+    """The ember target of device 0 (raises ``DeviceError`` without a GPU)."""
+    from ember.runtime.cuda import _driver, _ok
+    cu = _driver()
+    dev = _ok(cu, cu.cuDeviceGet(0), "cuDeviceGet")
+    A = cu.CUdevice_attribute
+    major = _ok(cu, cu.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+                "attribute")
+    minor = _ok(cu, cu.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+                "attribute")
+    return {(9, 0): "nvidia/h200", (8, 0): "nvidia/a100", (7, 5): "nvidia/nvidia-t4"}.get(
+        (major, minor), f"cuda -arch=sm_{major}{minor}")
+
+
+PARTIAL: list = []  # the section's partial-results file (one JSON line per case)
+
+
+def _record(results: list, name: str, fn) -> None:
+    """Run case ``fn`` and append its result (or error) to ``results`` and the partial file,
+    so a section that times out keeps what it measured."""
+    t0 = time.perf_counter()
+    try:
+        extra = fn() or {}
+        results.append({"name": name, "ok": True, "s": round(time.perf_counter() - t0, 2),
+                        **extra})
+    except Exception as e:  # one case failing must not stop the section
+        results.append({"name": name, "ok": False, "s": round(time.perf_counter() - t0, 2),
+                        "error": f"{type(e).__name__}: {str(e)[:2000]}"})
+    print(json.dumps(results[-1])[:300], flush=True)
+    if PARTIAL:
+        with open(PARTIAL[0], "a") as f:
+            f.write(json.dumps(results[-1]) + "\n")
+
+
+# sections ---------------------------------------------------------------------------------------
+
+def section_ops(target: str, quick: bool) -> dict:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from op_cases import CASES
+
+    from ember.testing import assert_matches_reference
+    results = []
+    from test_cuda_ops import CPU_ONLY as skip
+    for op in sorted(set(CASES) - set(skip))[: 20 if quick else None]:
+        def one(op=op):
+            n = {"examples": 0}
+
+            @settings(max_examples=2, deadline=None, database=None)
+            @given(data=st.data())
+            def check(data):
+                case = CASES[op](data.draw)
+                assert_matches_reference(op, case.inputs, case.attrs, rtol=case.rtol,
+                                         atol=case.atol, target=target)
+                n["examples"] += 1
+            check()
+            return n
+        _record(results, op, one)
+    return {"target": target, "results": results,
+            "passed": sum(r["ok"] for r in results), "total": len(results)}
+
+
+def _models(quick: bool):
+    from ember.testing import models as M
+    from ember.zoo import LIGHT_MODELS, default_model_input, randomized_light_model
+    from test_cuda_models import gpt2_layer
+    import numpy as np
+    rng = np.random.default_rng(0)
+    img = lambda m, s=224: {m.graph.input[0].name: rng.standard_normal(  # noqa: E731
+        (1, 3, s, s)).astype(np.float32)}
+    out = [("bert_layer", lambda: M.bert_encoder(num_layers=1, hidden=256, heads=4, seq=128),
+            lambda m: M.bert_inputs(m)),
+           ("gpt2_layer", lambda: gpt2_layer(seq=64, hidden=256, heads=4),
+            lambda m: {"x": rng.standard_normal((1, 64, 256)).astype(np.float32)}),
+           ("mobilenet_v2", lambda: M.mobilenet_v2(), img),
+           ("resnet18", lambda: M.resnet18(), img)]
+    if not quick:
+        out += [(f"light_{n}", lambda n=n: randomized_light_model(n),
+                 lambda m: default_model_input(m)) for n in LIGHT_MODELS]
+    return out
+
+
+def section_models(target: str, quick: bool) -> dict:
+    import numpy as np
+    import onnxruntime as ort
+
+    import ember
+    results = []
+    for name, make, feeds_of in _models(quick):
+        def one(make=make, feeds_of=feeds_of):
+            m = make()
+            feeds = feeds_of(m)
+            sess = ort.InferenceSession(m.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+            want = sess.run(None, feeds)
+            t0 = time.perf_counter()
+            cm = ember.compile(m, target=target)
+            compile_s = time.perf_counter() - t0
+            got = cm.run(feeds)
+            errs = []
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+                errs.append(float(np.max(np.abs(g.astype(np.float64) - w))) if g.size else 0.0)
+            return {"compile_s": round(compile_s, 2), "max_abs_err": errs,
+                    "num_launches": cm.info.get("num_launches")}
+        _record(results, name, one)
+    return {"target": target, "results": results,
+            "passed": sum(r["ok"] for r in results), "total": len(results)}
+
+
+def _torch_latency(make_module, shape_or_inputs, fp16: bool, mode: str, number: int) -> float:
+    """Median ms of a torch module on CUDA (eager or torch.compile), synchronized."""
+    import torch
+    mod = make_module().cuda().eval()
+    inputs = shape_or_inputs() if callable(shape_or_inputs) else \
+        [torch.randn(*shape_or_inputs, device="cuda")]
+    if fp16:
+        mod = mod.half()
+        inputs = [x.half() if x.is_floating_point() else x for x in inputs]
+    if mode == "compile":
+        mod = torch.compile(mod, mode="max-autotune")
+    times = []
+    with torch.inference_mode():
+        for _ in range(5):
+            mod(*inputs)
+        torch.cuda.synchronize()
+        for _ in range(number):
+            t0 = time.perf_counter()
+            mod(*inputs)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def six_camera_resnet18():
+    """ResNet-18 on a batch of 6 camera images of 256x704 (its global average pool makes the
+    classifier independent of the image size)."""
+    from ember.testing import models as M
+    m = M.resnet18(batch=6)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_value, dims[3].dim_value = 256, 704
+    return m
+
+
+def section_latency(target: str, quick: bool) -> dict:
+    import numpy as np
+
+    import ember
+    from ember.testing import models as M
+    from ember.zoo import randomized_light_model
+    number = 10 if quick else 50
+    rng = np.random.default_rng(0)
+    cases = {
+        "resnet50": (lambda: randomized_light_model("resnet50"), None, (1, 3, 224, 224)),
+        "bert_base_seq128": (lambda: M.bert_base(seq=128), None, None),
+        "resnet18_6cam_256x704": (six_camera_resnet18, None, (6, 3, 256, 704)),
+    }
+    results = []
+    for name, (make, shapes, shape) in cases.items():
+        def ember_row(make=make, shapes=shapes):
+            m = make()
+            t0 = time.perf_counter()
+            cm = ember.compile(m, target=target, shapes=shapes)
+            compile_s = time.perf_counter() - t0
+            feeds = M.bert_inputs(m) if "input_ids" in cm.input_names else \
+                {n: rng.standard_normal(s).astype(np.float32) for n, s in cm.input_shapes.items()}
+            stats = cm.benchmark(feeds, number=number, warmup=3)
+            return {"compile_s": round(compile_s, 2), "median_ms": stats["median_ms"],
+                    "min_ms": stats["min_ms"], "dtype": "float32"}
+        _record(results, f"{name}/ember/fp32", ember_row)
+    return {"target": target, "results": results, "device": _device_name()}
+
+
+def section_torch(target: str, quick: bool) -> dict:
+    """torch eager (cuDNN) and torch.compile(mode="max-autotune") on the same GPU, fp32 and fp16;
+    eager rows first (torch.compile's autotuning may run into the section's time limit)."""
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch has no CUDA device here")
+    number = 10 if quick else 50
+
+    def bert():
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu",
+                                                 batch_first=True)
+        return torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
+
+    def backbone():
+        import torchvision
+        r = torchvision.models.resnet18()
+        return torch.nn.Sequential(*list(r.children())[:-2])
+
+    def resnet50():
+        import torchvision
+        return torchvision.models.resnet50()
+    tcases = {"resnet50": (resnet50, (1, 3, 224, 224)),
+              "bert_base_seq128": (bert, (1, 128, 768)),
+              "resnet18_6cam_256x704": (backbone, (6, 3, 256, 704))}
+    results = []
+    for mode in ("eager", "compile"):
+        for name, (mk, shape) in tcases.items():
+            for fp16 in (False, True):
+                def row(mk=mk, shape=shape, fp16=fp16, mode=mode):
+                    return {"median_ms": _torch_latency(mk, shape, fp16, mode, number),
+                            "dtype": "float16" if fp16 else "float32"}
+                _record(results, f"{name}/torch-{mode}/{'fp16' if fp16 else 'fp32'}", row)
+    return {"torch": torch.__version__, "results": results, "device": _device_name()}
+
+
+def _device_name() -> str:
+    try:
+        from ember.runtime.cuda import _driver, _ok
+        cu = _driver()
+        return _ok(cu, cu.cuDeviceGetName(128, _ok(cu, cu.cuDeviceGet(0), "dev")),
+                   "name").decode().rstrip("\0")
+    except Exception as e:
+        return f"? ({e})"
+
+
+# driver -----------------------------------------------------------------------------------------
+
+def run_section(name: str, out: Path, quick: bool, target: str | None = None) -> None:
+    PARTIAL[:] = [out / f"{name}.partial.jsonl"]
+    fn = {"ops": section_ops, "models": section_models, "latency": section_latency,
+          "torch": section_torch}[name]
+    try:
+        target = target or gpu_target()
+        res = fn(target, quick)
+    except Exception:
+        res = {"target": target, "error": traceback.format_exc()}
+    (out / f"{name}.json").write_text(json.dumps(res, indent=1))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=10, help="interleaved rounds per model")
-    ap.add_argument("--no-write", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", help="folder for the result files")
+    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--quick", action="store_true", help="fewer operators, models and runs")
+    ap.add_argument("--target", help="ember target (default: the tag of GPU 0); with no GPU "
+                                     "the compiles still run, every run fails with DeviceError")
+    ap.add_argument("--section", help=argparse.SUPPRESS)  # a child process: one section
     args = ap.parse_args(argv)
-    info = adapter_info()
-    out = {"adapter": info.get("device"), "adapter_type": info.get("adapter_type"),
-           "backend": info.get("backend_type"), "repeat": args.repeat, "models": {}}
-    for name, make in MODELS.items():
-        model = make()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.section:
+        run_section(args.section, out, args.quick, args.target)
+        return 0
+    summary = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+               "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                                        capture_output=True, text=True).stdout.strip()}
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for name in args.sections.split(","):
         t0 = time.perf_counter()
-        gpu = ember.compile(model, target="webgpu")
-        compile_s = time.perf_counter() - t0
-        cpu = ember.compile(model, target="llvm")
-        feeds = _feeds(name, model, gpu)
-        for m in (gpu, cpu):  # warm-up
-            m.run(feeds)
-        ts = {"webgpu": [], "llvm": []}
-        for _ in range(args.repeat):
-            for key, m in (("webgpu", gpu), ("llvm", cpu)):
-                t = time.perf_counter()
-                m.run(feeds)
-                ts[key].append((time.perf_counter() - t) * 1e3)
-        med = {k: float(np.median(v)) for k, v in ts.items()}
-        out["models"][name] = {"webgpu_median_ms": med["webgpu"], "llvm_median_ms": med["llvm"],
-                               "webgpu/llvm": med["webgpu"] / med["llvm"],
-                               "webgpu_compile_s": compile_s,
-                               "dispatches": gpu.info["num_dispatches"]}
-        print(f"{name}: webgpu {med['webgpu']:.2f} ms, llvm {med['llvm']:.2f} ms "
-              f"(ratio {med['webgpu'] / med['llvm']:.1f}), {gpu.info['num_dispatches']} "
-              f"dispatches, webgpu compile {compile_s:.1f} s", flush=True)
-    if not args.no_write:
-        tag = re.sub(r"[^a-z0-9]+", "_", str(out["adapter"]).lower()).strip("_")[:40]
-        path = os.path.join(os.path.dirname(__file__), "results", f"gpu_{tag}.json")
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
-        print("wrote", path)
+        cmd = [sys.executable, __file__, str(out), "--section", name] + \
+            (["--quick"] if args.quick else []) + (["--target", args.target] if args.target else [])
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECTIONS[name],
+                               env=env)
+            res = out / f"{name}.json"
+            status = "ok" if r.returncode == 0 and res.exists() and \
+                "error" not in json.loads(res.read_text()) else "failed"
+            log = (r.stdout + r.stderr)[-3000:]
+        except subprocess.TimeoutExpired as e:
+            status = "timed out"
+            log = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
+                   else (e.stdout or ""))[-3000:]
+        summary[name] = {"status": status, "s": round(time.perf_counter() - t0, 1), "log": log}
+        (out / f"{name}.log").write_text(log)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(f"{name}: {status} in {summary[name]['s']} s", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -289,9 +289,11 @@ def _build_gpu(mod, kernels, params, output_names, target, flops, info, t0):
     """The ``build`` of a GPU target: WGSL per kernel (``codegen.wgsl``), the plan with the
     device's layout, and a ``WebGPUModel`` (``runtime.webgpu``)."""
     from .errors import TargetError
+    if target.kind == "cuda":  # CUDA C through NVRTC (docs/gpu.md, "CUDA")
+        return _build_cuda(mod, kernels, params, output_names, target, flops, info, t0)
     if target.kind != "webgpu":
         raise TargetError(f"target {target.kind}: ember has no {target.kind} code generation "
-                          f"yet; use target='webgpu' for GPUs (docs/gpu.md)")
+                          f"yet; use target='webgpu' or 'cuda' for GPUs (docs/gpu.md)")
     from .codegen.wgsl import emit_index_checks, emit_wgsl
     from .runtime.webgpu import WebGPUModel, storage_nbytes
     steps, symbols = [], []
@@ -312,6 +314,47 @@ def _build_gpu(mod, kernels, params, output_names, target, flops, info, t0):
                 num_dispatches=sum(len(w) for _, w in steps), arena_bytes=plan["arena_bytes"],
                 codegen_s=t_codegen - t0 - info["passes_s"] - info["lower_s"])
     model = WebGPUModel(plan, bound, steps, mod.text(), str(target), info)
+    model.info["compile_s"] = time.perf_counter() - t0
+    return model
+
+
+def _build_cuda(mod, kernels, params, output_names, target, flops, info, t0):
+    """The ``build`` of a ``cuda`` target: CUDA C per kernel (``codegen.cuda``), one module
+    built with NVRTC to PTX and a cubin for the target's arch (``codegen.nvrtc``; kernels over
+    the target's registers, spills or shared memory are refused), the plan with 256-byte
+    offsets, and a ``CUDAModel`` (``runtime.cuda``: no GPU needed until ``run``)."""
+    from .codegen.cuda import emit_cuda, emit_index_checks, module_source
+    from .codegen.nvrtc import build_cuda, check_resources
+    from .dtypes import itemsize
+    from .runtime.cuda import CUDAModel
+    steps, symbols, allk, what = [], [], [], {}
+    for k, b in zip(kernels, mod.main.bindings):
+        ws, ck = emit_cuda(k, target)
+        ck = emit_index_checks(k) + ck
+        allk += ck
+        steps.append({"workspace": [b_.alloc_size * itemsize(b_.dtype) for b_ in ws],
+                      "kernels": [{"name": c.name, "args": [list(a) for a in c.args],
+                                   "grid": list(c.grid), "block": list(c.block)} for c in ck]})
+        symbols.append("cuda_" + hashlib.sha256(" ".join(c.name for c in ck).encode())
+                       .hexdigest()[:16])
+        for c in ck:
+            what.setdefault(c.name, (f"kernel {k.name} ({k.attrs.get('op', '?')})",
+                                     c.block[0] * c.block[1] * c.block[2]))
+    source = module_source(allk)
+    plan, bound = _plan(mod.main, params, symbols, output_names, kernels, align=256)
+    for st, fl in zip(plan["steps"], flops):
+        st["flops"] = fl
+    t_codegen = time.perf_counter()
+    binary = build_cuda(source, [target.attr("arch")], name=f"model_{len(kernels)}_kernels")
+    check_resources(binary, what, target)
+    bound = {n: (v.array() if isinstance(v, _Packed) else np.array(v, copy=True))
+             for n, v in bound.items()}
+    info.update(num_kernels=len(kernels), num_unique_kernels=len(set(c.name for c in allk)),
+                num_launches=sum(len(s["kernels"]) for s in steps),
+                arena_bytes=plan["arena_bytes"], archs=sorted(binary.cubins),
+                codegen_s=t_codegen - t0 - info["passes_s"] - info["lower_s"],
+                nvrtc_s=time.perf_counter() - t_codegen)
+    model = CUDAModel(plan, bound, steps, binary, source, mod.text(), str(target), info)
     model.info["compile_s"] = time.perf_counter() - t0
     return model
 

@@ -183,6 +183,30 @@ def cached_library_ok(lib: Path) -> bool:
     return ok
 
 
+def cached_build(key_parts: list[str], suffix: str, make) -> bytes:
+    """The bytes ``make()`` builds for the inputs ``key_parts``, from the kernel cache when an
+    entry with their content hash exists (checked against its digest like the C libraries,
+    ``cached_library_ok``), else built, stored (atomically, with its digest) and returned. The
+    CUDA builds (``codegen.nvrtc``) use it.
+
+    Raises:
+        ToolchainError: the cache folder cannot be used.
+        whatever ``make`` raises (nothing is stored then)."""
+    key = _digest("\n".join([BUILD_VERSION, *key_parts]).encode())
+    d = cache_dir()
+    entry = d / f"{key}{suffix}"
+    if cached_library_ok(entry):
+        return entry.read_bytes()
+    data = make()
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=suffix)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    Path(tmp + ".sha256").write_text(_digest(data))
+    os.replace(tmp, entry)
+    os.replace(tmp + ".sha256", str(entry) + ".sha256")
+    return data
+
+
 def install_library(data: bytes) -> Path:
     """Put library bytes (e.g. from a saved artifact) in the cache and return the path."""
     key = _digest(data)

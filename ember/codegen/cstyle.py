@@ -47,6 +47,8 @@ class Dialect:
         loop: format of a counting loop header with ``{v}`` (variable), ``{n}`` (extent),
             ``{t}`` (index type).
         index_dtype: the IR dtype loop variables and indices are printed in.
+        thread_decl: format of the declaration of a thread-bound loop's variable from the
+            built-in ``{src}`` (``{v}``: the variable).
     """
 
     name: str
@@ -61,6 +63,7 @@ class Dialect:
     cast: str = "(({t})({v}))"
     loop: str = "for ({t} {v} = 0; {v} < {n}; ++{v}) {{"
     index_dtype: str = "int64"
+    thread_decl: str = "const int64_t {v} = (int64_t){src};"
 
 
 class _Namer:
@@ -247,6 +250,30 @@ class CStylePrinter:
 
     def loop(self, s: For, ind: int) -> None:
         self.serial_loop(s, ind)
+
+    def launch_extent(self, tag: str) -> int:
+        """Blocks (``blockIdx.*``) or threads (``threadIdx.*``) of the printed kernel's launch
+        (``self.kernel``, a ``DeviceKernel``) along ``tag``'s dimension."""
+        d = "xyz".index(tag[-1])
+        return (self.kernel.grid if tag.startswith("blockIdx") else self.kernel.block)[d]
+
+    def thread_loop(self, s: For, ind: int, src: str, launch: int) -> None:
+        """A GPU thread-bound loop: its variable declared from the built-in ``src`` (the
+        dialect's ``thread_decl``), the body masked with ``if (v < extent)`` where the loop is
+        shorter than the ``launch`` extent of its dimension."""
+        pad = "  " * ind
+        v = self.var_name(s.var)
+        self.lines.append(f"{pad}{{")
+        self.lines.append(f"{pad}  " + self.dialect.thread_decl.format(v=v, src=src))
+        self.bounds[s.var] = (0, s.extent - 1)
+        if s.extent < launch:
+            self.lines.append(f"{pad}  if ({v} < {s.extent}) {{")
+            self.stmt(s.body, ind + 2)
+            self.lines.append(f"{pad}  }}")
+        else:
+            self.stmt(s.body, ind + 1)
+        del self.bounds[s.var]
+        self.lines.append(f"{pad}}}")
 
     def stmt_special(self, s: Stmt, ind: int) -> None:  # pragma: no cover
         raise LoweringError(f"cannot print statement {type(s).__name__} as {self.dialect.name}")

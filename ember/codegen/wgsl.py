@@ -59,7 +59,8 @@ WGSL_DIALECT = Dialect(
     thread_index={"blockIdx.x": "wid.x", "blockIdx.y": "wid.y", "blockIdx.z": "wid.z",
                   "threadIdx.x": "lid.x", "threadIdx.y": "lid.y", "threadIdx.z": "lid.z"},
     math=WGSL_MATH, select="select({f}, {t}, {c})", cast="{t}({v})",
-    loop="for (var {v}: {t} = 0; {v} < {n}; {v}++) {{", index_dtype="int64")
+    loop="for (var {v}: {t} = 0; {v} < {n}; {v}++) {{", index_dtype="int64",
+    thread_decl="let {v}: i32 = i32({src});")
 
 _HELPERS = {
     "ember_div_i32": "fn ember_div_i32(a: i32, b: i32) -> i32 { if (b == 0) { return 0; } "
@@ -418,27 +419,14 @@ class WGSLPrinter(CStylePrinter):
                                    f"bind it to blockIdx/threadIdx for the GPU")
             self.serial_loop(s, ind)
             return
-        pad = "  " * ind
         tag = s.annotations["thread_tag"]
-        v = self.var_name(s.var)
-        d = "xyz".index(tag[-1])
         if tag == "blockIdx.x" and self.fold is not None:
             src = "(wid.x + wid.y * launch.grid_x)"
             launch = self.fold * self.kernel_dispatch[1]
         else:
             src = self.dialect.thread_index[tag]
-            launch = (self.kernel.grid if tag.startswith("blockIdx") else self.kernel.block)[d]
-        self.lines.append(f"{pad}{{")
-        self.lines.append(f"{pad}  let {v}: i32 = i32({src});")
-        self.bounds[s.var] = (0, s.extent - 1)
-        if s.extent < launch:
-            self.lines.append(f"{pad}  if ({v} < {s.extent}) {{")
-            self.stmt(s.body, ind + 2)
-            self.lines.append(f"{pad}  }}")
-        else:
-            self.stmt(s.body, ind + 1)
-        del self.bounds[s.var]
-        self.lines.append(f"{pad}}}")
+            launch = self.launch_extent(tag)
+        self.thread_loop(s, ind, src, launch)
 
     def stmt_special(self, s, ind: int) -> None:
         pad = "  " * ind

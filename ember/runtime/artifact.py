@@ -125,6 +125,9 @@ def load_artifact(path, num_threads: int | None = None):
     try:
         with zipfile.ZipFile(path) as z:
             manifest = json.loads(z.read("manifest.json"))
+            from .cuda import is_cuda_artifact, load_cuda_artifact
+            if is_cuda_artifact(manifest):  # cubins + PTX (runtime.cuda)
+                return load_cuda_artifact(path)
             if manifest.get("format") != "ember-artifact":
                 raise ArtifactError(f"{path} is not an ember artifact")
             if manifest.get("version") not in READABLE_VERSIONS:

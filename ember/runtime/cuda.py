@@ -141,8 +141,7 @@ class CUDAModel:
     def launches(self, base: int) -> list[tuple]:
         """The kernel launches of one inference, in order, for the device allocation at address
         ``base``: ``(kernel name, grid, block, [argument addresses], plan step index)``
-        (kernels with an empty grid left out). Host only: the runtime launches these, the
-        tests' host emulation (``tests/cuda_emulator.py``) runs them on the CPU."""
+        (kernels with an empty grid left out); ``run`` captures them into its CUDA graph."""
         out = []
         for k, (pst, st) in enumerate(zip(self.plan["steps"], self.steps)):
             ws, o = [], self.workspace_at

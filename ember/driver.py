@@ -521,6 +521,10 @@ def _compile_static(model, target, shapes) -> CompiledModel:
     if target.is_gpu or target.is_npu:
         key = None  # the compiled-model cache stores CPU artifacts only
     if key is not None:
+        from .frontend.converters.random import has_unseeded_random
+        if has_unseeded_random(proto):
+            key = None  # unseeded generators draw a new key per compile: no reuse
+    if key is not None:
         cached = compile_cache.lookup(key, target.num_threads)
         if cached is not None:
             cached.info["cache_hit"] = True

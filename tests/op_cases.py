@@ -622,3 +622,4 @@ from op_cases_linalg import *  # noqa: E402,F401,F403  (cases of the linear-alge
 from op_cases_spatial import *  # noqa: E402,F401,F403  (cases of the data-driven spatial operators)
 from op_cases_random import *  # noqa: E402,F401,F403  (cases of the random operators)
 from op_cases_transformer import *  # noqa: E402,F401,F403  (cases of the transformer operators)
+from op_cases_qnn import *  # noqa: E402,F401,F403  (cases of the int8 operators)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.append(str(ROOT / "bench"))  # last: bench/ scripts must not shadow packages
 import conformance  # noqa: E402
 
 PASSING = ROOT / "bench" / "results" / "conformance_passing.txt"

@@ -247,6 +247,12 @@ NO_ONNX_EQUIVALENT.update({
         "geometry); the compiled op is checked against onnx.reference on odd shapes in "
         "test_transformer_kernels.py and against onnx's backend cases in test_transformer_ops.py"
     for op in ("nn.attention", "nn.group_norm", "nn.rotary_embedding", "nn.swiglu")})
+NO_ONNX_EQUIVALENT["qnn.conv2d"] = (
+    "takes packed weights and a bias with the zero-point correction folded in (no ONNX op "
+    "does): checked bit for bit against an integer reference in test_qnn_conv.py, and whole "
+    "QDQ models against onnxruntime's int8 execution in test_quantization.py")
+ONNX_OPS["qnn.quantize"] = ("QuantizeLinear", 19, lambda xs, a: (xs, {"axis": a["axis"]}))
+ONNX_OPS["qnn.dequantize"] = ("DequantizeLinear", 19, lambda xs, a: (xs, {"axis": a["axis"]}))
 ONNX_OPS["nn.rms_norm"] = ("RMSNormalization", 23, lambda xs, a: (
     xs, {"axis": a["axis"], "epsilon": a["epsilon"]}))
 NO_ONNX_EQUIVALENT["nn.inverted_residual"] = (

@@ -13,29 +13,14 @@ import ember
 from ember.graph.builder import FunctionBuilder
 from ember.graph.ir import IRModule, TensorType
 from ember.ops.qnn_conv import pack_weight, qconv_reference
+from op_cases_qnn import qconv_case
 from ember.tir.schedule.rules.qnn import qconv_isa
 
 HAS_VNNI = qconv_isa(ember.Target("llvm")) == "avx512vnni"
 ISAS = ["scalar"] + (["native"] if HAS_VNNI else [])
 
 
-def _case(rng, n, c, h, w, cout, k, stride=1, pad=0, dil=1, in_dtype="uint8",
-          out_dtype="uint8", per_channel=True, relu=False, layout="nchw"):
-    kk = c * k * k
-    wq = pack_weight(rng.integers(-127, 128, (cout, c, k, k)).astype(np.int8))
-    lo_in, hi_in = (0, 255) if in_dtype == "uint8" else (-128, 127)
-    shape = (n, c, h, w) if layout == "nchw" else (h, c)
-    x = rng.integers(lo_in, hi_in + 1, shape).astype(in_dtype)
-    x_zp = int(rng.integers(lo_in, hi_in + 1))
-    y_zp = int(rng.integers(0, 256)) if out_dtype == "uint8" else int(rng.integers(-128, 128))
-    x_zp_u = x_zp + (128 if in_dtype == "int8" else 0)  # the zero-point correction, folded
-    bias = (rng.integers(-20000, 20000, cout) - x_zp_u * wq.astype(np.int64).sum(1)).astype(np.int32)
-    scale = (rng.uniform(0.5, 2, cout) if per_channel else np.full(cout, 1.3)) * 40 / \
-        (np.sqrt(kk) * 127 * 74)
-    attrs = {"layout": layout, "kernel": (k, k), "strides": (stride, stride),
-             "pads": (pad, pad, pad, pad), "dilations": (dil, dil), "x_zp": x_zp, "y_zp": y_zp,
-             "lo": y_zp if relu else -128, "hi": 255, "out_dtype": out_dtype}
-    return x, wq, bias, scale.astype(np.float32), attrs
+_case = qconv_case
 
 
 def _run(x, wq, bias, mult, attrs, target):

@@ -58,3 +58,27 @@ def bernoulli(ctx, node):
     p = node.input(0)
     return [ctx.call("random.bernoulli", [p], {"dtype": _dtype(node, p.type.dtype),
                                                "key": _key(node)})]
+
+
+RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike",
+                        "RandomNormalLike", "Bernoulli"})
+
+
+def has_unseeded_random(model) -> bool:
+    """Whether ``model`` (an ``onnx.ModelProto``) has a random generator without a ``seed``
+    attribute, in its graph, a subgraph or a model-local function. Such a model draws a new key
+    at every compile, so a compiled copy of it must not be reused (the compiled-model cache
+    skips it)."""
+    def graphs(g):
+        yield g
+        for n in g.node:
+            for a in n.attribute:
+                if a.HasField("g"):
+                    yield from graphs(a.g)
+                for sub in a.graphs:
+                    yield from graphs(sub)
+
+    nodes = [n for g in graphs(model.graph) for n in g.node]
+    nodes += [n for f in model.functions for n in f.node]
+    return any(n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")
+               and not any(a.name == "seed" for a in n.attribute) for n in nodes)

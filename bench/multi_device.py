@@ -14,8 +14,8 @@ attention and MLP output projections; one for the vocabulary-parallel embedding)
 ``p (2 L + 1) B S H 4 + B S V 4`` bytes per inference. A ring all-reduce puts
 ``2 (p - 1) / p`` of its payload on the wire per rank.
 
-Usage: python bench/distributed.py [--layers 2] [--hidden 384] [--seq 64] [--rounds 7]
-Results: bench/results/distributed.txt
+Usage: python bench/multi_device.py [--layers 2] [--hidden 384] [--seq 64] [--rounds 7]
+Results: bench/results/multi_device.txt
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     pp_bytes = [s["bytes_sent"] for s in pp.last_stats]
     formula = p * (2 * L + 1) * B * S * H * 4 + B * S * V * 4
     lines = [
-        f"# bench/distributed.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"# bench/multi_device.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"# host: {platform.machine()} {os.cpu_count()} cores, load average "
         f"{load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; ember {ember.__version__}; "
         "MPI ranks spawned locally (mpich wheel)",

@@ -197,6 +197,15 @@ def test_builds_are_cached_by_content(monkeypatch, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == entries
 
 
+def test_nvrtc_writes_only_into_its_own_buffers(monkeypatch, tmp_path):
+    """NVRTC fills output buffers in place; the one-byte buffer of an empty log must not be the
+    interpreter's shared b" " (it was: every b" " in the process became b"\\x00", and Pillow's
+    PPM reader, which splits on b" ", failed in later tests)."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))  # NVRTC runs: nothing is cached
+    build_cuda(module_source(cuda_kernels("nn.relu", [f32(7)])), ["sm_90"])
+    assert b" " == bytes([32]) and b" ".isspace()
+
+
 # models, artifacts, the runtime without a GPU -------------------------------------------------
 
 def test_compile_save_load_without_a_gpu(tmp_path):

@@ -156,7 +156,9 @@ def _nvrtc_ptx(source: str, arch: str, name: str) -> tuple[str, str]:
         bopts = [o.encode() for o in opts]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
         _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * n
+        # a fresh writable buffer: NVRTC writes into it, and b" " * 1 is the interpreter's
+        # shared one-byte b" " (an empty log wrote its NUL into every b" " of the process)
+        buf = bytearray(n)
         nvrtc.nvrtcGetProgramLog(prog, buf)
         log = buf.decode(errors="replace").rstrip("\x00 \n")
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -165,7 +167,7 @@ def _nvrtc_ptx(source: str, arch: str, name: str) -> tuple[str, str]:
             raise CodegenError(f"NVRTC rejected the CUDA C of {name}{hint}:\n{log[-4000:]}",
                                source=source, compiler_output=log)
         _, n = nvrtc.nvrtcGetPTXSize(prog)
-        buf = b" " * n
+        buf = bytearray(n)
         nvrtc.nvrtcGetPTX(prog, buf)
         return buf.decode().rstrip("\x00"), log
     finally:

@@ -391,7 +391,8 @@ def cmd_profile(args) -> int:
 def _profile_npu(args, shapes) -> int:
     """``ember profile QDQ_MODEL --target npu``: the per-layer table of ``info["npu"]`` (cycles,
     MACs, utilization, DMA bytes, stall cycles; CPU fallbacks with their reason) and the wall
-    time of one run of the whole model (NPU layers simulated)."""
+    time of one run of the whole model (NPU layers simulated); ``--trace FILE.json`` writes the
+    NPU's timeline (``NPUModel.chrome_trace``)."""
     import time
     from .driver import compile as ember_compile
     from .npu.offload import format_layers
@@ -402,6 +403,10 @@ def _profile_npu(args, shapes) -> int:
     print(format_layers(model.info["npu"]))
     print(f"wall time of one run (NPU simulated on the host): "
           f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+    if args.trace:
+        model.write_chrome_trace(args.trace)
+        print(f"wrote the NPU's Chrome trace {args.trace} (layers and the load/compute/store "
+              f"units; open in chrome://tracing or Perfetto)")
     return 0
 
 

@@ -27,7 +27,9 @@ CPU_ONLY = {"nn.winograd_input": "Winograd transforms are CPU-only (no WinogradC
             "nn.winograd_output": "Winograd transforms are CPU-only (no WinogradConv pass on "
                                   "GPUs)",
             "nn.inverted_residual": "a CPU composite of micro-kernel calls",
-            "nn.attention": "its compute is built of CPU micro-kernel calls (not on GPUs yet)"}
+            "nn.attention": "its compute is built of CPU micro-kernel calls (not on GPUs yet)",
+            "qnn.conv2d": "its compute is CPU int8 micro-kernel calls (GPU pipelines keep QDQ "
+                          "in float32)"}
 REFUSED = re.compile(r"dtype (\w+) has no CUDA form")
 
 

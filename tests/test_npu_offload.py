@@ -110,6 +110,21 @@ def test_compile_target_npu_quantize(tmp_path):
             "stall_cycles"} <= set(info["layers"][0])
     y = m.run(_feeds(1, 9)[0])[0]
     assert y.shape == (1, 10) and np.all(np.isfinite(y))
+    # the whole model's NPU timeline: the layers back to back, each instruction once on its unit
+    trace = m.chrome_trace()["traceEvents"]
+    clock = info["clock_mhz"]
+    spans = [e for e in trace if e["ph"] == "X" and e["tid"] == 3]
+    assert [e["name"] for e in spans] == [r["layer"] for r in info["layers"]]
+    assert [e["args"]["cycles"] for e in spans] == [r["cycles"] for r in info["layers"]]
+    assert sum(e["args"]["cycles"] for e in spans) == info["cycles"]
+    steps = [it for it in m.items if hasattr(it, "stats")]
+    for span, step in zip(spans, steps):
+        ev = [e for e in trace if e["ph"] == "X" and e["tid"] < 3
+              and e["args"]["layer"] == span["name"]]
+        assert len(ev) == len(step.kernel.program.instrs)
+        start, end = span["args"]["start_cycle"], span["args"]["start_cycle"] + span["args"]["cycles"]
+        assert all(start <= round(e["ts"] * clock) and round((e["ts"] + e["dur"]) * clock) <= end
+                   for e in ev)
 
 
 def test_scratchpad_too_small_falls_back(tmp_path):
@@ -167,8 +182,12 @@ def test_imported_ort_qdq_model_on_npu(tmp_path):
     import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert main(["profile", str(dst), "--target", "npu"]) == 0
+        assert main(["profile", str(dst), "--target", "npu", "--trace",
+                     str(tmp_path / "npu.json")]) == 0
     out = buf.getvalue()
     for r in m.info["npu"]["layers"]:
         assert r["layer"][:33] in out and str(r["cycles"]) in out
     assert f"total: {m.info['npu']['cycles']} cycles" in out
+    written = json.loads((tmp_path / "npu.json").read_text())["traceEvents"]
+    assert [e["name"] for e in written if e["ph"] == "X" and e["tid"] == 3] == \
+        [r["layer"] for r in m.info["npu"]["layers"]]

@@ -30,7 +30,9 @@ NOT_ON_WEBGPU = {"nn.winograd_input": "Winograd transforms are CPU-only (the web
                  "nn.inverted_residual": "a CPU composite of micro-kernel calls (the webgpu "
                                          "pipeline has no FuseInvertedResidual pass)",
                  "nn.attention": "its compute is a loop of CPU micro-kernel calls (a streaming "
-                                 "online softmax); no GPU attention kernel yet"}
+                                 "online softmax); no GPU attention kernel yet",
+                 "qnn.conv2d": "its compute is a loop of CPU int8 micro-kernel calls (qconv); no "
+                               "GPU int8 kernel yet (the webgpu pipeline keeps QDQ in float)"}
 REFUSED = re.compile(r"dtype (\w+) has no WGSL form|int64 values in .* do not fit the int32")
 
 

@@ -104,10 +104,11 @@ def _layer_row(name, k, stats, cfg) -> dict:
 
 
 class _NPUStep:
-    """An offloaded layer: its composite call ``binding`` and ``NPUKernel``."""
+    """An offloaded layer: its composite call ``binding``, ``NPUKernel`` and the ``Stats`` of
+    its build-time cycle-mode simulation (with the per-instruction unit trace)."""
 
-    def __init__(self, binding, kernel, name):
-        self.binding, self.kernel, self.name = binding, kernel, name
+    def __init__(self, binding, kernel, name, stats=None):
+        self.binding, self.kernel, self.name, self.stats = binding, kernel, name, stats
         self.outputs = binding.outputs
 
 
@@ -147,6 +148,39 @@ class NPUModel:
         cpu_s, npu_s = run_items(self.items, env, npu)
         self.info["last_run"] = {"cpu_s": cpu_s, "npu_sim_s": npu_s}
         return [env[id(o)] if isinstance(o, Var) else o.data for o in self.func.outputs]
+
+    def chrome_trace(self) -> dict:
+        """The NPU's timeline of one inference as Chrome trace-event JSON (``chrome://tracing``,
+        Perfetto): the offloaded layers back to back in model order, each as a span on a
+        ``layers`` row, and every instruction of each layer as a complete event on the row of
+        its unit (load, compute, store), from the layer's build-time cycle-mode simulation.
+        Times in microseconds at the config's clock; ``args`` give cycles. The CPU segments
+        between layers are not on this clock and are left out."""
+        clock = float(self.info["npu"]["clock_mhz"])
+        units = ("load", "compute", "store")
+        events = [{"ph": "M", "pid": 0, "tid": u, "name": "thread_name",
+                   "args": {"name": n}} for u, n in enumerate(units + ("layers",))]
+        offset = 0
+        for step in self.items:
+            if not isinstance(step, _NPUStep) or step.stats is None:
+                continue
+            cycles = int(step.stats.cycles)
+            events.append({"ph": "X", "pid": 0, "tid": len(units), "name": step.name,
+                           "ts": offset / clock, "dur": cycles / clock,
+                           "args": {"cycles": cycles, "start_cycle": offset}})
+            instrs = step.kernel.program.instrs
+            for pc, u, start, end in step.stats.trace:
+                events.append({"ph": "X", "pid": 0, "tid": u, "name": instrs[pc].kind.name,
+                               "ts": (offset + start) / clock, "dur": (end - start) / clock,
+                               "args": {"layer": step.name, "pc": pc, "cycles": end - start}})
+            offset += cycles
+        return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+    def write_chrome_trace(self, path) -> None:
+        """Write ``chrome_trace()`` to ``path`` as JSON."""
+        import json
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Seeded random inputs of the model's input types (standard normal floats, small
@@ -235,7 +269,7 @@ def build_npu(mod: IRModule, target, params, build) -> NPUModel:
         x0 = np.zeros(tuple(x_t.shape), np.int8)
         _, stats = k.run(x0, mode="cycle")  # cycles do not depend on the data
         rows.append(_layer_row(name, k, stats, cfg))
-        items.append(_NPUStep(item, k, name))
+        items.append(_NPUStep(item, k, name, stats))
     cycles = sum(r["cycles"] for r in rows)
     macs = sum(r["macs"] for r in rows)
     info = {"target": str(target), "executor": "npu",
@@ -243,6 +277,7 @@ def build_npu(mod: IRModule, target, params, build) -> NPUModel:
             "npu": {"cycles": cycles, "macs": macs,
                     "utilization": macs / max(1, cycles * cfg.macs_per_cycle),
                     "time_ms": cycles / (cfg.clock_mhz * 1e3), "config": cfg.name,
+                    "clock_mhz": cfg.clock_mhz,
                     "layers": rows, "fallback": fallback, "float_layers": report["float"]}}
     info["compile_s"] = time.perf_counter() - t0
     return NPUModel(func, items, info, target)

@@ -46,9 +46,10 @@ PIPELINES: dict[str, list[str]] = {
 
 
 # GPU (webgpu): the CPU list without its CPU-layout and micro-kernel rewrites (NHWC layout,
-# inverted-residual fusion, Winograd) and mixed precision (WGSL kernels are float32)
+# inverted-residual fusion, Winograd, int8 kernels: QDQ models keep their quantize/dequantize
+# steps in float32) and mixed precision (WGSL kernels are float32)
 PIPELINES["webgpu"] = [n for n in PIPELINES["llvm"] if n not in (
-    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision")]
+    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision", "RealizeQnn")]
 PIPELINES["cuda"] = list(PIPELINES["webgpu"])
 
 

@@ -31,7 +31,8 @@ NOT_ON_WEBGPU = {"nn.winograd_input": "Winograd transforms are CPU-only (the web
                                          "pipeline has no FuseInvertedResidual pass)",
                  "nn.attention": "its compute is a loop of CPU micro-kernel calls (a streaming "
                                  "online softmax); no GPU attention kernel yet"}
-REFUSED = re.compile(r"dtype (\w+) has no WGSL form|int64 values in .* do not fit the int32")
+REFUSED = re.compile(r"dtype (\w+) has no WGSL form|int64 values in .* do not fit the int32"
+                     r"|int64 value it computes left the 32-bit range")
 
 
 @needs_adapter

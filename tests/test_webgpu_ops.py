@@ -33,7 +33,8 @@ NOT_ON_WEBGPU = {"nn.winograd_input": "Winograd transforms are CPU-only (the web
                                  "online softmax); no GPU attention kernel yet",
                  "qnn.conv2d": "its compute is a loop of CPU int8 micro-kernel calls (qconv); no "
                                "GPU int8 kernel yet (the webgpu pipeline keeps QDQ in float)"}
-REFUSED = re.compile(r"dtype (\w+) has no WGSL form|int64 values in .* do not fit the int32")
+REFUSED = re.compile(r"dtype (\w+) has no WGSL form|int64 values in .* do not fit the int32"
+                     r"|int64 value it computes left the 32-bit range")
 
 
 @needs_adapter

@@ -14,7 +14,11 @@ legalization:
   loop extent below 2^31, every constant in range, the int64 extremes used as reduction
   identities map to int32's; else ``CodegenError``); ``int64`` tensors are
   stored as ``i32`` and the runtime narrows them on upload with a range check and widens them on
-  download. ``int8``/``int16``/``uint8``/``uint16``/``bool`` tensors are stored widened to 32 bits
+  download. An ``int64`` value computed in i32 that may leave the int32 range (add, sub, mul,
+  neg, abs, div/floordiv, shl, pow; casts from float32/uint32) prints as a checked helper that
+  sets the kernel's status word (``STATUS_INT64_OVERFLOW``; the runtime raises ``InputError``
+  naming the node); operations the loop bounds prove in range are printed plain.
+  ``int8``/``int16``/``uint8``/``uint16``/``bool`` tensors are stored widened to 32 bits
   (wrapped to their width on every store, as C's narrow stores do);
 - the grid is folded under ``max_num_blocks`` (65,535) workgroups per dimension: a longer
   ``blockIdx.x`` runs as a 2-D grid and each workgroup computes its linear index;
@@ -119,7 +123,43 @@ _HELPERS = {
     "ember_opaque_f32": "fn ember_opaque_f32(a: f32) -> f32 { return a; }",
     "ember_tanh_f32": "fn ember_tanh_f32(a: f32) -> f32 { return tanh(clamp(a, -15.0, 15.0)); }",
 }
-_HELPER_DEPS = {"ember_max_f32": ["ember_isnan_f32"], "ember_min_f32": ["ember_isnan_f32"]}
+# int64 arithmetic computed in i32 (WGSL has no 64-bit integers): each checked helper computes
+# the 32-bit result and sets the kernel's status word to STATUS_INT64_OVERFLOW when the true
+# result leaves the int32 range (the runtime then raises InputError naming the node)
+STATUS_INT64_OVERFLOW = 2
+_OVF = "ember_status[0] = 2u;"
+_HELPERS.update({
+    "ember_add_i64": "fn ember_add_i64(a: i32, b: i32) -> i32 { let r = a + b; "
+                     f"if (((a ^ r) & (b ^ r)) < 0) {{ {_OVF} }} return r; }}",
+    "ember_sub_i64": "fn ember_sub_i64(a: i32, b: i32) -> i32 { let r = a - b; "
+                     f"if (((a ^ b) & (a ^ r)) < 0) {{ {_OVF} }} return r; }}",
+    "ember_mul_i64": "fn ember_mul_i64(a: i32, b: i32) -> i32 { let r = a * b; "
+                     "if ((a != 0 && r / a != b) || (a == -1 && b == (-2147483647i - 1i)) || "
+                     f"(b == -1 && a == (-2147483647i - 1i))) {{ {_OVF} }} return r; }}",
+    "ember_neg_i64": "fn ember_neg_i64(a: i32) -> i32 { if (a == (-2147483647i - 1i)) "
+                     f"{{ {_OVF} }} return -a; }}",
+    "ember_abs_i64": "fn ember_abs_i64(a: i32) -> i32 { if (a == (-2147483647i - 1i)) "
+                     f"{{ {_OVF} }} return abs(a); }}",
+    "ember_div_i64": "fn ember_div_i64(a: i32, b: i32) -> i32 { if (a == (-2147483647i - 1i) "
+                     f"&& b == -1) {{ {_OVF} }} return ember_div_i32(a, b); }}",
+    "ember_floordiv_i64": "fn ember_floordiv_i64(a: i32, b: i32) -> i32 { if (a == "
+                          f"(-2147483647i - 1i) && b == -1) {{ {_OVF} }} "
+                          "return ember_floordiv_i32(a, b); }",
+    "ember_shl_i64": "fn ember_shl_i64(a: i32, b: u32) -> i32 { if (b >= 32u) { if (a != 0) "
+                     f"{{ {_OVF} }} return 0; }} let r = a << b; if ((r >> b) != a) {{ {_OVF} }} "
+                     "return r; }",
+    "ember_pow_i64": "fn ember_pow_i64(a0: i32, b0: i32) -> i32 { var a = a0; var b = b0; "
+                     "var r = 1; if (b < 0) { return ember_pow_i32(a0, b0); } "
+                     "loop { if (b == 0) { break; } if ((b & 1) != 0) { r = ember_mul_i64(r, a); } "
+                     "b = b >> 1u; if (b == 0) { break; } a = ember_mul_i64(a, a); } return r; }",
+    "ember_f32_to_i64": "fn ember_f32_to_i64(x: f32) -> i32 { if (!(x >= -2147483648.0 && "
+                        f"x < 2147483648.0)) {{ {_OVF} return 0; }} return i32(x); }}",
+    "ember_u32_to_i64": "fn ember_u32_to_i64(x: u32) -> i32 { if (x > 2147483647u) "
+                        f"{{ {_OVF} }} return bitcast<i32>(x); }}",
+})
+_HELPER_DEPS = {"ember_max_f32": ["ember_isnan_f32"], "ember_min_f32": ["ember_isnan_f32"],
+                "ember_div_i64": ["ember_div_i32"], "ember_floordiv_i64": ["ember_floordiv_i32"],
+                "ember_pow_i64": ["ember_pow_i32", "ember_mul_i64"]}
 
 
 @dataclass
@@ -129,7 +169,8 @@ class WGSLKernel:
     Attributes:
         source: the WGSL module text (entry point ``main``).
         bindings: what each ``@binding(k)`` is, in order: ``("param", i)`` for the
-            ``PrimFunc``'s i-th parameter, ``("workspace", j)`` for its j-th workspace buffer.
+            ``PrimFunc``'s i-th parameter, ``("workspace", j)`` for its j-th workspace buffer,
+            ``("status", 0)`` for the step's status word (int64 overflow checks; last).
         dispatch: workgroups to dispatch ``(x, y, z)`` (after grid folding).
         workgroup_size: threads per workgroup ``(x, y, z)``.
         uniform: the values of the ``Launch`` uniform block (u32).
@@ -235,6 +276,7 @@ class WGSLPrinter(CStylePrinter):
         self.shared_decls: list[str] = []
         self.shared_bytes = 0
         self.fold = None  # (grid width) when blockIdx.x is folded into a 2-D grid
+        self.checks_int64 = False  # a checked int64 helper is used: the kernel binds a status word
 
     # names ------------------------------------------------------------------------------------
     def buf_name(self, buf: Buffer) -> str:
@@ -267,7 +309,15 @@ class WGSLPrinter(CStylePrinter):
         for d in _HELPER_DEPS.get(name, []):
             self.deps.setdefault(d, _HELPERS[d])
         self.deps.setdefault(name, _HELPERS[name])
+        if name.endswith("_i64"):
+            self.checks_int64 = True
         return name
+
+    def _fits_i32(self, e) -> bool:
+        """Whether integer ``e`` provably lies in the int32 range (loop-variable bounds): then an
+        int64 operation needs no overflow check (index arithmetic)."""
+        lo, hi = interval(e, self.bounds)
+        return I32_MIN <= lo and hi <= I32_MAX
 
     def load(self, e: Load) -> str:
         text = self.access(e.src, e.indices)
@@ -318,12 +368,17 @@ class WGSLPrinter(CStylePrinter):
             return v if src == "bool" else f"({v} != {zero})"
         t = self.type_name(e.dtype)
         self.type_name(src)
+        if e.dtype == "int64" and WGSL_TYPES[src][0] in ("f32", "u32"):
+            # float32 / uint32 -> int64: the value may leave the int32 range int64 is computed in
+            return f"{self.helper('ember_' + WGSL_TYPES[src][0] + '_to_i64')}({v})"
         if WGSL_TYPES[src][0] == t:
             return self.wrap(e.dtype, v)
         return self.wrap(e.dtype, f"{t}({v})")
 
     def unary(self, e) -> str:
         a = self.expr(e.a)
+        if e.op == "neg" and e.dtype == "int64" and not self._fits_i32(e.a):
+            return f"{self.helper('ember_neg_i64')}({a})"
         return {"neg": f"(-{a})", "not": f"(!{a})", "bitnot": f"(~{a})"}[e.op]
 
     def binop(self, e: BinOp) -> str:
@@ -340,6 +395,14 @@ class WGSLPrinter(CStylePrinter):
             if op in ("lt", "le", "gt", "ge"):
                 return f"(select(0, 1, {a}) {self.dialect.infix[op]} select(0, 1, {b}))"
             raise LoweringError(f"{self.where}: bool op {op} has no WGSL form")
+        if dt == "int64" and op in ("add", "sub", "mul", "shl", "div", "floordiv", "pow") \
+                and not (op in ("add", "sub", "mul") and self._fits_i32(e)) \
+                and not (op in ("div", "floordiv") and isinstance(e.b, Const)
+                         and e.b.value not in (0, -1)):
+            # int64 computed in i32: checked (sets the status word when it leaves the range)
+            if op == "shl":
+                return f"{self.helper('ember_shl_i64')}({a}, u32({b}))"
+            return f"{self.helper('ember_' + op + '_i64')}({a}, {b})"
         if op in ("shl", "shr"):
             return f"({a} {self.dialect.infix[op]} u32({b}))"
         if op in self.dialect.infix:
@@ -404,6 +467,8 @@ class WGSLPrinter(CStylePrinter):
             return f"({args[0]} % {args[1]})"
         if name == "pow":
             return f"{self.helper('ember_pow_f32')}({args[0]}, {args[1]})"
+        if name == "abs" and dt == "int64":
+            return f"{self.helper('ember_abs_i64')}({args[0]})"
         if name in ("abs", "sign") and is_int(dt) and WGSL_TYPES.get(dt, ("",))[0] == "u32":
             return args[0] if name == "abs" else f"select(0u, 1u, {args[0]} > 0u)"
         fn = self.dialect.math.get(name)
@@ -475,16 +540,21 @@ class WGSLPrinter(CStylePrinter):
         for n, ((kind, i), buf) in enumerate(self.bindings):
             st = WGSL_TYPES[buf.dtype][1]
             decls.append(f"@group(0) @binding({n}) var<storage, read_write> b{n}: array<{st}>;")
+        bindings = [kind_i for kind_i, _ in self.bindings]
+        if self.checks_int64:
+            decls.append(f"@group(0) @binding({len(bindings)}) var<storage, read_write> "
+                         f"ember_status: array<u32>;")
+            bindings.append(("status", 0))
         if uniform:
             decls.append("struct Launch { grid_x: u32 }")
-            decls.append(f"@group(0) @binding({len(self.bindings)}) var<uniform> launch: Launch;")
+            decls.append(f"@group(0) @binding({len(bindings)}) var<uniform> launch: Launch;")
         head = "\n".join(decls + self.shared_decls + list(self.deps.values()))
         wg = ", ".join(str(x) for x in k.block)
         src = (f"{head}\n\n@compute @workgroup_size({wg})\n"
                f"fn main(@builtin(workgroup_id) wid: vec3<u32>, "
                f"@builtin(local_invocation_id) lid: vec3<u32>) {{\n"
                + "\n".join(self.lines) + "\n}\n")
-        return WGSLKernel(src, [kind_i for kind_i, _ in self.bindings], tuple(dispatch),
+        return WGSLKernel(src, bindings, tuple(dispatch),
                           tuple(k.block), uniform, self.shared_bytes)
 
 
@@ -539,4 +609,5 @@ def emit_wgsl(func: PrimFunc, target) -> tuple[list, list[WGSLKernel]]:
     return workspace, out
 
 
-__all__ = ["WGSLKernel", "WGSL_DIALECT", "emit_index_checks", "emit_wgsl", "legalize_wgsl"]
+__all__ = ["STATUS_INT64_OVERFLOW", "WGSLKernel", "WGSL_DIALECT", "emit_index_checks", "emit_wgsl",
+           "legalize_wgsl"]

@@ -14,7 +14,9 @@ host copies are the model's inputs and outputs.
 Kernels with index checks (gathers) get a check shader before them that sets a status word
 when an index is out of range; ``run`` raises ``InputError`` naming the node after the command
 buffer completes (as the CPU kernel's status does), never returning what the clamped reads
-computed.
+computed. Kernels computing int64 values that may leave the int32 range WebGPU computes them in
+bind the same status word and set it to ``STATUS_INT64_OVERFLOW``; ``run`` raises
+``InputError`` naming the node (never the wrapped value).
 
 Tensors are stored in 32-bit words (``ember.codegen.wgsl``): ``int64`` inputs are narrowed to
 ``int32`` after a range check (``InputError`` when a value does not fit), ``bool`` and 8/16-bit
@@ -29,6 +31,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import CodegenError, DeviceError, InputError
+from ..codegen.wgsl import STATUS_INT64_OVERFLOW
 from .module import CompiledModel
 
 NO_ADAPTER = ("no WebGPU adapter: install mesa-vulkan-drivers (lavapipe, Mesa's software Vulkan "
@@ -308,7 +311,15 @@ class WebGPUModel:
         finally:
             self.readback.unmap()
         for j, k in enumerate(self.checked):
-            if raw[roff + j * OFFSET_ALIGN:roff + j * OFFSET_ALIGN + 4].view(np.uint32)[0]:
+            word = raw[roff + j * OFFSET_ALIGN:roff + j * OFFSET_ALIGN + 4].view(np.uint32)[0]
+            if word == STATUS_INT64_OVERFLOW:
+                st = self.plan["steps"][k]
+                raise InputError(f"node {st['name']!r} ({st['op']}, kernel "
+                                 f"{st.get('symbol', '?')}): an int64 value it computes left "
+                                 f"the 32-bit range WebGPU computes int64 in (WGSL has no "
+                                 f"64-bit integers; [-2^31, 2^31-1]); use int32 inputs in "
+                                 f"range, or compile for the CPU target")
+            if word:
                 from ..codegen.c import STATUS_INDEX_OUT_OF_RANGE
                 from .executor import kernel_failure
                 raise kernel_failure(self.plan["steps"][k], STATUS_INDEX_OUT_OF_RANGE)

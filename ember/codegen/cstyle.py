@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import LoweringError
+from ..errors import CodegenError, LoweringError
 from ..tir.arith import flat_index
 from ..tir.expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var)
-from ..tir.stmt import Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store
+from ..tir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store
 
 # IR binary ops printed as infix operators in every C-like language
 INFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
@@ -274,6 +274,24 @@ class CStylePrinter:
             self.stmt(s.body, ind + 1)
         del self.bounds[s.var]
         self.lines.append(f"{pad}}}")
+
+    def kernel_allocate(self, s: Allocate, ind: int) -> None:
+        """A GPU kernel's own buffer (``shared``, or ``local`` scalar/array) declared by the
+        dialect's ``shared_decl`` / ``local_scalar_decl`` / ``local_array_decl``, then its body.
+
+        Raises:
+            CodegenError: a ``global`` allocation inside a kernel (the host/device split hoists
+            those, so this names a bug in a pass)."""
+        b = s.buffer
+        name, t, pad = self.buf_name(b), self.type_name(b.dtype), "  " * ind
+        if b.scope == "shared":
+            self.shared_decl(b, name, t, pad)
+        elif b.scope == "local":
+            self.lines.append(pad + (self.local_array_decl(b, name, t) if b.shape else
+                                     self.local_scalar_decl(b, name, t)))
+        else:  # pragma: no cover - split_host_device hoists global allocations
+            raise CodegenError(f"{self.where}: global allocation {b.name} inside a kernel")
+        self.stmt(s.body, ind)
 
     def stmt_special(self, s: Stmt, ind: int) -> None:  # pragma: no cover
         raise LoweringError(f"cannot print statement {type(s).__name__} as {self.dialect.name}")

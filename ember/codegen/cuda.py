@@ -189,22 +189,19 @@ class CUDAPrinter(CFunctionPrinter):
         tag = s.annotations["thread_tag"]
         self.thread_loop(s, ind, self.dialect.thread_index[tag], self.launch_extent(tag))
 
+    def shared_decl(self, b, name: str, t: str, pad: str) -> None:
+        self.lines.append(f"{pad}__shared__ {t} {name}[{b.alloc_size}];")
+        self.shared_bytes += b.alloc_size * itemsize(b.dtype)
+
+    def local_scalar_decl(self, b, name: str, t: str) -> str:
+        return f"{'float' if b.dtype == 'float16' else t} {name};"
+
+    def local_array_decl(self, b, name: str, t: str) -> str:
+        return f"{t} {name}[{b.alloc_size}];"
+
     def stmt_special(self, s, ind: int) -> None:
-        pad = "  " * ind
         if isinstance(s, Allocate):
-            b = s.buffer
-            name = self.buf_name(b)
-            t = self.type_name(b.dtype)
-            if b.scope == "shared":
-                self.lines.append(f"{pad}__shared__ {t} {name}[{b.alloc_size}];")
-                self.shared_bytes += b.alloc_size * itemsize(b.dtype)
-            elif b.scope == "local" and not b.shape:
-                self.lines.append(f"{pad}{'float' if b.dtype == 'float16' else t} {name};")
-            elif b.scope == "local":
-                self.lines.append(f"{pad}{t} {name}[{b.alloc_size}];")
-            else:  # pragma: no cover - split_host_device hoists global allocations
-                raise CodegenError(f"{self.where}: global allocation {b.name} inside a kernel")
-            self.stmt(s.body, ind)
+            self.kernel_allocate(s, ind)
             return
         if isinstance(s, KernelCall):
             raise CodegenError(f"{self.where}: micro-kernel call {s.name} has no CUDA form (the "
@@ -214,7 +211,7 @@ class CUDAPrinter(CFunctionPrinter):
 
     def access(self, buf, indices) -> str:
         if buf.scope == "local" and not buf.shape and buf.dtype == "float16":
-            return self.buf_name(buf)  # a float accumulator (see stmt_special)
+            return self.buf_name(buf)  # a float accumulator (see local_scalar_decl)
         return super().access(buf, indices)
 
     def kernel_source(self) -> CUDAKernel:

@@ -493,24 +493,20 @@ class WGSLPrinter(CStylePrinter):
             launch = self.launch_extent(tag)
         self.thread_loop(s, ind, src, launch)
 
+    def shared_decl(self, b, name: str, t: str, pad: str) -> None:
+        st = WGSL_TYPES[b.dtype][1]  # module scope: WGSL has no function-scope workgroup vars
+        self.shared_decls.append(f"var<workgroup> {name}: array<{st}, {b.alloc_size}>;")
+        self.shared_bytes += 4 * b.alloc_size
+
+    def local_scalar_decl(self, b, name: str, t: str) -> str:
+        return f"var {name}: {t};"
+
+    def local_array_decl(self, b, name: str, t: str) -> str:
+        return f"var {name}: array<{WGSL_TYPES[b.dtype][1]}, {b.alloc_size}>;"
+
     def stmt_special(self, s, ind: int) -> None:
-        pad = "  " * ind
         if isinstance(s, Allocate):
-            b = s.buffer
-            name = self.buf_name(b)
-            t = self.type_name(b.dtype)
-            if b.scope == "shared":
-                st = WGSL_TYPES[b.dtype][1]
-                self.shared_decls.append(f"var<workgroup> {name}: array<{st}, {b.alloc_size}>;")
-                self.shared_bytes += 4 * b.alloc_size
-            elif b.scope == "local" and not b.shape:
-                self.lines.append(f"{pad}var {name}: {t};")
-            elif b.scope == "local":
-                st = WGSL_TYPES[b.dtype][1]
-                self.lines.append(f"{pad}var {name}: array<{st}, {b.alloc_size}>;")
-            else:  # pragma: no cover - split_host_device hoists global allocations
-                raise CodegenError(f"{self.where}: global allocation {b.name} inside a kernel")
-            self.stmt(s.body, ind)
+            self.kernel_allocate(s, ind)
             return
         raise CodegenError(f"{self.where}: statement {type(s).__name__} has no WGSL form")
 

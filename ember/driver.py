@@ -14,7 +14,7 @@ import numpy as np
 
 from .codegen.aot import AOT_SYMBOL, generate_aot_entry
 from .codegen.build import build_library
-from .codegen.module import generate_c_module
+from .codegen.module import generate_c_units
 from .graph.ir import Constant, IRModule, Var
 from .graph.lower import constant_args, kernel_args, lower_binding
 from .graph.passes import PassContext, optimize, register_config
@@ -22,6 +22,8 @@ from .runtime.memory_plan import plan_memory
 from .runtime.module import CompiledModel
 from .errors import LoweringError
 from .target import Target
+from .tir.stmt import PrimFunc
+from .tir.text import structural_key
 from .tune.dispatch import apply_best_schedules
 from .tune.features import count_flops
 
@@ -186,15 +188,36 @@ def _bind_weights(plan: dict, bound: dict) -> dict:
     return out
 
 
-def schedule_kernels(kernels: list, target: Target, level: int) -> list:
+def schedule_kernels(kernels: list, target: Target, level: int,
+                     keys: Sequence[str] | None = None) -> list:
     """Each kernel scheduled by the target's default rules (``level``: see ``schedule.level``);
     kernels already scheduled by tuning records are kept. ``build`` has set each kernel's
-    ``constant_params``."""
+    ``constant_params``. Kernels with equal ``tir.text.structural_key`` (``keys``, computed
+    when not given) are scheduled once and share the result."""
     from .tir.schedule.rules import schedule_default
     if level <= 0:
         return kernels
     tgt = target if level >= 2 or target.is_gpu else Target(str(target) + " -isa=scalar")
-    return [schedule_default(k, tgt) for k in kernels]
+    # equal kernels (ResNet-50: 80 kernels, 35 distinct programs) are scheduled once; the
+    # others share the scheduled body under their own name (the C printer then prints it once)
+    done: dict[str, PrimFunc] = {}
+    out = []
+    for k, key in zip(kernels, keys if keys is not None else map(structural_key, kernels)):
+        s = done.get(key)
+        if s is None:
+            s = done[key] = schedule_default(k, tgt)
+            out.append(s)
+        else:
+            out.append(PrimFunc(k.name, s.params, s.body, {**s.attrs, "op": k.attrs.get("op")}))
+    return out
+
+
+def _num_units(num_kernels: int) -> int:
+    """C translation units a model's kernels are split into: one compiler process per core
+    (``$EMBER_BUILD_JOBS`` overrides; 1 gives one file), at most one per 4 kernels, at most 8."""
+    env = os.environ.get("EMBER_BUILD_JOBS", "")
+    jobs = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+    return max(1, min(jobs, 8, num_kernels // 4))
 
 
 def _nbytes(slot: dict) -> int:
@@ -250,12 +273,15 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
     for k, b in zip(kernels, func.bindings):  # what a schedule may pack at compile time
         k.attrs["constant_params"] = constant_args(b, params)
-    flops = [count_flops(k) for k in kernels]
+    keys = [structural_key(k) for k in kernels]  # equal programs: counted and scheduled once
+    flop_of: dict[str, int] = {}
+    flops = [flop_of[key] if key in flop_of else flop_of.setdefault(key, count_flops(k))
+             for key, k in zip(keys, kernels)]
     tuned = apply_best_schedules(kernels, target)  # tuning records, when a context is active
     ctx = PassContext.current()
     level = ctx.config.get(SCHEDULE_LEVEL, 2)
     rest = [i for i, (a, t) in enumerate(zip(kernels, tuned)) if a is t]
-    sched = schedule_kernels([kernels[i] for i in rest], target, level)
+    sched = schedule_kernels([kernels[i] for i in rest], target, level, [keys[i] for i in rest])
     kernels = list(tuned)
     for i, s_ in zip(rest, sched):
         kernels[i] = s_
@@ -264,15 +290,17 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
         return _build_gpu(mod, kernels, params, output_names, target, flops,
                           {"num_bindings": num_imported, "opt_level": ctx.opt_level,
                            "passes_s": t_passes - t0, "lower_s": t_lower - t_passes}, t0)
-    source, symbols = generate_c_module(kernels, target)
+    units, symbols = generate_c_units(kernels, target, _num_units(len(kernels)))
     plan, bound = _plan(func, params, symbols, output_names, kernels)
     for st, fl in zip(plan["steps"], flops):
         st["flops"] = fl
         st["bytes"] = sum(_nbytes(plan["slots"][a]) for a in st["args"])
-    source += "\n" + generate_aot_entry(plan)
+    units[0] += "\n" + generate_aot_entry(plan)
     plan["aot"] = AOT_SYMBOL
+    source = "\n".join(f"/* ---- translation unit {i} of {len(units)} ---- */\n{u}"
+                        for i, u in enumerate(units)) if len(units) > 1 else units[0]
     t_codegen = time.perf_counter()
-    lib = build_library(source, target.mcpu)
+    lib = build_library(units, target.mcpu)
     t_cc = time.perf_counter()
     info = {"num_bindings": num_imported, "num_kernels": len(kernels), "opt_level": ctx.opt_level,
             "passes_s": t_passes - t0,

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import CodegenError, ToolchainError
 
@@ -122,38 +123,42 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def build_library(source: str, mcpu: str = "native", timeout: float = 1800) -> Path:
+def build_library(source: "str | Sequence[str]", mcpu: str = "native",
+                  timeout: float = 1800) -> Path:
     """Compile ``source`` to a shared library and return its cached path; the compiler may
     run ``timeout`` seconds.
+
+    ``source`` is one C translation unit, or several (``codegen.module.generate_c_units``):
+    those are compiled to objects by one compiler process each, side by side, and linked into
+    the library, so a model's kernels compile on every core. The cache key covers every unit.
 
     Raises:
         ToolchainError: no usable C compiler.
         CodegenError: the compiler rejected the source or ran past ``timeout`` (the error holds
-            source and message).
+            the failing unit's source and the compiler's message).
     """
+    units = [source] if isinstance(source, str) else list(source)
     cc = find_compiler()
     version, _ = _compiler_info(cc)
     flags = compile_flags(cc, mcpu)
-    key = _digest("\n".join([BUILD_VERSION, cc, version, " ".join(flags), source]).encode())
+    head = [BUILD_VERSION, cc, version, " ".join(flags)]
+    if len(units) > 1:  # several units: the key names them in order (and differs from one)
+        head += [f"units={len(units)}"] + [_digest(u.encode()) for u in units[1:]]
+    key = _digest("\n".join(head + [units[0]]).encode())
     d = cache_dir()
     lib = d / f"{key}.so"
     if cached_library_ok(lib):
         return lib
     with tempfile.TemporaryDirectory(dir=d) as tmp:
-        src = Path(tmp) / "module.c"
-        src.write_text(source)
         out = Path(tmp) / "module.so"
-        try:
-            r = subprocess.run(cc.split() + flags + [str(src), "-o", str(out), "-lm"],
-                               capture_output=True, text=True, timeout=timeout)
-        except OSError as e:
-            raise ToolchainError(f"C compiler {cc!r} failed to start: {e}; set CC") from None
-        except subprocess.TimeoutExpired:
-            raise CodegenError(f"C compiler {cc!r} ran past its {timeout:g} s time-out",
-                               source=source) from None
-        if r.returncode != 0:
-            raise CodegenError(f"C compiler {cc!r} failed on generated code:\n"
-                               f"{r.stderr[-4000:]}", source=source, compiler_output=r.stderr)
+        if len(units) == 1:
+            src = Path(tmp) / "module.c"
+            src.write_text(units[0])
+            _run_compiler(cc, flags + [str(src), "-o", str(out), "-lm"], units[0], timeout)
+        else:
+            objs = _compile_objects(cc, flags, units, Path(tmp), timeout)
+            _run_compiler(cc, flags + [str(o) for o in objs] + ["-o", str(out), "-lm"],
+                          "\n".join(units), timeout)
         if not out.exists():
             raise ToolchainError(f"C compiler {cc!r} reported success but wrote no library; "
                                  f"set CC to a working C compiler (gcc or clang)")
@@ -163,6 +168,56 @@ def build_library(source: str, mcpu: str = "native", timeout: float = 1800) -> P
         os.replace(out, lib)
         os.replace(sidecar, Path(str(lib) + ".sha256"))
     return lib
+
+
+def _failed(cc: str, source: str, stderr: str) -> CodegenError:
+    return CodegenError(f"C compiler {cc!r} failed on generated code:\n{stderr[-4000:]}",
+                        source=source, compiler_output=stderr)
+
+
+def _run_compiler(cc: str, args: list[str], source: str, timeout: float) -> None:
+    """One compiler run (compile or link); its failure as a typed error holding ``source``."""
+    try:
+        r = subprocess.run(cc.split() + args, capture_output=True, text=True, timeout=timeout)
+    except OSError as e:
+        raise ToolchainError(f"C compiler {cc!r} failed to start: {e}; set CC") from None
+    except subprocess.TimeoutExpired:
+        raise CodegenError(f"C compiler {cc!r} ran past its {timeout:g} s time-out",
+                           source=source) from None
+    if r.returncode != 0:
+        raise _failed(cc, source, r.stderr)
+
+
+def _compile_objects(cc: str, flags: list[str], units: list[str], tmp: Path,
+                     timeout: float) -> list[Path]:
+    """Every unit compiled to an object file (``-c``), all compiler processes at once."""
+    cflags = [f for f in flags if f != "-shared"] + ["-c"]
+    procs, objs = [], []
+    try:
+        for i, u in enumerate(units):
+            src, obj = tmp / f"unit{i}.c", tmp / f"unit{i}.o"
+            src.write_text(u)
+            objs.append(obj)
+            try:
+                procs.append(subprocess.Popen(cc.split() + cflags + [str(src), "-o", str(obj)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                              text=True))
+            except OSError as e:
+                raise ToolchainError(f"C compiler {cc!r} failed to start: {e}; set CC") from None
+        for p, u in zip(procs, units):
+            try:
+                _, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise CodegenError(f"C compiler {cc!r} ran past its {timeout:g} s time-out",
+                                   source=u) from None
+            if p.returncode != 0:
+                raise _failed(cc, u, err)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return objs
 
 
 def cached_library_ok(lib: Path) -> bool:

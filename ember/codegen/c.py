@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import LoweringError
 from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, is_float, is_int
 from ..tir.stmt import Allocate, Buffer, For, KernelCall, PrimFunc, Stmt, Store
-from .threadpool import THREADPOOL_C
+from .threadpool import THREADPOOL_C, THREADPOOL_DECL
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, itemsize
 from .dtype_support import compute_dtype, storage_ctype, support_source
 from .cstyle import CStylePrinter, Dialect
@@ -76,14 +76,16 @@ _FLOAT_HELPERS = "".join(
     f": exp{s}(a) / (1 + exp{s}(a)); }}\n"
     for n, t, s in [("float32", "float", "f"), ("float64", "double", "")])
 
-C_PRELUDE = (
+_PRELUDE_HELPERS = (
     "#include <math.h>\n#include <stdint.h>\n#include <stdbool.h>\n#include <stdlib.h>\n"
     "#include <string.h>\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
     + _INT_HELPERS + _UINT_HELPERS + _FLOAT_HELPERS +
     "static inline void* ember_alloc(size_t n) { void* p = NULL; "
     "if (posix_memalign(&p, 64, n ? n : 64)) return NULL; return p; }\n"
-    + THREADPOOL_C
 )
+C_PRELUDE = _PRELUDE_HELPERS + THREADPOOL_C
+# the prelude of a library's further translation units: the pool is defined once, in the first
+C_UNIT_PRELUDE = _PRELUDE_HELPERS + THREADPOOL_DECL
 
 _FLOAT_FUNCS = {"exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan",
                 "sinh", "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "fmod",

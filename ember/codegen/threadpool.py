@@ -180,3 +180,9 @@ void ember_set_num_threads(int n) {
 #endif
 }
 """
+
+# what a second translation unit of the same library needs to call the pool defined in the first
+THREADPOOL_DECL = r"""
+typedef void (*ember_task_fn)(int64_t lo, int64_t hi, void* ctx);
+void ember_parallel_for(int64_t n, int64_t chunk, ember_task_fn fn, void* ctx);
+"""

@@ -12,7 +12,8 @@ from .stmt import (Allocate, Barrier, Block, For, IfThenElse, KernelCall, PrimFu
 
 
 class _Printer:
-    def __init__(self):
+    def __init__(self, anonymous: bool = False):
+        self.anonymous = anonymous  # buffers named b0, b1... in order of appearance
         self.vars: dict[int, str] = {}
         self.bufs: dict[int, str] = {}
         self.buf_names: dict[str, int] = {}
@@ -28,6 +29,9 @@ class _Printer:
     def buf(self, b) -> str:
         if id(b) not in self.bufs:
             self.keep.append(b)
+            if self.anonymous:
+                self.bufs[id(b)] = f"b{len(self.bufs)}"
+                return self.bufs[id(b)]
             name = getattr(b, "name", "?")
             k = self.buf_names.get(name, 0)
             self.buf_names[name] = k + 1
@@ -116,4 +120,27 @@ def func_text(func: PrimFunc) -> str:
     return "\n".join(p.lines) + "\n"
 
 
-__all__ = ["func_text"]
+def _fused_name(op):
+    """``@fused_nn_conv2d_add_3`` -> ``@fused_nn_conv2d_add``: fused functions are numbered
+    by the graph, which says nothing about the program."""
+    if isinstance(op, str) and op.startswith("@"):
+        head, _, tail = op.rpartition("_")
+        return head if tail.isdigit() else op
+    return op
+
+
+def structural_key(func: PrimFunc) -> str:
+    """A string equal for two kernels exactly when they are the same program up to names: the
+    loop-IR text with buffers named by order of appearance and without the function's name,
+    followed by its ``attrs`` (what schedule rules read: ``op`` without a fused function's
+    number, ``constant_params``...).
+    ``driver.schedule_kernels`` schedules one kernel per key and shares the result."""
+    p = _Printer(anonymous=True)
+    params = ", ".join(f"{p.buf(b)}: {b.dtype}{list(b.shape)}" for b in func.params)
+    p.lines.append(f"func({params}):")
+    p.stmt(func.body, 1)
+    attrs = sorted((k, repr(_fused_name(v) if k == "op" else v)) for k, v in func.attrs.items())
+    return "\n".join(p.lines) + "\n" + repr(attrs)
+
+
+__all__ = ["func_text", "structural_key"]

@@ -34,7 +34,7 @@ from ember.distributed import DeviceCluster, partition_for_distributed  # noqa: 
 from ember.frontend.onnx import from_onnx  # noqa: E402
 from ember.testing.models import gpt2_decoder  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "distributed.txt")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "multi_device.txt")
 
 
 def main(argv=None) -> int:

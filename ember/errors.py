@@ -147,12 +147,26 @@ class DistributedError(EmberError):
 
 class RankFailedError(DistributedError):
     """One rank raised while building or running its shard; the message names the rank and
-    carries its error (type and message)."""
+    carries its error (type and message).
+
+    Attributes:
+        rank: the rank that failed. error_type: the name of the rank's error class
+            (``"InputError"`` for a bad index in a rank's data, ...), or ``None``.
+    """
+
+    def __init__(self, message: str, rank: int | None = None, error_type: str | None = None):
+        super().__init__(message, rank)
+        self.error_type = error_type
 
 
 class CollectiveTimeoutError(DistributedError):
     """A collective or point-to-point transfer did not complete within the cluster's timeout
     (a rank hangs or died); the message names the rank(s) that did not answer."""
+
+
+class RunAbortedError(DistributedError):
+    """A rank stopped waiting in a collective because the driver aborted the run after another
+    rank failed (what the other ranks report; the driver raises the failing rank's error)."""
 
 
 class ShardingError(EmberError):

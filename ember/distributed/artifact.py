@@ -45,14 +45,22 @@ def load_sharded(path):
     """The ``ShardedModule`` saved at ``path``.
 
     Raises:
-        ArtifactError: missing, truncated or not a sharded-module file, or another format.
+        ArtifactError: missing, truncated or not a sharded-module file, another format, or
+            written by another ember version (names both).
     """
+    from .. import __version__
     from .partition import RankShard, ShardedModule
     try:
         with zipfile.ZipFile(path) as z:
             m = json.loads(z.read("manifest.json"))
             if m.get("format") != FORMAT:
                 raise ArtifactError(f"{path}: format {m.get('format')!r}, expected {FORMAT!r}")
+            if m.get("ember") != __version__:
+                # the ranks' graph text and operator attributes are this version's: a shard
+                # written by another ember is refused here rather than mis-built on a rank
+                raise ArtifactError(f"{path} was written by ember {m.get('ember')}, this is ember "
+                                    f"{__version__}: partition the model again and save it "
+                                    f"with this version")
             shards = []
             for r, outs in enumerate(m["outputs"]):
                 mod = IRModule.from_text(z.read(f"rank{r}.ir").decode())

@@ -6,7 +6,8 @@ arrays. ``MPICommunicator`` implements it with MPI's non-blocking operations (``
 ``Iallgatherv``, ``Ireduce_scatter``, ``Isend``/``Irecv``, ``Ibcast``; MPI 4.0 chapters 3 and 6)
 and waits on each request with a deadline, so a rank that died or hangs makes the others raise
 ``CollectiveTimeoutError`` instead of blocking forever. A GPU communicator (NCCL's
-``ncclAllReduce``... on CUDA streams) implements the same methods; none exists yet.
+``ncclAllReduce``... on CUDA streams, ``comm_nccl.NCCLCommunicator``) implements the same
+methods.
 
 Every method counts the bytes this rank sends and the seconds it spends inside communication
 (``stats``), which the benchmark reports apart from compute.
@@ -18,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..errors import CollectiveTimeoutError, DistributedError
+from ..errors import CollectiveTimeoutError, DistributedError, RunAbortedError
 
 __all__ = ["Communicator", "MPICommunicator", "mpi_available", "MPI_MISSING"]
 
@@ -104,10 +105,14 @@ class MPICommunicator(Communicator):
         comm: the ``mpi4py.MPI.Intracomm`` of the ranks.
         timeout: seconds one operation may wait for its peers before
             ``CollectiveTimeoutError`` (names this rank and the operation).
+        abort_check: ``() -> bool`` polled while an operation waits; when it returns true the
+            wait ends with ``RunAbortedError`` (a spawned rank polls the driver's abort
+            message: another rank failed, so this operation will never complete).
     """
 
-    def __init__(self, comm=None, timeout: float = 60.0):
+    def __init__(self, comm=None, timeout: float = 60.0, abort_check=None):
         MPI = _mpi()
+        self.abort_check = abort_check
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
@@ -123,6 +128,10 @@ class MPICommunicator(Communicator):
             spins += 1
             if spins > 2000:  # spin ~briefly for latency, then yield the core to other ranks
                 time.sleep(5e-5)
+                if self.abort_check is not None and self.abort_check():
+                    raise RunAbortedError(f"rank {self.rank}: {what} abandoned: the driver "
+                                          f"aborted the run (another rank failed)",
+                                          rank=self.rank)
                 if time.perf_counter() > deadline:
                     raise CollectiveTimeoutError(
                         f"rank {self.rank}: {what} did not complete within {self.timeout:g} s "

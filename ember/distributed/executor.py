@@ -39,6 +39,7 @@ class RankProgram:
         self.func = func
         self.output_names = list(func.attrs.get("output_names") or [])
         self.weight_bytes = int(sum(np.asarray(a).nbytes for a in params.values()))
+        self.weight_names = set(params)
         self.items = cut_function(func, lambda b: b.call.op in COLLECTIVE_OPS)
         for item in self.items:
             if isinstance(item, Segment):
@@ -46,6 +47,38 @@ class RankProgram:
                 item.model = build(IRModule.from_function(item.func), target, weights)
                 item.inputs = [a for a in item.inputs if a.name not in params]
         self.timings = {"compute_s": 0.0, "comm_s": 0.0}
+
+    def memory_plan(self) -> dict:
+        """The bytes this rank holds while it runs (``ember.distributed.memory``), from the
+        compiled plans and the graph's types.
+
+        Returns ``{"weights", "arenas", "host_values", "comm_buffers", "peak"}`` (bytes):
+        ``weights``: the arrays the segments' kernels read (their aligned copies);
+        ``arenas``: the segments' static arenas, summed; ``host_values``: every value the
+        executor keeps in its environment during a run (the feeds, segment outputs,
+        collective results; a run keeps them all until it returns); ``comm_buffers``: the
+        largest staging buffer beside a collective's result, plus the outputs pickled back to
+        the driver; ``peak``: their sum.
+        """
+        segs = [it for it in self.items if isinstance(it, Segment)]
+        weights = sum(int(np.asarray(a).nbytes) for s in segs for a in s.model.params.values())
+        arenas = sum(int(s.model.plan["arena_bytes"]) for s in segs)
+        host = sum(p.type.nbytes for p in self.func.params if p.name not in self.weight_names)
+        scratch = 0
+        for it in self.items:
+            if isinstance(it, Segment):
+                host += sum(o.type.nbytes for o in it.outputs)
+                continue
+            op, out = it.call.op, it.outputs[0].type.nbytes
+            if op != "dist.send":
+                host += out
+            if op in ("dist.all_gather", "dist.reduce_scatter"):
+                scratch = max(scratch, it.call.args[0].type.nbytes + out)
+            elif op == "dist.broadcast":
+                scratch = max(scratch, out)
+        comm = scratch + sum(o.type.nbytes for o in self.func.outputs)
+        return {"weights": weights, "arenas": arenas, "host_values": host,
+                "comm_buffers": comm, "peak": weights + arenas + host + comm}
 
     def run(self, feeds: dict, comm: Communicator) -> list:
         """Run the shard on ``feeds`` (``{input name: array}``); returns this rank's outputs

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from ..dtypes import np_dtype
-from ..errors import InputError, RankFailedError
+from ..errors import InputError, RankFailedError, ShardingError
 from ..target import Target
 from .cluster import DeviceCluster
 from .executor import RankProgram
@@ -19,7 +19,7 @@ _MODEL_IDS = itertools.count()
 
 def _rank_target(target, cluster: DeviceCluster) -> str:
     t = Target(target)
-    if t.num_threads is None:
+    if t.num_threads is None and not t.is_gpu:
         t = Target(f"{t} -num-threads={cluster.threads_per_rank}")
     return str(t)
 
@@ -40,8 +40,13 @@ class DistributedModel:
     Attributes:
         strategy: ``"tensor"`` or ``"pipeline"``.
         weight_bytes: bytes of weights each rank holds (list, by rank).
+        info: the plan's info plus ``memory`` (by rank: ``RankProgram.memory_plan``'s
+            ``weights`` / ``arenas`` / ``host_values`` / ``comm_buffers`` / ``peak`` bytes, and
+            the rank's measured ``rss_before_build`` / ``rss_after_build``; ``None`` for other
+            ranks under mpiexec) and ``peak_bytes`` (the planned peak by rank).
         last_stats: per rank, ``compute_s`` / ``comm_s`` (seconds inside the communicator) /
-            ``bytes_sent`` / ``calls`` of the last ``run`` or ``run_batches``.
+            ``bytes_sent`` / ``calls`` of the last ``run`` or ``run_batches``, and (spawned
+            ranks) the measured ``rss_before_run`` / ``rss_peak_run`` bytes (``VmHWM``).
     """
 
     def __init__(self, sharded, cluster: DeviceCluster, target: str, local=None):
@@ -68,7 +73,15 @@ class DistributedModel:
 
     @classmethod
     def build(cls, sharded, target, cluster: DeviceCluster) -> "DistributedModel":
-        """Compile every shard on its rank (spawned ranks compile in parallel)."""
+        """Compile every shard on its rank (spawned ranks compile in parallel).
+
+        Raises:
+            InputError: the module was partitioned for another number of ranks.
+            RankFailedError: a rank could not build its shard (names it).
+            ShardingError: with ``memory_per_device`` given to the partitioner, a rank's
+                planned peak (weights + arenas + host values + communication buffers) exceeds
+                it (names the rank, each term and the budget).
+        """
         from ..driver import build
         cluster.check_usable()
         if sharded.num_ranks != cluster.size:
@@ -83,14 +96,37 @@ class DistributedModel:
                 raise RankFailedError(f"rank {cluster.comm.rank} failed to build its shard: "
                                       f"{type(e).__name__}: {e}", rank=cluster.comm.rank) from e
             cluster.comm.barrier()
-            return cls(sharded, cluster, tgt, local=prog)
+            model = cls(sharded, cluster, tgt, local=prog)
+            memory = [None] * cluster.size
+            memory[cluster.comm.rank] = prog.memory_plan()
+            model._set_memory(memory)
+            return model
         key = next(_MODEL_IDS)
         msgs = [("build", key, sh.mod.text(), sh.params, tgt, cluster.timeout)
                 for sh in sharded.shards]
-        cluster.request(msgs, "build", cluster.build_timeout)
+        replies = cluster.request(msgs, "build", cluster.build_timeout)
         model = cls(sharded, cluster, tgt)
-        model._key = key
+        model._key, model._build_messages = key, msgs
+        model._set_memory([replies[r]["memory"] for r in range(cluster.size)])
+        cluster.register(key, model)
         return model
+
+    def _rebuild(self) -> None:
+        """Build this model again on a restarted cluster's new ranks (``DeviceCluster.restart``)."""
+        replies = self.cluster._request(self._build_messages, "rebuild", self.cluster.build_timeout)
+        self._set_memory([replies[r]["memory"] for r in range(self.cluster.size)])
+
+    def _set_memory(self, memory: list) -> None:
+        self.info["memory"] = memory
+        self.info["peak_bytes"] = [m["peak"] if m else None for m in memory]
+        budget = self.sharded.info.get("memory_per_device")
+        for r, m in enumerate(memory):
+            if budget is not None and m and m["peak"] > budget:
+                raise ShardingError(
+                    f"rank {r}'s planned peak memory {m['peak']} bytes exceeds memory_per_device="
+                    f"{budget} bytes (weights {m['weights']}, arenas {m['arenas']}, host values "
+                    f"{m['host_values']}, communication buffers {m['comm_buffers']}): give a "
+                    f"larger budget or more ranks")
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run one inference: ``inputs`` ``{name: array}`` as for the single-device model;

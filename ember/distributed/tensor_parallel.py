@@ -363,12 +363,22 @@ def shard_function(func: Function, params, plan: TensorParallelPlan, rank: int
 
 def _vocab_lookup(fb, args, call, plan, rank, name):
     """Rows ``[off, off + ext)`` of the table on this rank: ids outside give zeros, the
-    all-reduce adds the ranks' lookups (Megatron's VocabParallelEmbedding)."""
+    all-reduce adds the ranks' lookups (Megatron's VocabParallelEmbedding).
+
+    ONNX Gather's index semantics are kept: negative ids count from the end of the whole
+    vocabulary (normalized by ``+ V`` before the range test), and an id outside ``[-V, V)``
+    is an ``InputError`` on rank 0, which also gathers from a ``(V, 1)`` column of zeros (the
+    single-device bound check and message; the zeros are added to its partial) instead of
+    every rank silently looking up nothing.
+    """
     table, ids = args
     w = call.args[0]
     ax, g = plan.weights[w.name]
     off, ext = plan.extents(w.type.shape[0], g)[rank]
+    vocab = int(w.type.shape[0])
     dt = ids.type.dtype
+    ids = fb.call("where", [fb.call("less", [ids, const(0, dt)]),
+                            fb.call("add", [ids, const(vocab, dt)]), ids], names=[name + "_ids"])
     inr = fb.call("logical_and", [fb.call("greater_equal", [ids, const(off, dt)]),
                                   fb.call("less", [ids, const(off + ext, dt)])],
                   names=[name + "_in_range"])
@@ -376,4 +386,9 @@ def _vocab_lookup(fb, args, call, plan, rank, name):
     rows = fb.call("take", [table, safe], {"axis": 0})
     keep = fb.call("reshape", [inr], {"newshape": list(ids.type.shape) + [1]})
     part = fb.call("where", [keep, rows, const(0, table.type.dtype)], names=[name + "_partial"])
+    if rank == 0:
+        zeros = fb.call("broadcast_to", [const(0, table.type.dtype)], {"shape": [vocab, 1]},
+                        names=[name + "_bounds"])
+        probe = fb.call("take", [zeros, args[1]], {"axis": 0}, names=[name + "_bound_check"])
+        part = fb.call("add", [part, probe], names=[name + "_partial_checked"])
     return fb.call("dist.all_reduce", [part], names=[name])

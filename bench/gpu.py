@@ -16,6 +16,11 @@ does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and th
 - ``torch``: the same three in torch eager (cuDNN) and ``torch.compile(mode="max-autotune")``
   (torchvision / torch.nn equivalents: same architecture, random weights), fp32 and fp16,
   when torch with CUDA is importable (else the section fails, the others stand).
+- ``nccl``: ember.distributed's NCCL communicator on one rank (a single GPU cannot run two
+  NCCL ranks of one communicator): all-reduce, all-gather, reduce-scatter, broadcast and a
+  barrier on GPU 0 checked against NumPy, all-reduce latency of 4 KiB and 16 MiB (host-staged),
+  and a 1-rank ``DeviceCluster(["gpu:0"])`` running a tensor-parallel GPT-2 layer built for the
+  GPU's target against the single-device CPU model (needs ``pip install 'ember[nccl]'``).
 
 The target is the tag matching the GPU (``nvidia/h200`` for compute capability 9.0,
 ``nvidia/a100`` for 8.0, else ``cuda -arch=sm_XX``).
@@ -35,7 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-SECTIONS = {"ops": 300, "models": 420, "latency": 480, "torch": 900}  # time limits (s)
+SECTIONS = {"ops": 300, "models": 420, "latency": 480, "torch": 900,
+            "nccl": 300}  # time limits (s)
 
 
 def gpu_target() -> str:
@@ -247,6 +253,66 @@ def section_torch(target: str, quick: bool) -> dict:
     return {"torch": torch.__version__, "results": results, "device": _device_name()}
 
 
+def section_nccl(target: str, quick: bool) -> dict:
+    import numpy as np
+    from mpi4py import MPI
+
+    from ember.distributed.comm_nccl import NCCLCommunicator, nccl_version
+    results = []
+    comm = NCCLCommunicator(MPI.COMM_WORLD, 0, timeout=60)
+    rng = np.random.default_rng(0)
+
+    def collectives():
+        x = rng.standard_normal((3, 5, 7)).astype(np.float32)
+        np.testing.assert_array_equal(comm.all_reduce(x), x)            # 1 rank: the sum is x
+        np.testing.assert_array_equal(comm.all_gather(x, 1, [5]), x)
+        np.testing.assert_array_equal(comm.reduce_scatter(x, 2, [7]), x)
+        np.testing.assert_array_equal(comm.broadcast(x, 0), x)
+        i = rng.integers(-9, 9, (4, 6)).astype(np.int64)
+        np.testing.assert_array_equal(comm.all_reduce(i), i)
+        comm.barrier()
+        return {"nccl_version": nccl_version(), "stats": dict(comm.stats)}
+    _record(results, "nccl 1-rank collectives == numpy", collectives)
+
+    def latency():
+        out = {}
+        for n in (1024, 4 << 20):
+            x = np.ones(n, np.float32)
+            comm.all_reduce(x)
+            ts = []
+            for _ in range(20):
+                t = time.perf_counter()
+                comm.all_reduce(x)
+                ts.append(time.perf_counter() - t)
+            out[f"all_reduce_{n * 4}_bytes_median_us"] = round(float(np.median(ts)) * 1e6, 1)
+        return out
+    _record(results, "nccl all_reduce latency (host-staged, 1 rank)", latency)
+    comm.close()
+
+    def cluster_model():
+        import ember
+        from ember.distributed import DeviceCluster, partition_for_distributed
+        from ember.frontend.onnx import from_onnx
+        from ember.testing.models import gpt2_decoder
+        m = gpt2_decoder(num_layers=1, hidden=64, heads=4, seq=8, vocab=96, max_position=8)
+        mod, params = from_onnx(m)
+        feeds = {"input_ids": rng.integers(0, 96, (1, 8)).astype(np.int64)}
+        ref = ember.build(mod, "llvm", params).run(feeds)[0]
+        cluster = DeviceCluster(["gpu:0"], timeout=60)
+        try:
+            with cluster:
+                dm = ember.build(partition_for_distributed(mod, params, "tensor"), target)
+            got = dm.run(feeds)[0]
+        finally:
+            cluster.close()
+        err = float(np.max(np.abs(got - ref)))
+        assert err < 1e-3, err
+        return {"max_abs_err": err, "stats": dm.last_stats}
+    _record(results, "DeviceCluster(['gpu:0']) tensor-parallel GPT-2 == CPU", cluster_model)
+    return {"target": target, "results": results,
+            "passed": sum(r["ok"] for r in results), "total": len(results)}
+
+
 def _device_name() -> str:
     try:
         from ember.runtime.cuda import _driver, _ok
@@ -262,7 +328,7 @@ def _device_name() -> str:
 def run_section(name: str, out: Path, quick: bool, target: str | None = None) -> None:
     PARTIAL[:] = [out / f"{name}.partial.jsonl"]
     fn = {"ops": section_ops, "models": section_models, "latency": section_latency,
-          "torch": section_torch}[name]
+          "torch": section_torch, "nccl": section_nccl}[name]
     try:
         target = target or gpu_target()
         res = fn(target, quick)

@@ -98,10 +98,15 @@ def main(argv=None) -> int:
                "2 ranks tensor, 1 thread each": tp, "2 ranks pipeline, 1 thread each": pp}
     lats = {k: [] for k in configs}
     thrs = {k: [] for k in configs}
+    rounds = {k: [] for k in configs}     # per-round medians: paired ratios against 1 rank
     comm = {k: [] for k in ("tensor", "pipeline")}
+    loads = []
     for _ in range(a.rounds):
+        loads.append(os.getloadavg()[0])
         for k, m in configs.items():
-            lats[k] += lat(m)
+            ts = lat(m)
+            lats[k] += ts
+            rounds[k].append(np.median(ts))
             if m is tp or m is pp:
                 comm["tensor" if m is tp else "pipeline"].append(
                     [s["comm_s"] for s in m.last_stats])
@@ -126,18 +131,28 @@ def main(argv=None) -> int:
         f"timing: {a.rounds} interleaved rounds x {a.runs} runs (latency, median), "
         f"{a.micro_batches} inputs per throughput sample (median of rounds)",
         "",
-        f"{'configuration':34s} {'latency ms':>10s} {'vs 1 rank':>9s} {'inputs/s':>9s}",
+        f"load average per round: {', '.join(f'{x:.1f}' for x in loads)}",
+        "",
+        f"{'configuration':34s} {'latency ms':>10s} {'vs 1 rank':>9s} {'paired':>14s} "
+        f"{'inputs/s':>9s}",
     ]
     base = np.median(lats["1 rank, 1 thread"])
     for k in configs:
         med = np.median(lats[k])
-        lines.append(f"{k:34s} {med * 1e3:10.2f} {base / med:8.2f}x {np.median(thrs[k]):9.1f}")
+        paired = np.array(rounds["1 rank, 1 thread"]) / np.array(rounds[k])
+        lines.append(f"{k:34s} {med * 1e3:10.2f} {base / med:8.2f}x "
+                     f"{np.median(paired):5.2f}x [{paired.min():.2f}-{paired.max():.2f}] "
+                     f"{np.median(thrs[k]):9.1f}")
+    lines.append("(paired: median over rounds of that round's 1-rank / configuration latency, "
+                 "[min-max] over rounds)")
     lines.append("")
     for k in ("tensor", "pipeline"):
         c = np.median(np.array(comm[k]), axis=0)
         lines.append(f"{k}: time inside the communicator per inference (median, by rank): "
                      + ", ".join(f"rank {r} {v * 1e3:.2f} ms" for r, v in enumerate(c))
-                     + "  (includes waiting for the slower rank)")
+                     + f"; the least of the ranks, {min(c) * 1e3:.2f} ms, is nearest the "
+                     f"transfer time alone (the rank that arrives last at a collective waits "
+                     f"least)")
     lines += [
         "",
         f"tensor: weight bytes per rank {tp.weight_bytes} (single device {total_w})",
@@ -146,6 +161,23 @@ def main(argv=None) -> int:
         f"{'MATCH' if sum(tp_bytes) == formula else 'MISMATCH'}",
         f"tensor: ring all-reduce wire bytes per rank 2(p-1)/p x payload = "
         f"{int((2 * L + 1) * B * S * H * 4 * 2 * (p - 1) / p)} bytes",
+        "",
+        "memory per rank (planned: weights + arenas + host values + communication buffers = "
+        "peak; measured: RSS growth over the build, VmHWM growth over one run):",
+    ]
+    for name, m in (("1 rank", None), ("tensor", tp), ("pipeline", pp)):
+        if m is None:
+            lines.append(f"  1 rank: weights {total_w}, arena {one.info['arena_bytes']}")
+            continue
+        for r, mem in enumerate(m.info["memory"]):
+            st = m.last_stats[r]
+            lines.append(
+                f"  {name} rank {r}: weights {mem['weights']}, arenas {mem['arenas']}, host values "
+                f"{mem['host_values']}, comm buffers {mem['comm_buffers']} -> peak {mem['peak']} "
+                f"bytes; measured build +{mem['rss_after_build'] - mem['rss_before_build']}, "
+                f"run +{st['rss_peak_run'] - st['rss_before_run']} bytes")
+    lines += [
+        "",
         f"pipeline: stages start at bindings {pp.info['stages']}; weight bytes per rank "
         f"{pp.weight_bytes}; activations sent per inference {sum(pp_bytes)} bytes "
         f"({sum(pp_bytes) // (B * S * H * 4)} x B*S*H*4)",

@@ -142,15 +142,35 @@ def test_pipeline_parallel_equals_single_device(clusters, n, builder, tmp_path):
             np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
 
 
+_SLOW_MATRIX = "another cell of the ranks x model x strategy matrix: more shards to compile"
+
+
 @needs_mpi
-@pytest.mark.slow(reason="4 ranks compile 4 shards of two models on a 2-core machine")
-@pytest.mark.parametrize("strategy,builder", [("tensor", _gpt2), ("pipeline", _bert)])
-def test_four_ranks(clusters, strategy, builder):
-    model, feeds = builder(heads=4)
+@pytest.mark.parametrize("n,strategy,builder,heads", [
+    (2, "pipeline", _gpt2, 4),
+    pytest.param(3, "pipeline", _bert, 4, marks=pytest.mark.slow(reason=_SLOW_MATRIX)),
+    pytest.param(4, "tensor", _gpt2, 6, marks=pytest.mark.slow(reason=_SLOW_MATRIX)),
+    pytest.param(4, "tensor", _bert, 6, marks=pytest.mark.slow(reason=_SLOW_MATRIX)),
+    pytest.param(4, "pipeline", _gpt2, 4, marks=pytest.mark.slow(reason=_SLOW_MATRIX)),
+    pytest.param(4, "pipeline", _bert, 4, marks=pytest.mark.slow(reason=_SLOW_MATRIX))])
+def test_rank_count_model_strategy_matrix(clusters, n, strategy, builder, heads):
+    """The cells the two tests above leave out: 2, 3 and 4 ranks, GPT-2- and BERT-style,
+    tensor and pipeline parallel, uneven (6 heads over 4 ranks: 2, 2, 1, 1; pipeline stages
+    of unequal bindings), against the single-device model (rtol 1e-5)."""
+    model, feeds = builder(heads=heads, hidden=8 * heads)
     mod, params, single = _references(model, feeds)
-    _, _, outs = _run_sharded(clusters(4), mod, params, feeds, strategy)
+    sharded, _, outs = _run_sharded(clusters(n), mod, params, feeds, strategy)
     for a, b in zip(outs, single):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    if strategy == "tensor":
+        sizes = split_sizes(heads, n)
+        assert len(set(sizes)) > 1
+        for r in range(n):
+            assert f"newshape=[1, 8, {sizes[r]}, 8]" in sharded.text(r)
+    else:
+        stages = sharded.info["stages"] + [len(mod.main.bindings)]
+        lengths = [b - a for a, b in zip(stages, stages[1:])]
+        assert len(lengths) == n and min(lengths) > 0
 
 
 def _big_vocab_gpt2():

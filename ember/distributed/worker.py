@@ -23,6 +23,7 @@ def _communicator(MPI, backend: str, devices: list, abort_check):
         from .cluster import _gpu_index
         from .comm_nccl import NCCLCommunicator
         rank = MPI.COMM_WORLD.Get_rank()
+        os.environ["EMBER_CUDA_DEVICE"] = str(_gpu_index(devices[rank]))  # its CUDA segments
         return NCCLCommunicator(MPI.COMM_WORLD, _gpu_index(devices[rank]),
                                 abort_check=abort_check)
     return MPICommunicator(MPI.COMM_WORLD, abort_check=abort_check)

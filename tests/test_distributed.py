@@ -422,7 +422,8 @@ def test_a_sharded_artifact_of_another_ember_version_is_refused(tmp_path):
     with zipfile.ZipFile(path, "w") as z:
         for n, data in members.items():
             z.writestr(n, data)
-    with pytest.raises(ArtifactError, match=f"ember 0.0.1-other, this is ember {ember.__version__}"):
+    with pytest.raises(ArtifactError,
+                       match=f"ember 0.0.1-other, this is ember {ember.__version__}"):
         load_sharded(path)
 
 

@@ -55,8 +55,44 @@ class Communicator:
     def __init__(self):
         self.reset_stats()
 
+    timeout: float = 60.0
+    abort_check = None
+
     def reset_stats(self) -> None:
         self.stats = {"bytes_sent": 0, "comm_s": 0.0, "calls": 0}
+
+    def wait_until(self, done, what: str, nbytes: int, t0: float | None = None,
+                   give_up=None) -> None:
+        """Poll ``done()`` until it is true: a short spin (latency), then 50 us sleeps (other
+        ranks get the core); counts the seconds since ``t0`` and ``nbytes`` in ``stats``.
+
+        Raises:
+            RunAbortedError: ``abort_check()`` turned true (the driver aborted the run).
+            CollectiveTimeoutError: ``timeout`` seconds passed (names this rank and ``what``).
+            ``give_up()`` runs first in both cases (NCCL: ``ncclCommAbort``).
+        """
+        t0 = time.perf_counter() if t0 is None else t0
+        deadline = t0 + self.timeout
+        spins = 0
+        while not done():
+            spins += 1
+            if spins <= 2000:
+                continue
+            time.sleep(5e-5)
+            aborted = self.abort_check is not None and self.abort_check()
+            if aborted or time.perf_counter() > deadline:
+                if give_up is not None:
+                    give_up()
+                if aborted:
+                    raise RunAbortedError(f"rank {self.rank}: {what} abandoned: the driver "
+                                          f"aborted the run (another rank failed)",
+                                          rank=self.rank)
+                raise CollectiveTimeoutError(
+                    f"rank {self.rank}: {what} did not complete within {self.timeout:g} s "
+                    f"(a peer rank failed or hangs)", rank=self.rank)
+        self.stats["comm_s"] += time.perf_counter() - t0
+        self.stats["bytes_sent"] += nbytes
+        self.stats["calls"] += 1
 
     def all_reduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """Elementwise sum of every rank's ``x`` (same shape and dtype on all ranks)."""
@@ -121,24 +157,7 @@ class MPICommunicator(Communicator):
         super().__init__()
 
     def _wait(self, req, what: str, nbytes: int) -> None:
-        t0 = time.perf_counter()
-        deadline = t0 + self.timeout
-        spins = 0
-        while not req.Test():
-            spins += 1
-            if spins > 2000:  # spin ~briefly for latency, then yield the core to other ranks
-                time.sleep(5e-5)
-                if self.abort_check is not None and self.abort_check():
-                    raise RunAbortedError(f"rank {self.rank}: {what} abandoned: the driver "
-                                          f"aborted the run (another rank failed)",
-                                          rank=self.rank)
-                if time.perf_counter() > deadline:
-                    raise CollectiveTimeoutError(
-                        f"rank {self.rank}: {what} did not complete within {self.timeout:g} s "
-                        f"(a peer rank failed or hangs)", rank=self.rank)
-        self.stats["comm_s"] += time.perf_counter() - t0
-        self.stats["bytes_sent"] += nbytes
-        self.stats["calls"] += 1
+        self.wait_until(req.Test, what, nbytes)
 
     def all_reduce(self, x, op="sum"):
         if op != "sum":

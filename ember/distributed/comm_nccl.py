@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from ..errors import CollectiveTimeoutError, DeviceError, RunAbortedError
+from ..errors import DeviceError
 from .comm import Communicator
 
 __all__ = ["NCCLCommunicator", "check_nccl", "load_nccl", "NCCL_MISSING"]
@@ -173,26 +173,13 @@ class NCCLCommunicator(Communicator):
 
     def _wait(self, what: str, nbytes: int, t0: float) -> None:
         cu = self._cu
-        deadline = t0 + self.timeout
-        while True:
+
+        def done():
             (err,) = cu.cuStreamQuery(self._stream)
-            if err == cu.CUresult.CUDA_SUCCESS:
-                break
-            if err != cu.CUresult.CUDA_ERROR_NOT_READY:
+            if err not in (cu.CUresult.CUDA_SUCCESS, cu.CUresult.CUDA_ERROR_NOT_READY):
                 raise DeviceError(f"rank {self.rank}: {what} failed on the GPU: {err.name}")
-            time.sleep(5e-5)
-            if self.abort_check is not None and self.abort_check():
-                self.lib.ncclCommAbort(self._comm)
-                raise RunAbortedError(f"rank {self.rank}: {what} abandoned: the driver aborted "
-                                      f"the run (another rank failed)", rank=self.rank)
-            if time.perf_counter() > deadline:
-                self.lib.ncclCommAbort(self._comm)
-                raise CollectiveTimeoutError(f"rank {self.rank}: {what} did not complete within "
-                                             f"{self.timeout:g} s (a peer rank failed or hangs)",
-                                             rank=self.rank)
-        self.stats["comm_s"] += time.perf_counter() - t0
-        self.stats["bytes_sent"] += nbytes
-        self.stats["calls"] += 1
+            return err == cu.CUresult.CUDA_SUCCESS
+        self.wait_until(done, what, nbytes, t0, give_up=lambda: self.lib.ncclCommAbort(self._comm))
 
     @staticmethod
     def _dtype(x) -> int:

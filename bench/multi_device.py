@@ -163,19 +163,22 @@ def main(argv=None) -> int:
         f"{int((2 * L + 1) * B * S * H * 4 * 2 * (p - 1) / p)} bytes",
         "",
         "memory per rank (planned: weights + arenas + host values + communication buffers = "
-        "peak; measured: RSS growth over the build, VmHWM growth over one run):",
+        "peak; measured: heap a run allocates at its peak under tracemalloc vs the plan's "
+        "run_allocations, and VmHWM growth over one warm run):",
     ]
     for name, m in (("1 rank", None), ("tensor", tp), ("pipeline", pp)):
         if m is None:
             lines.append(f"  1 rank: weights {total_w}, arena {one.info['arena_bytes']}")
             continue
+        m.run(feeds)
+        rss = [st["rss_peak_run"] - st["rss_before_run"] for st in m.last_stats]
+        traced = m.measure_memory(feeds)
         for r, mem in enumerate(m.info["memory"]):
-            st = m.last_stats[r]
             lines.append(
                 f"  {name} rank {r}: weights {mem['weights']}, arenas {mem['arenas']}, host values "
                 f"{mem['host_values']}, comm buffers {mem['comm_buffers']} -> peak {mem['peak']} "
-                f"bytes; measured build +{mem['rss_after_build'] - mem['rss_before_build']}, "
-                f"run +{st['rss_peak_run'] - st['rss_before_run']} bytes")
+                f"bytes; run allocations planned {mem['run_allocations']}, traced "
+                f"{traced[r]['traced_peak_run']}; RSS growth over a run {rss[r]}")
     lines += [
         "",
         f"pipeline: stages start at bindings {pp.info['stages']}; weight bytes per rank "

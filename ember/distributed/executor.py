@@ -58,7 +58,9 @@ class RankProgram:
         executor keeps in its environment during a run (the feeds, segment outputs,
         collective results; a run keeps them all until it returns); ``comm_buffers``: the
         largest staging buffer beside a collective's result, plus the outputs pickled back to
-        the driver; ``peak``: their sum.
+        the driver; ``peak``: their sum. Also ``feed_bytes`` and ``reply_bytes`` (parts of
+        the two terms before) and ``run_allocations``: what a run itself allocates on the heap
+        (host values less the feeds, plus the staging buffer), which a traced run measures.
         """
         segs = [it for it in self.items if isinstance(it, Segment)]
         weights = sum(int(np.asarray(a).nbytes) for s in segs for a in s.model.params.values())
@@ -76,9 +78,13 @@ class RankProgram:
                 scratch = max(scratch, it.call.args[0].type.nbytes + out)
             elif op == "dist.broadcast":
                 scratch = max(scratch, out)
-        comm = scratch + sum(o.type.nbytes for o in self.func.outputs)
+        feeds = sum(p.type.nbytes for p in self.func.params if p.name not in self.weight_names)
+        reply = sum(o.type.nbytes for o in self.func.outputs)
+        comm = scratch + reply
         return {"weights": weights, "arenas": arenas, "host_values": host,
-                "comm_buffers": comm, "peak": weights + arenas + host + comm}
+                "comm_buffers": comm, "peak": weights + arenas + host + comm,
+                "feed_bytes": feeds, "reply_bytes": reply,
+                "run_allocations": host - feeds + scratch}
 
     def run(self, feeds: dict, comm: Communicator) -> list:
         """Run the shard on ``feeds`` (``{input name: array}``); returns this rank's outputs

@@ -94,7 +94,8 @@ class DistributedModel:
                 prog = RankProgram(sh.mod.main, sh.params, tgt, build)
             except Exception as e:  # noqa: BLE001 - reported with the rank that failed
                 raise RankFailedError(f"rank {cluster.comm.rank} failed to build its shard: "
-                                      f"{type(e).__name__}: {e}", rank=cluster.comm.rank) from e
+                                      f"{type(e).__name__}: {e}", rank=cluster.comm.rank,
+                                      error_type=type(e).__name__) from e
             cluster.comm.barrier()
             model = cls(sharded, cluster, tgt, local=prog)
             memory = [None] * cluster.size
@@ -164,10 +165,13 @@ class DistributedModel:
             feeds.append(feed)
         if self._local is not None:
             return self._run_spmd(feeds)
+        return self._run_feeds(feeds)
+
+    def _run_feeds(self, feeds, trace: bool = False):
         msgs = []
         for sh in self.sharded.shards:
             want = [i for i, k in enumerate(sh.outputs) if self.owners[k] == sh.rank]
-            msgs.append(("run", self._key, feeds, want))
+            msgs.append(("run", self._key, feeds, want, trace))
         replies = self.cluster.request(msgs, "run", self.cluster.timeout + 3.0)
         outs = [[None] * len(self.output_names) for _ in feeds]
         for sh in self.sharded.shards:
@@ -178,6 +182,23 @@ class DistributedModel:
                     outs[m][k] = v
         self.last_stats = [replies[r]["stats"] for r in range(self.cluster.size)]
         return outs
+
+    def measure_memory(self, inputs) -> list[dict]:
+        """Run ``inputs`` once with ``tracemalloc`` on every spawned rank (slower; for checking
+        the memory plan) and return, by rank, ``{"traced_peak_run", "run_allocations"}``: the
+        heap bytes the run allocated at its peak (measured) and the plan's
+        ``run_allocations`` (what the executor's values and collective buffers should take).
+
+        Raises:
+            DistributedError: under mpiexec (use ``tracemalloc`` in the job itself).
+        """
+        from ..errors import DistributedError
+        if self._local is not None:
+            raise DistributedError("measure_memory is for spawned ranks")
+        self._run_feeds([inputs], trace=True)
+        return [{"traced_peak_run": s["traced_peak_run"],
+                 "run_allocations": self.info["memory"][r]["run_allocations"]}
+                for r, s in enumerate(self.last_stats)]
 
     def _run_spmd(self, feeds):
         comm, prog = self.cluster.comm, self._local
@@ -192,7 +213,7 @@ class DistributedModel:
                 if isinstance(e, (RankFailedError,)) or type(e).__name__.endswith("TimeoutError"):
                     raise
                 raise RankFailedError(f"rank {comm.rank} failed: {type(e).__name__}: {e}",
-                                      rank=comm.rank) from e
+                                      rank=comm.rank, error_type=type(e).__name__) from e
             compute += prog.timings["compute_s"]
             mine = dict(zip(sh.outputs, local))
             out = []

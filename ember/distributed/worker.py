@@ -13,6 +13,7 @@ import gc
 import os
 import sys
 import time
+import tracemalloc
 
 from .memory import rss_bytes, rss_peak_bytes, reset_rss_peak
 
@@ -82,19 +83,27 @@ def main(argv=None) -> None:
                          "memory": dict(program.memory_plan(), rss_before_build=before,
                                         rss_after_build=rss_bytes())}
             elif cmd == "run":
-                _, key, feeds, want = msg
+                _, key, feeds, want = msg[:4]
+                trace = len(msg) > 4 and msg[4]
                 program = programs[key]
                 comm.reset_stats()
                 outputs, compute = [], 0.0
                 before = rss_bytes()
                 reset_rss_peak()
-                for f in feeds:
-                    outs = program.run(f, comm)
-                    compute += program.timings["compute_s"]
-                    outputs.append([outs[i] for i in want])
+                if trace:      # numpy reports its allocations to tracemalloc
+                    tracemalloc.start()
+                try:
+                    for f in feeds:
+                        outs = program.run(f, comm)
+                        compute += program.timings["compute_s"]
+                        outputs.append([outs[i] for i in want])
+                    traced = tracemalloc.get_traced_memory()[1] if trace else None
+                finally:
+                    if trace:
+                        tracemalloc.stop()
                 reply = {"outputs": outputs,
                          "stats": dict(comm.stats, compute_s=compute, rss_before_run=before,
-                                       rss_peak_run=rss_peak_bytes())}
+                                       rss_peak_run=rss_peak_bytes(), traced_peak_run=traced)}
             else:
                 raise ValueError(f"unknown command {cmd!r}")
             parent.send(("ok", rank, reply), dest=0, tag=TAG_REPLY)

@@ -146,6 +146,12 @@ def main(argv=None) -> int:
     lines.append("(paired: median over rounds of that round's 1-rank / configuration latency, "
                  "[min-max] over rounds)")
     lines.append("")
+    alone = {"tensor": tp.benchmark_collectives(20), "pipeline": pp.benchmark_collectives(20)}
+    for k in ("tensor", "pipeline"):
+        lines.append(f"{k}: the same collectives alone (zero tensors, no compute, after a "
+                     f"barrier; median of 20): " + ", ".join(
+                         f"rank {r} {x['median_s'] * 1e3:.2f} ms (min {x['min_s'] * 1e3:.2f})"
+                         for r, x in enumerate(alone[k])))
     for k in ("tensor", "pipeline"):
         c = np.median(np.array(comm[k]), axis=0)
         lines.append(f"{k}: time inside the communicator per inference (median, by rank): "

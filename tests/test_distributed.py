@@ -236,7 +236,10 @@ def test_a_model_that_cannot_fit_names_the_largest_tensor_and_budget():
     msg = str(e.value)
     assert "memory_per_device=4096" in msg and "largest" in msg
     biggest = max(params, key=lambda k: params[k].nbytes)
-    assert biggest in msg or "wte" in msg or "lm_head" in msg
+    assert f"largest tensor is {biggest} {params[biggest].shape}" in msg
+    assert f"({params[biggest].nbytes} bytes)" in msg
+    # and each strategy's reason: the bytes a rank would hold
+    assert "tensor: a rank holds" in msg and "pipeline:" in msg
 
 
 @needs_mpi

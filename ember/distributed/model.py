@@ -200,6 +200,18 @@ class DistributedModel:
                  "run_allocations": self.info["memory"][r]["run_allocations"]}
                 for r, s in enumerate(self.last_stats)]
 
+    def benchmark_collectives(self, repeats: int = 20) -> list[dict]:
+        """Every spawned rank runs only its collectives of one inference (zero tensors of the
+        same types, in the same order, after a barrier), ``repeats`` times; returns by rank
+        ``{"median_s", "min_s"}``: the communication time without waiting for another rank's
+        compute (``last_stats``' ``comm_s`` includes that waiting)."""
+        from ..errors import DistributedError
+        if self._local is not None:
+            raise DistributedError("benchmark_collectives is for spawned ranks")
+        msgs = [("collectives", self._key, int(repeats))] * self.cluster.size
+        replies = self.cluster.request(msgs, "collectives", self.cluster.timeout * repeats)
+        return [replies[r] for r in range(self.cluster.size)]
+
     def _run_spmd(self, feeds):
         comm, prog = self.cluster.comm, self._local
         sh = self.sharded.shards[comm.rank]

@@ -167,5 +167,9 @@ def partition_for_distributed(mod: IRModule, params, strategy: str = "auto", *,
                     total_weight_bytes=int(sum(a.nbytes for a in params.values())))
         return ShardedModule(shards, s, [p.name for p in func.params if p.name not in params],
                              names, [o.type for o in func.outputs], info)
+    big = max(params, key=lambda k: params[k].nbytes) if params else None
+    largest = (f"; its largest tensor is {big} {params[big].shape} {params[big].dtype} "
+               f"({params[big].nbytes} bytes)" if big else "")
     raise ShardingError(f"the model cannot be split over {n} ranks to fit memory_per_device="
-                        f"{memory_per_device} bytes: " + "; ".join(failures))
+                        f"{memory_per_device} bytes{largest}: " + "; ".join(failures)
+                        + ": give a larger budget or more ranks")

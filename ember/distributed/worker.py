@@ -104,6 +104,11 @@ def main(argv=None) -> None:
                 reply = {"outputs": outputs,
                          "stats": dict(comm.stats, compute_s=compute, rss_before_run=before,
                                        rss_peak_run=rss_peak_bytes(), traced_peak_run=traced)}
+            elif cmd == "collectives":
+                _, key, repeats = msg
+                program = programs[key]
+                times = sorted(program.run_collectives(comm) for _ in range(repeats))
+                reply = {"median_s": times[len(times) // 2], "min_s": times[0]}
             else:
                 raise ValueError(f"unknown command {cmd!r}")
             parent.send(("ok", rank, reply), dest=0, tag=TAG_REPLY)

@@ -316,28 +316,28 @@ def _own_cluster(timeout):
 
 
 @needs_mpi
-def test_a_rank_that_fails_names_the_rank_and_the_cluster_restarts():
-    cluster, feeds, mod, params = _own_cluster(30)
-    try:
-        with cluster:
-            sharded = partition_for_distributed(mod, params, strategy="tensor")
-            good = ember.build(sharded, target="llvm")
-            single = ember.build(mod, "llvm", params).run(feeds)
-            bad = partition_for_distributed(mod, params, strategy="tensor")
-            w = sorted(bad.shards[1].params)[0]
-            bad.shards[1].params[w] = np.zeros((3, 3), np.float32)  # a corrupt shard
-            with pytest.raises(RankFailedError) as e:
-                ember.build(bad, target="llvm")
-        assert e.value.rank == 1 and "rank 1" in str(e.value)
-        assert e.value.error_type == "ShapeMismatchError"
-        old = list(cluster.pids)
-        # the next run restarts the ranks and rebuilds the models built on them
-        for a, b in zip(good.run(feeds), single):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-        assert cluster.restarts == 1 and cluster.pids != old
-        _wait_gone(old)
-    finally:
-        cluster.close()
+def test_a_rank_that_fails_names_the_rank_and_the_cluster_restarts(clusters):
+    model, feeds = _gpt2()
+    mod, params = from_onnx(model)
+    cluster = clusters(2)
+    restarts = cluster.restarts
+    with cluster:
+        sharded = partition_for_distributed(mod, params, strategy="tensor")
+        good = ember.build(sharded, target="llvm")
+        single = ember.build(mod, "llvm", params).run(feeds)
+        bad = partition_for_distributed(mod, params, strategy="tensor")
+        w = sorted(bad.shards[1].params)[0]
+        bad.shards[1].params[w] = np.zeros((3, 3), np.float32)  # a corrupt shard
+        with pytest.raises(RankFailedError) as e:
+            ember.build(bad, target="llvm")
+    assert e.value.rank == 1 and "rank 1" in str(e.value)
+    assert e.value.error_type == "ShapeMismatchError"
+    old = list(cluster.pids)
+    # the next run restarts the ranks and rebuilds the models built on them
+    for a, b in zip(good.run(feeds), single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert cluster.restarts == restarts + 1 and cluster.pids != old
+    _wait_gone(old)
 
 
 def _wait_gone(pids, seconds=20.0):

@@ -60,8 +60,8 @@ class DistributedModel:
         self.owners = _owners(sharded)
         self._local = local       # SPMD: this rank's RankProgram
         # each model input's type, from a shard that reads it: feeds are checked on the driver,
-        # so that a wrong dtype or shape is an InputError rather than a rank failure that
-        # leaves the cluster unusable
+        # so that a wrong dtype or shape is an InputError rather than a rank failure (which
+        # costs a restart of the ranks)
         self.input_types = {}
         for sh in sharded.shards:
             for p in sh.mod.main.params:

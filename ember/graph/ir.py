@@ -1,8 +1,9 @@
 """The graph IR: typed SSA dataflow functions.
 
 A ``Function`` has parameters (``Var``), an ordered list of ``Binding``s ``%v = op(args, attrs)``
-and outputs. Every value has a ``TensorType(shape, dtype)``; a dimension is an ``int`` or a ``str``
-naming a symbolic size. Arguments are ``Var``s or ``Constant``s (small tensors written inline).
+and outputs. Every value has a ``TensorType(shape, dtype)``; a dimension is an ``int`` or a
+symbolic dimension: an ``int64`` expression over named symbols (``ember.graph.symbolic``; a
+``str`` given for a dimension is parsed as one, ``"batch"``, ``"batch * seq"``). Arguments are ``Var``s or ``Constant``s (small tensors written inline).
 An ``IRModule`` maps function names to functions; ``"main"`` is the entry.
 
 A binding may also call another function of the module: its ``Call.op`` is then ``"@name"``
@@ -17,27 +18,48 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from ..dtypes import dtype_name, itemsize
 from ..errors import ShapeMismatchError
+from . import symbolic as _sym
 
-Dim = Union[int, str]
+Dim = _sym.Dim
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TensorType:
-    """Type of a tensor value: ``shape`` (ints or symbolic names) and numpy ``dtype`` name."""
+    """Type of a tensor value: ``shape`` and numpy ``dtype`` name.
+
+    Each dimension is an ``int`` or a symbolic dimension (``ember.graph.symbolic``: an ``int64``
+    expression over named ``Symbol``s, kept in normal form; strings are parsed). Two types are
+    equal when their dtypes are equal and their dimensions have equal normal forms.
+    """
 
     shape: tuple
     dtype: str
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) if isinstance(d, (int, np.integer)) else str(d)
-                                                for d in self.shape))
+        object.__setattr__(self, "shape", tuple(
+            int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+            else _sym.as_dim(d) for d in self.shape))
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
+
+    def _key(self):
+        return (tuple(_sym.dim_key(d) for d in self.shape), self.dtype)
+
+    def __eq__(self, other):
+        return isinstance(other, TensorType) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    @property
+    def symbols(self) -> list[str]:
+        """Names of the symbols in the shape (sorted; empty for a static shape)."""
+        return _sym.symbols_of(self.shape)
 
     @property
     def ndim(self) -> int:
@@ -61,7 +83,7 @@ class TensorType:
         return self.size * itemsize(self.dtype)
 
     def __str__(self):
-        dims = ", ".join(str(d) for d in self.shape)
+        dims = ", ".join(_sym.dim_str(d) for d in self.shape)
         if len(self.shape) == 1:
             dims += ","
         return f"Tensor[({dims}), {self.dtype}]"
@@ -255,6 +277,9 @@ def _attr_value_equal(x, y) -> bool:
         return bool(np.array_equal(np.asarray(x), np.asarray(y)))
     if isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y):
         return True
+    if _sym.is_symbolic(x) or _sym.is_symbolic(y):
+        return (isinstance(x, (int, np.integer)) or _sym.is_symbolic(x)) and \
+            (isinstance(y, (int, np.integer)) or _sym.is_symbolic(y)) and _sym.dims_equal(x, y)
     return bool(x == y)
 
 
@@ -316,4 +341,6 @@ def normalize_attrs(attrs: dict) -> dict:
 
 def shape_str(shape: Sequence) -> str:
     """``(1, 3, 224, 224)`` style text of a shape."""
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    dims = [_sym.dim_str(d) if isinstance(d, (int, np.integer)) or _sym.is_symbolic(d) else str(d)
+            for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(shape) == 1 else "") + ")"

@@ -16,6 +16,9 @@ A binding may call another function of the module by name (``%5 = @fused_nn_conv
 One binding per line. Names that are not plain identifiers are quoted (``%"gpu_0/data_0"``).
 Attribute values are JSON (lists, numbers, strings, ``null``; ``NaN``/``Infinity`` allowed).
 Constants are written ``const(DTYPE, [SHAPE], VALUES)`` with values as a flat JSON list.
+Symbolic dimensions print as their expression text (``Tensor[(batch, (seq + 1), 256), float32]``,
+``ember.graph.symbolic``); inside an attribute (a reshape's ``newshape``) a symbolic
+dimension is the JSON object ``{"dim": "(batch * seq)"}``.
 Parsing re-runs no type inference: the types written are the types read. ``print_module(mod,
 max_const_elems=N)`` elides constants of more than N elements as ``const(float32, [64, 3, 7, 7],
 ...)`` (for IR dumps of models whose weights are bound; such text does not parse back).
@@ -28,7 +31,8 @@ import re
 
 import numpy as np
 
-from ..errors import IRParseError
+from ..errors import IRParseError, ShapeMismatchError
+from . import symbolic
 from .ir import Binding, Call, Constant, Function, IRModule, TensorType, Var, normalize_attrs
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$|^[0-9]+$")
@@ -58,15 +62,36 @@ def _arg(a, max_elems: int | None = None) -> str:
     return _name(a) if isinstance(a, Var) else _const(a, max_elems)
 
 
+def _json_default(v):
+    """JSON form of attribute values json cannot write: a symbolic dimension."""
+    if symbolic.is_symbolic(v):
+        return {"dim": symbolic.dim_str(v)}
+    raise TypeError(f"attribute value {v!r} ({type(v).__name__}) has no JSON form")
+
+
+def _dumps(v, **kw) -> str:
+    return json.dumps(v, default=_json_default, **kw)
+
+
+def _json_hook(obj: dict):
+    if set(obj) == {"dim"} and isinstance(obj["dim"], str):
+        return symbolic.parse_dim(obj["dim"])
+    return obj
+
+
+def _loads(s: str):
+    return json.loads(s, object_hook=_json_hook)
+
+
 def print_function(f: Function, max_const_elems: int | None = None) -> str:
     """Text of one function (constants over ``max_const_elems`` elements elided)."""
     params = ", ".join(f"{_name(p)}: {p.type}" for p in f.params)
-    attrs = f" attrs={json.dumps(f.attrs, sort_keys=True)}" if f.attrs else ""
+    attrs = f" attrs={_dumps(f.attrs, sort_keys=True)}" if f.attrs else ""
     lines = [f"def @{f.name}({params}){attrs} {{"]
     for b in f.bindings:
         outs = ", ".join(_name(o) for o in b.outputs)
         args = [_arg(a, max_const_elems) for a in b.call.args]
-        args += [f"{k}={json.dumps(v)}" for k, v in b.call.attrs.items()]
+        args += [f"{k}={_dumps(v)}" for k, v in b.call.attrs.items()]
         types = ", ".join(str(o.type) for o in b.outputs)
         lines.append(f"  {outs} = {b.call.op}({', '.join(args)}) : {types}")
     lines.append("  return " + ", ".join(_arg(o, max_const_elems) for o in f.outputs))
@@ -125,8 +150,11 @@ def _parse_type(s: str, where: str) -> TensorType:
     m = _TYPE.match(s.strip())
     if not m:
         raise IRParseError(f"{where}: expected a type like Tensor[(1, 3), float32], got {s!r}")
-    dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
-    shape = tuple(int(d) if re.match(r"^-?\d+$", d) else d for d in dims)
+    dims = [d.strip() for d in _split_top(m.group(1)) if d.strip()]
+    try:
+        shape = tuple(int(d) if re.match(r"^-?\d+$", d) else symbolic.parse_dim(d) for d in dims)
+    except ShapeMismatchError as e:
+        raise IRParseError(f"{where}: bad dimension in {s.strip()!r}: {e}") from None
     try:
         return TensorType(shape, m.group(2))
     except TypeError as e:
@@ -192,8 +220,8 @@ def parse_module(text: str) -> IRModule:
         am = _HEADER_ATTRS.match(line)
         if am:
             try:
-                fattrs = json.loads(am.group(2))
-            except json.JSONDecodeError:
+                fattrs = _loads(am.group(2))
+            except (json.JSONDecodeError, ShapeMismatchError):
                 raise IRParseError(f"line {i}: bad function attributes {am.group(2)!r}") from None
             line = am.group(1) + " {"
         m = _HEADER.match(line)
@@ -235,8 +263,8 @@ def parse_module(text: str) -> IRModule:
                 am = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", tok, re.S)
                 if am:
                     try:
-                        attrs[am.group(1)] = json.loads(am.group(2))
-                    except json.JSONDecodeError:
+                        attrs[am.group(1)] = _loads(am.group(2))
+                    except (json.JSONDecodeError, ShapeMismatchError):
                         raise IRParseError(f"{where}: bad attribute value {tok!r}") from None
                 else:
                     args.append(_parse_value(tok, env, where))

@@ -13,6 +13,7 @@ fully static module (``DynamicToStatic.strict``).
 from __future__ import annotations
 
 from ...errors import ShapeMismatchError
+from .. import symbolic
 from ..ir import Function, IRModule, TensorType, Var
 from .infer_type import infer_function
 from .pass_manager import module_pass, register_config
@@ -29,11 +30,12 @@ def _is_static(func: Function) -> bool:
 
 
 def bind_symbols(func: Function, sizes: dict) -> Function:
-    """``func`` with parameter dims named in ``sizes`` replaced by the sizes, types re-inferred
-    (``infer_function`` needs the module only for calls)."""
+    """``func`` with the symbols named in ``sizes`` (``{name: int}``) replaced by the sizes in
+    its parameters' dimensions (``(batch * seq)`` becomes an int once both are given); the
+    caller re-infers the bindings' types (``infer_function``)."""
     params, sub = [], {}
     for p in func.params:
-        shape = tuple(sizes.get(d, d) if isinstance(d, str) else d for d in p.type.shape)
+        shape = tuple(symbolic.substitute(d, sizes) for d in p.type.shape)
         if shape != p.type.shape:
             v = Var(p.name, TensorType(shape, p.type.dtype))
             sub[id(p)] = v
@@ -44,9 +46,21 @@ def bind_symbols(func: Function, sizes: dict) -> Function:
         return func
     from ..ir import Binding, Call
     bindings = [Binding(b.outputs, Call(b.call.op, tuple(sub.get(id(a), a) for a in b.call.args),
-                                        b.call.attrs)) for b in func.bindings]
+                                        _bind_attrs(b.call.attrs, sizes)))
+                for b in func.bindings]
     outs = [sub.get(id(o), o) for o in func.outputs]
     return Function(params, bindings, outs, func.name, dict(func.attrs))
+
+
+def _bind_attrs(attrs: dict, sizes: dict) -> dict:
+    """``attrs`` with symbolic dimensions (a reshape's ``newshape``) bound by ``sizes``."""
+    def go(v):
+        if symbolic.is_symbolic(v):
+            return symbolic.substitute(v, sizes)
+        if isinstance(v, (list, tuple)):
+            return type(v)(go(x) for x in v)
+        return v
+    return {k: go(v) for k, v in attrs.items()}
 
 
 @module_pass("DynamicToStatic", opt_level=2)
@@ -59,7 +73,7 @@ def DynamicToStatic(mod: IRModule, ctx) -> IRModule:
     out = IRModule(mod.functions)
     out["main"] = infer_function(bind_symbols(main, sizes), out)
     if ctx.get_config(STRICT, False) and not _is_static(out["main"]):
-        left = sorted({d for p in out.main.params for d in p.type.shape if isinstance(d, str)})
+        left = sorted({n for p in out.main.params for n in p.type.symbols})
         raise ShapeMismatchError(f"DynamicToStatic: symbolic dimensions {left} remain; give their "
                                  f"sizes in PassContext(config={{'DynamicToStatic.shapes': "
                                  f"{{...}}}})")

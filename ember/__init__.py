@@ -12,6 +12,7 @@ from . import errors  # noqa: F401
 from .driver import build, compile  # noqa: F401,A004
 from .graph.passes import PassContext  # noqa: F401
 from .ops import register_op  # noqa: F401
+from .ops import register_shape_func  # noqa: F401  (symbolic shape functions, docs/dynamic_shapes.md)
 from .runtime.artifact import load_artifact as load  # noqa: F401
 from .target import Target  # noqa: F401
 from . import frontend  # noqa: F401,E402

@@ -209,3 +209,29 @@ class TorchExportError(ModelLoadError):
     def __init__(self, message: str, torch_error: BaseException | None = None):
         super().__init__(message)
         self.torch_error = torch_error
+
+
+class ShapeFunctionMissingError(UnsupportedOpError):
+    """A model with symbolic dimensions reaches operators that have no symbolic shape function
+    (a type relation known to hold when dimensions are expressions over symbols), so the
+    compiler cannot say what shapes they produce for every size.
+
+    The message lists every such operator (with the first binding or node using each) and the
+    fix: ``ember.register_shape_func("<op>", fn)``, or fixing the symbols with ``shapes=``.
+
+    Attributes:
+        ops: ``{operator name: [where it is used, ...]}``, in the order first met.
+    """
+
+    def __init__(self, ops: dict):
+        self.ops = {k: list(v) for k, v in ops.items()}
+        lines = [f"  {op}: used at {', '.join(w.rstrip(': ') or '?' for w in where[:3])}"
+                 f"{' ...' if len(where) > 3 else ''}" for op, where in self.ops.items()]
+        first = next(iter(self.ops), "op")
+        super().__init__(
+            f"{len(self.ops)} operator(s) reached with symbolic dimensions have no symbolic "
+            f"shape function:\n" + "\n".join(lines) + "\n"
+            f"fix: register one per operator, ember.register_shape_func({first!r}, "
+            f"lambda types, attrs: [TensorType(...)]) (types carry symbolic dims, "
+            f"ember.graph.symbolic), or compile for fixed sizes with shapes=",
+            op=first)

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import EmberError, ShapeMismatchError
+from ..errors import EmberError, ShapeFunctionMissingError, ShapeMismatchError
 from ..ops import get_op
 from .ir import Binding, Call, Constant, Function, TensorType, Value, Var, normalize_attrs
 
@@ -17,15 +17,20 @@ def infer_call(op: str, args: Sequence[Value], attrs: dict, where: str = "") -> 
 
     Returns:
         ``(attrs, [TensorType...])``.
+    Inputs with symbolic dimensions go through the operator's shape function (``OpDef.infer``).
+
     Raises:
         UnsupportedOpError: unknown op or attribute.
+        ShapeFunctionMissingError: symbolic inputs reach an operator without a shape function.
         ShapeMismatchError: the inputs do not type-check (message prefixed by ``where``).
     """
     opdef = get_op(op)
     opdef.check_arity(len(args), where)
     attrs = opdef.normalize_attrs(normalize_attrs(attrs), where)
     try:
-        types = opdef.infer_type([a.type for a in args], attrs)
+        types = opdef.infer([a.type for a in args], attrs)
+    except ShapeFunctionMissingError as e:
+        raise ShapeFunctionMissingError({op: [where or "?"] for op in e.ops}) from None
     except ShapeMismatchError as e:
         raise ShapeMismatchError(f"{where}{e}") from None
     except EmberError:

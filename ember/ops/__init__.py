@@ -14,3 +14,5 @@ from . import inverted_residual  # noqa: F401,E402  (MobileNetV2 block as one ke
 from . import transformer  # noqa: F401,E402  (attention, RMS/group norm, rotary, SwiGLU)
 from . import collective  # noqa: F401,E402  (dist.* communication operators)
 from . import qnn, qnn_conv  # noqa: F401,E402  (the QDQ form and the int8 convolution)
+from . import shape_funcs  # noqa: F401,E402  (symbolic shape functions, after every operator)
+from .registry import has_shape_func, register_shape_func  # noqa: F401,E402

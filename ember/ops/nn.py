@@ -16,7 +16,7 @@ from ..errors import ShapeMismatchError
 from ..graph.ir import TensorType
 from ..tir.expr import Expr, is_float
 from .elemwise import broadcast_load
-from .registry import REQUIRED, OpPattern, broadcast_shapes, normalize_axis, register_op
+from .registry import REQUIRED, OpPattern, broadcast_shapes, normalize_axis, register_op, same_dim
 
 
 def _sp(attr, n, default):
@@ -671,11 +671,12 @@ def _gemm_type(types, attrs):
         raise ShapeMismatchError(f"nn.gemm: A {a.shape} and B {b.shape} must be 2-D")
     M, K = (a.shape[1], a.shape[0]) if attrs["trans_a"] else a.shape
     K2, N = (b.shape[1], b.shape[0]) if attrs["trans_b"] else b.shape
-    if K != K2:
+    if not same_dim(K, K2):
         raise ShapeMismatchError(f"nn.gemm: inner dims differ: A {a.shape} (trans_a="
                                  f"{attrs['trans_a']}) vs B {b.shape} (trans_b={attrs['trans_b']})")
     if len(types) == 3:
-        if broadcast_shapes((M, N), types[2].shape, where="nn.gemm C: ") != (M, N):
+        if not all(map(same_dim, broadcast_shapes((M, N), types[2].shape, where="nn.gemm C: "),
+                       (M, N))):
             raise ShapeMismatchError(f"nn.gemm: C {types[2].shape} does not broadcast to {(M, N)}")
     return [TensorType((M, N), a.dtype)]
 
@@ -726,7 +727,7 @@ def matmul_shape(a: Sequence, b: Sequence, where: str = "matmul: ") -> tuple:
         raise ShapeMismatchError(f"{where}operands must have rank >= 1")
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
-    if a2[-1] != b2[-2]:
+    if not same_dim(a2[-1], b2[-2]):
         raise ShapeMismatchError(f"{where}inner dims differ: {tuple(a)} @ {tuple(b)}")
     batch = broadcast_shapes(a2[:-2], b2[:-2], where=where)
     out = batch + (a2[-2], b2[-1])

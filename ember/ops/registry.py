@@ -58,6 +58,22 @@ class OpDef:
     num_inputs: tuple = (1, 1)
     doc: str = ""
     schedule: Callable | None = None
+    shape_func: Callable | None = None
+
+    def infer(self, types: list, attrs: dict) -> list:
+        """Output types of the operator on ``types``: its shape function when an input has a
+        symbolic dimension (or an attribute holds one), else ``infer_type``.
+
+        Raises:
+            ShapeFunctionMissingError: symbolic inputs and no shape function.
+            ShapeMismatchError: inputs the operator cannot take."""
+        from ..graph.symbolic import is_symbolic
+        if any(t.symbols for t in types) or _attrs_symbolic(attrs, is_symbolic):
+            if self.shape_func is None:
+                from ..errors import ShapeFunctionMissingError
+                raise ShapeFunctionMissingError({self.name: [""]})
+            return self.shape_func(types, attrs)
+        return self.infer_type(types, attrs)
 
     def normalize_attrs(self, attrs: dict, where: str = "") -> dict:
         """Fill defaults and reject unknown or missing attributes."""
@@ -153,6 +169,38 @@ def _no_reference(name: str) -> Callable:
     return ref
 
 
+def _attrs_symbolic(attrs: dict, is_symbolic) -> bool:
+    def go(v):
+        if isinstance(v, (list, tuple)):
+            return any(go(x) for x in v)
+        return is_symbolic(v)
+    return any(go(v) for v in attrs.values())
+
+
+def register_shape_func(name: str, fn: Callable | None = None):
+    """Register the symbolic shape function of operator ``name`` (``ember.register_shape_func``).
+
+    ``fn(input TensorTypes, attrs) -> TensorType | [TensorType]`` is the operator's type
+    relation for inputs whose dimensions may be symbolic (``ember.graph.symbolic``: ints or
+    ``int64`` expressions over named symbols; compare them with ``dims_equal``, combine them
+    with ``+ - * //`` and normalize with ``as_dim``). It is used instead of ``infer_type``
+    whenever an input has a symbolic dimension. Without one, a symbolic model reaching the
+    operator raises ``ShapeFunctionMissingError``. Usable as a decorator when ``fn`` is omitted.
+
+    Raises:
+        UnsupportedOpError: ``name`` is not a registered operator.
+    """
+    def deco(f):
+        get_op(name).shape_func = _as_list_fn(f)
+        return f
+    return deco if fn is None else deco(fn)
+
+
+def has_shape_func(name: str) -> bool:
+    """True when operator ``name`` has a symbolic shape function."""
+    return get_op(name).shape_func is not None
+
+
 def unregister_op(name: str) -> None:
     """Remove a registered operator (a user's; tests that register temporary ops).
 
@@ -183,8 +231,9 @@ def list_ops() -> list[str]:
 # shared type-inference helpers -----------------------------------------------------------------
 
 def broadcast_shapes(*shapes: Sequence, where: str = "") -> tuple:
-    """NumPy (multidirectional) broadcast of shapes; symbolic dims broadcast with 1 and equal
-    names. Raises ``ShapeMismatchError`` on incompatible dims."""
+    """NumPy (multidirectional) broadcast of shapes; symbolic dims broadcast with 1 and with
+    equal dims (same normal form); a symbol is assumed not to be 1 (as in TVM: a size-1 axis
+    that broadcasts must be the literal 1). Raises ``ShapeMismatchError`` on incompatible dims."""
     nd = max((len(s) for s in shapes), default=0)
     out = []
     for k in range(nd):
@@ -194,15 +243,27 @@ def broadcast_shapes(*shapes: Sequence, where: str = "") -> tuple:
             if j < 0:
                 continue
             d = s[j]
-            if d == 1:
+            if _is_one(d):
                 continue
-            if dim == 1:
+            if _is_one(dim):
                 dim = d
-            elif d != dim:
+            elif not same_dim(d, dim):
                 raise ShapeMismatchError(f"{where}shapes {', '.join(str(tuple(x)) for x in shapes)} "
                                          f"cannot be broadcast together (axis {k}: {dim} vs {d})")
         out.append(dim)
     return tuple(out)
+
+
+def _is_one(d) -> bool:
+    return isinstance(d, (int, np.integer)) and d == 1
+
+
+def same_dim(a, b) -> bool:
+    """``a == b`` for static dims; equal normal forms for symbolic ones."""
+    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+        return a == b
+    from ..graph.symbolic import dims_equal
+    return dims_equal(a, b)
 
 
 def normalize_axis(axis: int, ndim: int, where: str = "") -> int:

@@ -19,10 +19,13 @@ from onnx import numpy_helper
 
 from ..dtypes import convert
 from ..errors import (EmberError, HostValueError, ModelLoadError, RuntimeValueError,
-                      ShapeMismatchError, SymbolicShapeError, UnsupportedOpError)
+                      ShapeFunctionMissingError, ShapeMismatchError, SymbolicShapeError,
+                      UnsupportedOpError)
 from ..graph.builder import FunctionBuilder, infer_call
-from ..graph.ir import Constant, IRModule, TensorType, Value, Var
+from ..graph.ir import Constant, IRModule, TensorType, Value, Var, normalize_attrs
 from ..ops import get_op
+from .symbolic_fold import ShapeConstant
+from .symbolic_fold import fold as fold_symbolic
 from .converters import lookup_converter
 from .dtypes import onnx_dtype
 
@@ -184,6 +187,9 @@ class ImportContext:
         self._param_of_const: dict[int, Var] = {}
         self.const_names: dict[int, str] = {}  # id(Constant) -> the ONNX value name it came from
         self.node: NodeView | None = None
+        self.symbol_bounds: dict[str, tuple] = {}  # declared (lo, hi) of symbolic dims
+        self.missing_shape_funcs: dict[str, list] = {}  # op -> where (ShapeFunctionMissingError)
+        self._unknown = 0
 
     # values -----------------------------------------------------------------------------------
     @staticmethod
@@ -223,8 +229,23 @@ class ImportContext:
         """Emit graph op ``op``; folded to a ``Constant`` when every argument is constant."""
         where = self.node.where if self.node else ""
         args = list(args)
+        shape_args = [a for a in args if isinstance(a, ShapeConstant)]
+        if shape_args:
+            if fold and all(isinstance(a, Constant) for a in args):
+                attrs_n, types = infer_call(op, args, dict(attrs or {}), where)
+                r = fold_symbolic(op, args, attrs_n, types, self.symbol_bounds)
+                if r is not None:
+                    return r
+            raise SymbolicShapeError(
+                f"{where}operator {op} takes a shape computed from symbolic dimensions "
+                f"({shape_args[0]!r}) that cannot be folded at compile time: only shape "
+                f"arithmetic (gather, concat, reshape, slice, + - * / min max, cast, equal, "
+                f"where) is folded symbolically; fix the symbols with shapes= to compile for "
+                f"one size")
         if fold and args and all(isinstance(a, Constant) for a in args):
             attrs_n, types = infer_call(op, args, dict(attrs or {}), where)
+            if any(t.symbols for t in types):  # a constant sliced to a symbolic size
+                return self.call(op, args, attrs, fold=False)
             outs = get_op(op).reference([a.data for a in args], attrs_n)
             res = [Constant(convert(o, t.dtype).reshape(t.shape))
                    for o, t in zip(outs, types)]
@@ -239,10 +260,54 @@ class ImportContext:
         args = [self._materialize(a, self.const_names.get(id(a), f"{hint}_c{k}"))
                 for k, a in enumerate(args)]
         names = [n for n in self.node.outputs if n] if self.node else None
-        return self.fb.call(op, args, attrs, names=names, where=where)
+        try:
+            return self.fb.call(op, args, attrs, names=names, where=where)
+        except ShapeFunctionMissingError:
+            return self._call_without_shape_func(op, args, attrs, names, where)
+
+    def _call_without_shape_func(self, op, args, attrs, names, where):
+        """Record that ``op`` has no symbolic shape function and go on importing (so the
+        error ``from_onnx`` raises at the end lists every such operator): the outputs get
+        the types ``infer_type`` gives with the symbols set to two sets of sample sizes,
+        dimensions that differ between the two becoming fresh placeholder symbols."""
+        from ..graph import symbolic as sym
+        from ..graph.ir import Binding, Call
+        self.missing_shape_funcs.setdefault(op, []).append(where or op)
+        names_ = sorted({n for a in args for n in a.type.symbols})
+        probes = []
+        for base in (17, 29):
+            sizes = {n: base + 2 * k for k, n in enumerate(names_)}
+            tys = [TensorType(tuple(sym.substitute(d, sizes) for d in a.type.shape),
+                              a.type.dtype) for a in args]
+            opdef = get_op(op)
+            try:
+                at = opdef.normalize_attrs(normalize_attrs(dict(attrs or {})), where)
+                probes.append(opdef.infer_type(tys, sym.substitute_attrs(at, sizes)))
+            except (EmberError, ValueError, TypeError, IndexError, KeyError):
+                raise ShapeFunctionMissingError(self.missing_shape_funcs) from None
+        outs = []
+        for k, (t1, t2) in enumerate(zip(*probes)):
+            dims = []
+            for d1, d2 in zip(t1.shape, t2.shape):
+                if d1 == d2:
+                    dims.append(d1)
+                else:
+                    dims.append(sym.Symbol(f"_unknown{self._unknown}"))
+                    self._unknown += 1
+            nm = names[k] if names and k < len(names) else None
+            outs.append(Var(self.fb.fresh_name(nm), TensorType(tuple(dims), t1.dtype)))
+        self.fb.bindings.append(Binding(tuple(outs), Call(op, tuple(args), dict(attrs or {}))))
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str) -> TensorType:
+def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str,
+                     dynamic: bool = False) -> TensorType:
+    """The graph input's ``TensorType``. A dimension is the model's ``dim_value``, or what
+    ``shapes[name]`` gives (an int fixes it; a str names a symbol, ``"batch"``, or is a
+    dimension expression); a ``dim_param`` not given by ``shapes`` becomes the symbol of that
+    name when ``dynamic`` (a dimension with neither gets the symbol ``<input>_d<k>``), and is
+    refused otherwise (``SymbolicShapeError``: the static compile needs every size)."""
+    from ..graph import symbolic as sym
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
         raise HostValueError(f"graph input {vi.name!r} is not a tensor (a sequence, map or "
@@ -256,48 +321,102 @@ def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str
     if shapes and vi.name in shapes:
         given = shapes[vi.name]
         if isinstance(given, (str, bytes)) or not all(
-                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
-                for d in given):
+                (isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0)
+                or isinstance(d, str) for d in given):
             raise ShapeMismatchError(f"shapes[{vi.name!r}] = {given!r} must be a sequence of "
-                                     f"non-negative ints, e.g. (1, 3, 224, 224)")
-        shape = tuple(int(d) for d in given)
+                                     f"non-negative ints or symbol names, e.g. (1, 3, 224, 224) "
+                                     f"or ('batch', 'seq')")
+        try:
+            shape = tuple(int(d) if not isinstance(d, str) else sym.parse_dim(d) for d in given)
+        except ShapeMismatchError as e:
+            raise ShapeMismatchError(f"shapes[{vi.name!r}] = {given!r}: {e}") from None
         if tt.HasField("shape"):
             if len(tt.shape.dim) != len(shape):
-                raise ShapeMismatchError(f"shapes[{vi.name!r}] = {shape} has rank {len(shape)}, "
-                                         f"the model declares rank {len(tt.shape.dim)}")
+                raise ShapeMismatchError(f"shapes[{vi.name!r}] = {given!r} has rank "
+                                         f"{len(shape)}, the model declares rank "
+                                         f"{len(tt.shape.dim)}")
             for k, (d, s) in enumerate(zip(tt.shape.dim, shape)):
-                if d.HasField("dim_value") and d.dim_value != s:
+                if d.HasField("dim_value") and not sym.dims_equal(d.dim_value, s):
                     raise ShapeMismatchError(
-                        f"shapes[{vi.name!r}] = {shape} changes dimension {k}, which the model "
-                        f"fixes at {d.dim_value}; only symbolic dimensions can be set")
+                        f"shapes[{vi.name!r}] = {given!r} changes dimension {k}, which the "
+                        f"model fixes at {d.dim_value}; only symbolic dimensions can be set")
         return TensorType(shape, dtype)
     if not tt.HasField("shape"):
         raise SymbolicShapeError(f"graph input {vi.name!r} has no shape: pass "
                                  f"shapes={{{vi.name!r}: (...)}}")
     dims = []
-    for d in tt.shape.dim:
+    for k, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
+        elif dynamic:
+            name = d.dim_param if d.dim_param and d.dim_param.isidentifier() else \
+                f"{_ident(vi.name)}_d{k}"
+            dims.append(sym.Symbol(name))
         else:
             raise SymbolicShapeError(
                 f"graph input {vi.name!r} has a symbolic dimension "
                 f"{d.dim_param or '?'!r}: pass shapes={{{vi.name!r}: (...)}} (command line: "
-                f"--shape {vi.name}=D0,D1,...) to compile it for a concrete shape")
+                f"--shape {vi.name}=D0,D1,...) to compile it for a concrete shape, or "
+                f"dynamic={{{(d.dim_param or 'name')!r}: (lo, hi)}} to compile it once for "
+                f"every size (docs/dynamic_shapes.md)")
     return TensorType(tuple(dims), dtype)
 
 
-def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
+def _ident(name: str) -> str:
+    import re
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return s if s and not s[0].isdigit() else "v" + s
+
+
+def check_dynamic(dynamic) -> dict:
+    """``dynamic=`` as ``{symbol: (lo, hi)}``: ``True`` (every dim_param symbolic, no bounds) or
+    a mapping from symbol names to ``(lo, hi)`` inclusive int bounds (``None`` for none).
+
+    Raises:
+        ShapeMismatchError: a name that is not an identifier, or bounds that are not
+            ``0 <= lo <= hi`` ints."""
+    if dynamic is None or dynamic is False:
+        return {}
+    if dynamic is True:
+        return {}
+    if not isinstance(dynamic, Mapping):
+        raise ShapeMismatchError(f"dynamic={dynamic!r} must be True or a mapping "
+                                 f"{{symbol: (lo, hi)}}, e.g. {{'seq': (1, 2048)}}")
+    out = {}
+    for name, b in dynamic.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ShapeMismatchError(f"dynamic names {name!r}, which is not a symbol name "
+                                     f"(an identifier such as 'seq')")
+        if b is None:
+            continue
+        if (not isinstance(b, (tuple, list)) or len(b) != 2
+                or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                           for x in b) or not 0 <= b[0] <= b[1]):
+            raise ShapeMismatchError(f"dynamic[{name!r}] = {b!r} must be (lo, hi) ints with "
+                                     f"0 <= lo <= hi, e.g. (1, 2048)")
+        out[name] = (int(b[0]), int(b[1]))
+    return out
+
+
+def from_onnx(model, shapes: Mapping[str, Sequence] | None = None, dynamic=None
               ) -> tuple[IRModule, dict[str, np.ndarray]]:
     """Import an ONNX model (path, bytes or ``ModelProto``) into the graph IR.
 
     Args:
         model: the model.
-        shapes: optional ``{input name: shape}`` overriding or fixing input shapes.
+        shapes: optional ``{input name: shape}`` overriding or fixing input shapes; an entry
+            may name symbols (``("batch", "seq")``), which makes those dims symbolic.
+        dynamic: ``None`` (default: every ``dim_param`` must be fixed by ``shapes``), ``True``
+            or ``{symbol: (lo, hi)}``: ``dim_param``s become symbolic dimensions (bounds
+            inclusive; recorded in ``main.attrs["symbol_bounds"]``), shape subgraphs fold
+            symbolically (``frontend.symbolic_fold``). See docs/dynamic_shapes.md.
     Returns:
         ``(mod, params)``: ``mod["main"]`` takes the graph inputs (non-initializers) then the
         weights; ``params`` maps weight parameter names to numpy arrays.
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError.
+        ShapeFunctionMissingError: symbolic dims reach operators without a shape function
+            (every one is listed).
 
     Model-local functions are inlined and operators that ember has no converter for but that
     ONNX defines by a function body (schema functions, context-dependent ones) are replaced by
@@ -311,6 +430,8 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
     if "" not in opsets:
         opsets[""] = 1
     ctx = ImportContext(opsets)
+    bounds = check_dynamic(dynamic)
+    ctx.symbol_bounds = bounds
     g = m.graph
     env: dict[str, Value] = {}
     inits = {}
@@ -329,7 +450,13 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
     for vi in g.input:
         if vi.name in inits:
             continue
-        env[vi.name] = ctx.fb.param(vi.name, _value_info_type(vi, shapes, ""))
+        env[vi.name] = ctx.fb.param(vi.name, _value_info_type(
+            vi, shapes, "", dynamic=dynamic is not None and dynamic is not False))
+    symbols = sorted({n for p in ctx.fb.params for n in p.type.symbols})
+    undeclared = sorted(set(bounds) - set(symbols))
+    if undeclared:
+        raise ShapeMismatchError(f"dynamic= bounds {undeclared}, which are not symbols of the "
+                                 f"model's inputs (its symbols: {symbols or 'none'})")
     for name, arr in inits.items():
         env[name] = Constant(arr)
         ctx.const_names[id(env[name])] = name
@@ -397,13 +524,21 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None
         if vi.name not in env:
             raise ModelLoadError(f"graph output {vi.name!r} is not produced by any node")
         v = env[vi.name]
+        if isinstance(v, ShapeConstant):
+            raise SymbolicShapeError(f"graph output {vi.name!r} is a shape computed from "
+                                     f"symbolic dimensions ({v!r}): returning it needs a "
+                                     f"run-time shape value, which is not supported yet")
         if isinstance(v, Constant) and v.data.dtype.kind in "OUS":
             raise HostValueError(f"graph output {vi.name!r} is a string tensor: a static compiled "
                                  f"model returns numeric tensors only; the staged executor "
                                  f"(ember.compile(..., executor='auto' or 'staged')) returns "
                                  f"strings")
         outputs.append(v)
+    if ctx.missing_shape_funcs:
+        raise ShapeFunctionMissingError(ctx.missing_shape_funcs)
     func = ctx.fb.finish(outputs)
+    if symbols:
+        func.attrs["symbol_bounds"] = {n: list(bounds.get(n, (0, None))) for n in symbols}
     names = [vi.name for vi in g.output]
     _rename_outputs(func, names)
     if [o.name if isinstance(o, Var) else None for o in func.outputs] != names:

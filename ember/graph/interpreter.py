@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ops import get_op
+from . import symbolic
 from .ir import Constant, Function, IRModule
 
 
@@ -19,8 +20,13 @@ def run_reference(mod: IRModule | Function, inputs: Mapping[str, np.ndarray],
                   params: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
     """Evaluate ``mod``'s main function on ``inputs`` (and ``params``) with NumPy references.
 
+    A function with symbolic dimensions (``ember.graph.symbolic``) runs at the sizes of the
+    given inputs: the symbols are bound from the input shapes (``bind_shapes``) and the
+    symbolic attributes (a reshape's ``newshape``) evaluated before each reference runs.
+
     Raises:
         InputError: a parameter has no value.
+        ShapeMismatchError: inputs that contradict a symbol or its bounds.
     """
     func = mod.main if isinstance(mod, IRModule) else mod
     params = dict(params or {})
@@ -43,6 +49,12 @@ def run_function(func: Function, args: list, mod: IRModule | None = None) -> lis
         InputError: a called function is not in ``mod``.
     """
     env: dict[int, np.ndarray] = {id(p): a for p, a in zip(func.params, args)}
+    sizes = {}
+    if any(p.type.symbols for p in func.params):
+        sizes = symbolic.bind_shapes([(p.name, p.type.shape) for p in func.params],
+                                     {p.name: np.shape(a) for p, a in zip(func.params, args)},
+                                     {k: tuple(v) for k, v in
+                                      func.attrs.get("symbol_bounds", {}).items()})
 
     def val(a):
         return a.data if isinstance(a, Constant) else env[id(a)]
@@ -55,7 +67,8 @@ def run_function(func: Function, args: list, mod: IRModule | None = None) -> lis
                                  f"function of the module")
             outs = run_function(mod[b.call.callee], ins, mod)
         else:
-            outs = get_op(b.call.op).reference(ins, b.call.attrs)
+            attrs = symbolic.substitute_attrs(b.call.attrs, sizes) if sizes else b.call.attrs
+            outs = get_op(b.call.op).reference(ins, attrs)
         for v, o in zip(b.outputs, outs):
             env[id(v)] = np.asarray(o)
     return [val(o) for o in func.outputs]

@@ -404,17 +404,54 @@ def substitute(d, sizes: Mapping) -> Dim:
     return as_dim(go(d))
 
 
-def bounds_of(d, symbol_bounds: Mapping[str, tuple]) -> tuple:
+def substitute_attrs(attrs: dict, sizes: Mapping) -> dict:
+    """Operator attributes with the symbolic dimensions in them (a reshape's ``newshape``,
+    at any list depth) substituted by ``sizes`` (``{name: int or dim}``)."""
+    def go(v):
+        if is_symbolic(v):
+            return substitute(v, sizes)
+        if isinstance(v, (list, tuple)):
+            return type(v)(go(x) for x in v)
+        return v
+    return {k: go(v) for k, v in attrs.items()}
+
+
+DEFAULT_MAX = 2 ** 31 - 1  # a symbol without declared bounds is assumed in [0, DEFAULT_MAX]
+
+
+def bounds_of(d, symbol_bounds: Mapping[str, tuple] | None = None) -> tuple:
     """Inclusive ``(lo, hi)`` of dimension ``d`` given ``{symbol: (lo, hi)}`` (interval
-    analysis, ``ember.tir.arith.interval``); unbounded symbols count as ``[0, inf)``."""
-    from ..tir.arith import INF, interval
+    analysis, ``ember.tir.arith.interval``); a symbol without bounds counts as
+    ``[0, DEFAULT_MAX]`` (the runtime checks both kinds of bound when it binds the symbol)."""
+    from ..tir.arith import interval
     if not is_symbolic(d):
         return (int(d), int(d))
-    b = {Symbol(n): (0, INF) for n in symbols_of([d])}
+    symbol_bounds = symbol_bounds or {}
+    b = {Symbol(n): (0, DEFAULT_MAX) for n in symbols_of([d])}
     for n, (lo, hi) in symbol_bounds.items():
         if Symbol(n) in b:
             b[Symbol(n)] = (lo, hi)
     return interval(d, b)
+
+
+def dim_min(a, b, symbol_bounds: Mapping | None = None) -> Dim:
+    """``min(a, b)`` in normal form, decided by the symbols' bounds where they prove it."""
+    return _minmax("min", a, b, symbol_bounds)
+
+
+def dim_max(a, b, symbol_bounds: Mapping | None = None) -> Dim:
+    """``max(a, b)`` in normal form, decided by the symbols' bounds where they prove it."""
+    return _minmax("max", a, b, symbol_bounds)
+
+
+def _minmax(op, a, b, symbol_bounds):
+    a, b = as_dim(a), as_dim(b)
+    (alo, ahi), (blo, bhi) = bounds_of(a, symbol_bounds), bounds_of(b, symbol_bounds)
+    if ahi <= blo:
+        return a if op == "min" else b
+    if bhi <= alo:
+        return b if op == "min" else a
+    return as_dim(BinOp(op, _as_expr(a), _as_expr(b)))
 
 
 def prod(dims: Iterable) -> Dim:
@@ -424,3 +461,67 @@ def prod(dims: Iterable) -> Dim:
         out = as_dim(_as_expr(out) * _as_expr(as_dim(d))) if (is_symbolic(out) or
                                                                 is_symbolic(d)) else out * int(d)
     return out
+
+
+def bind_shapes(params: Iterable, shapes: Mapping[str, tuple],
+                symbol_bounds: Mapping[str, tuple] | None = None) -> dict:
+    """Bind the symbols of a function's parameter types from the shapes of one run's inputs.
+
+    Args:
+        params: ``(name, shape)`` pairs: the declared shapes (ints and symbolic dims).
+        shapes: ``{name: concrete shape}`` of the inputs given to this run.
+        symbol_bounds: ``{symbol: (lo, hi)}`` inclusive (``hi`` ``None``: ``DEFAULT_MAX``).
+    Returns:
+        ``{symbol: int}``.
+    Raises:
+        ShapeMismatchError: a rank or static dimension that differs; two inputs that give one
+            symbol different sizes (naming both inputs, their axes and the symbol); a size
+            outside the symbol's bounds; a derived dimension (``seq + 1``) that does not
+            evaluate to the given size.
+    """
+    env: dict = {}
+    source: dict = {}
+    derived = []
+    params = list(params)
+    for name, decl in params:
+        if name not in shapes:
+            continue
+        got = tuple(int(d) for d in shapes[name])
+        if len(got) != len(decl):
+            raise ShapeMismatchError(f"input {name!r} has shape {got} (rank {len(got)}), the "
+                                     f"model takes rank {len(decl)}: {_shape_text(decl)}")
+        for ax, (d, g) in enumerate(zip(decl, got)):
+            if isinstance(d, Var):
+                if d.name in env and env[d.name] != g:
+                    n0, a0 = source[d.name]
+                    raise ShapeMismatchError(
+                        f"symbol {d.name!r}: input {n0!r} axis {a0} gives {env[d.name]} but "
+                        f"input {name!r} axis {ax} gives {g}; both must have the same size")
+                env.setdefault(d.name, g)
+                source.setdefault(d.name, (name, ax))
+            elif is_symbolic(d):
+                derived.append((name, ax, d, g))
+            elif d != g:
+                raise ShapeMismatchError(f"input {name!r} has shape {got}, the model takes "
+                                         f"{_shape_text(decl)} (axis {ax} must be {d})")
+    bounds = dict(symbol_bounds or {})
+    for s, v in env.items():
+        lo, hi = bounds.get(s, (0, None))
+        hi = DEFAULT_MAX if hi is None else hi
+        if not lo <= v <= hi:
+            n0, a0 = source[s]
+            raise ShapeMismatchError(f"symbol {s!r} = {v} (input {n0!r} axis {a0}) is outside "
+                                     f"its declared bounds [{lo}, {hi}]")
+    for name, ax, d, g in derived:
+        missing = [s for s in symbols_of([d]) if s not in env]
+        if missing:
+            raise ShapeMismatchError(f"input {name!r} axis {ax} is {dim_str(d)}, but symbols "
+                                     f"{missing} are not given by any input's plain axis")
+        if evaluate(d, env) != g:
+            raise ShapeMismatchError(f"input {name!r} axis {ax} must be {dim_str(d)} = "
+                                     f"{evaluate(d, env)} for {dict(env)}, got {g}")
+    return env
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(dim_str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeMismatchError, UnsupportedOpError
+from ...graph import symbolic as sym
+from ...graph.ir import shape_str
 from ...ops.registry import normalize_axis
+from ..symbolic_fold import shape_value
 from . import converter
 
 
@@ -16,8 +19,14 @@ def _const_input(ctx, node, k, what):
     return ctx.require_constant(v, f"input {k} ({what})")
 
 
-def reshape_target(in_shape, shape, allowzero: bool) -> list[int]:
-    """ONNX Reshape target: 0 copies the input dim (unless ``allowzero``), -1 is inferred."""
+def reshape_target(in_shape, shape, allowzero: bool) -> list:
+    """ONNX Reshape target: 0 copies the input dim (unless ``allowzero``), -1 is inferred.
+    Dims may be symbolic (``ember.graph.symbolic``) in ``in_shape`` and ``shape``; a -1 is
+    then the exact quotient of the element counts (``ShapeMismatchError`` when it is not
+    provably whole)."""
+    if any(sym.is_symbolic(d) for d in list(in_shape) + list(np.asarray(shape, dtype=object)
+                                                              .reshape(-1))):
+        return _reshape_target_symbolic(in_shape, shape, allowzero)
     out = []
     for i, d in enumerate(int(v) for v in shape):
         if d == 0 and not allowzero:
@@ -36,6 +45,31 @@ def reshape_target(in_shape, shape, allowzero: bool) -> list[int]:
             raise ShapeMismatchError(f"Reshape: cannot infer -1 reshaping {tuple(in_shape)} to "
                                      f"{list(shape)}")
         out[out.index(-1)] = total // known
+    return out
+
+
+def _reshape_target_symbolic(in_shape, shape, allowzero: bool) -> list:
+    out = []
+    for i, d in enumerate(sym.as_dim(v) for v in np.asarray(shape, dtype=object).reshape(-1)):
+        if isinstance(d, int) and d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ShapeMismatchError(f"Reshape: 0 at position {i} but input rank is "
+                                         f"{len(in_shape)}")
+            out.append(in_shape[i])
+        else:
+            out.append(d)
+    holes = [i for i, d in enumerate(out) if isinstance(d, int) and d == -1]
+    if len(holes) > 1:
+        raise ShapeMismatchError(f"Reshape: more than one -1 in {shape_str(out)}")
+    if holes:
+        known = sym.prod(d for i, d in enumerate(out) if i != holes[0])
+        total = sym.prod(in_shape)
+        q = sym.as_dim(sym.as_expr(total) // sym.as_expr(known))
+        if known == 0 or not sym.dims_equal(sym.prod([q, known]), total):
+            raise ShapeMismatchError(f"Reshape: cannot infer -1 reshaping {shape_str(in_shape)} "
+                                     f"to {shape_str(out)}: {sym.dim_str(total)} elements are "
+                                     f"not provably a multiple of {sym.dim_str(known)}")
+        out[holes[0]] = q
     return out
 
 
@@ -65,8 +99,8 @@ def flatten(ctx, node):
     axis = node.attr("axis", 1)
     axis = axis + nd if axis < 0 else axis
     shape = x.type.shape
-    return [ctx.call("reshape", [x], {"newshape": [int(np.prod(shape[:axis])),
-                                                   int(np.prod(shape[axis:]))]})]
+    return [ctx.call("reshape", [x], {"newshape": [sym.prod(shape[:axis]),
+                                                   sym.prod(shape[axis:])]})]
 
 
 @converter("Squeeze", since=1)
@@ -192,24 +226,24 @@ def concat(ctx, node):
 @converter("Shape", since=1)
 def shape(ctx, node):
     """ONNX Shape: the constant int64 shape of the input, sliced by ``start``/``end`` (15+;
-    clamped).
-
-    Raises:
-        UnsupportedOpError: the input has symbolic dims."""
+    clamped); with symbolic dims a ``ShapeConstant`` of the dimension expressions, which
+    shape arithmetic folds (``frontend.symbolic_fold``)."""
     shp = list(node.input(0).type.shape)
-    if any(not isinstance(d, int) for d in shp):
-        raise UnsupportedOpError("Shape of a tensor with symbolic dims is not supported yet")
     n = len(shp)
     start, end = node.attr("start", 0), node.attr("end", n)
     start = min(max(start + n if start < 0 else start, 0), n)
     end = min(max(end + n if end < 0 else end, 0), n)
-    return [ctx.const(np.array(shp[start:end], dtype=np.int64))]
+    return [shape_value(shp[start:end])]
 
 
 @converter("Size", since=1)
 def size(ctx, node):
-    """ONNX Size: the constant int64 element count of the input."""
-    return [ctx.const(np.array(node.input(0).type.size, dtype=np.int64))]
+    """ONNX Size: the constant int64 element count of the input (symbolic for symbolic
+    dims)."""
+    t = node.input(0).type
+    if t.symbols:
+        return [shape_value([sym.prod(t.shape)], ())]
+    return [ctx.const(np.array(t.size, dtype=np.int64))]
 
 
 @converter("Gather", since=1)
@@ -249,6 +283,10 @@ def slice_(ctx, node):
         ends = _const_input(ctx, node, 2, "ends")
         axes = _const_input(ctx, node, 3, "axes")
         steps = _const_input(ctx, node, 4, "steps")
+    if x.type.symbols or any(sym.is_symbolic(v) for v in
+                             np.asarray(starts, dtype=object).reshape(-1).tolist()
+                             + np.asarray(ends, dtype=object).reshape(-1).tolist()):
+        return _slice_symbolic(ctx, x, starts, ends, axes, steps)
     starts = [int(v) for v in np.asarray(starts).reshape(-1)]
     ends = [int(v) for v in np.asarray(ends).reshape(-1)]
     axes = list(range(len(starts))) if axes is None else \
@@ -273,6 +311,40 @@ def slice_(ctx, node):
     return [ctx.call("strided_slice", [x], {"begin": begin, "end": end, "strides": stride})]
 
 
+def _slice_symbolic(ctx, x, starts, ends, axes, steps):
+    """Slice with symbolic axis sizes or bounds: the ONNX clamping as ``min``/``max`` of
+    dimension expressions, decided by the symbols' bounds where they prove it."""
+    shape = x.type.shape
+    nd = len(shape)
+    b_ = ctx.symbol_bounds
+    flat = lambda v: [sym.as_dim(u) for u in np.asarray(v, dtype=object).reshape(-1)]  # noqa: E731
+    starts, ends = flat(starts), flat(ends)
+    axes = list(range(len(starts))) if axes is None else \
+        [normalize_axis(int(a), nd) for a in np.asarray(axes).reshape(-1)]
+    steps = [1] * len(starts) if steps is None else [int(v) for v in np.asarray(steps).reshape(-1)]
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        raise ShapeMismatchError("Slice: starts, ends, axes and steps differ in length")
+    begin, end, stride = [0] * nd, list(shape), [1] * nd
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        d = shape[a]
+        if st == 0:
+            raise ShapeMismatchError("Slice: step 0")
+
+        def wrap(v):  # a negative int counts from the end
+            return sym.as_dim(sym.as_expr(v) + sym.as_expr(d)) if isinstance(v, int) and v < 0 \
+                else v
+        s, e = wrap(s), wrap(e)
+        lo, hi = (0, d) if st > 0 else (0, sym.as_dim(sym.as_expr(d) - 1))
+        elo = 0 if st > 0 else -1
+        s = sym.dim_min(sym.dim_max(s, lo, b_), hi, b_)
+        e = sym.dim_min(sym.dim_max(e, elo, b_), hi, b_)
+        begin[a], end[a], stride[a] = s, e, st
+    if all(sym.dims_equal(b, 0) and sym.dims_equal(e, d) and st == 1
+           for b, e, st, d in zip(begin, end, stride, shape)):
+        return [x]
+    return [ctx.call("strided_slice", [x], {"begin": begin, "end": end, "strides": stride})]
+
+
 @converter("Expand", since=8)
 def expand(ctx, node):
     """ONNX Expand-8: ``broadcast_to`` the constant shape (input 1) under multidirectional
@@ -281,7 +353,8 @@ def expand(ctx, node):
     Raises:
         RuntimeValueError: the shape is only known at run time."""
     shp = _const_input(ctx, node, 1, "shape")
-    return [ctx.call("broadcast_to", [node.input(0)], {"shape": [int(v) for v in shp]})]
+    return [ctx.call("broadcast_to", [node.input(0)],
+                     {"shape": [sym.as_dim(v) for v in np.asarray(shp, dtype=object).reshape(-1)]})]
 
 
 @converter("ConstantOfShape", since=9)

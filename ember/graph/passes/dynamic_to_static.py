@@ -46,21 +46,10 @@ def bind_symbols(func: Function, sizes: dict) -> Function:
         return func
     from ..ir import Binding, Call
     bindings = [Binding(b.outputs, Call(b.call.op, tuple(sub.get(id(a), a) for a in b.call.args),
-                                        _bind_attrs(b.call.attrs, sizes)))
+                                        symbolic.substitute_attrs(b.call.attrs, sizes)))
                 for b in func.bindings]
     outs = [sub.get(id(o), o) for o in func.outputs]
     return Function(params, bindings, outs, func.name, dict(func.attrs))
-
-
-def _bind_attrs(attrs: dict, sizes: dict) -> dict:
-    """``attrs`` with symbolic dimensions (a reshape's ``newshape``) bound by ``sizes``."""
-    def go(v):
-        if symbolic.is_symbolic(v):
-            return symbolic.substitute(v, sizes)
-        if isinstance(v, (list, tuple)):
-            return type(v)(go(x) for x in v)
-        return v
-    return {k: go(v) for k, v in attrs.items()}
 
 
 @module_pass("DynamicToStatic", opt_level=2)

@@ -348,3 +348,23 @@ def test_reference_run_rejects_contradicting_inputs():
     mod, params = from_onnx(_attention_like_model(), dynamic={"seq": (1, 32)})
     with pytest.raises(ShapeMismatchError, match="'seq' = 33"):
         run_reference(mod, {"x": np.zeros((1, 33, 16), np.float32)}, params)
+
+
+def test_default_pass_pipeline_keeps_symbolic_graph_correct():
+    """The CPU graph pipeline (``optimize``: folding, simplification, layer-norm fusion, CSE,
+    FuseOps...) runs on a symbolic graph; the optimized module still matches onnxruntime at
+    several sizes (through the reference interpreter, fused functions included)."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the reference")
+    from ember.graph.passes.pipeline import optimize
+    m = _attention_like_model()
+    mod, params = from_onnx(m, dynamic={"seq": (1, 32)})
+    opt, lifted = optimize(mod, "llvm", dict(params))
+    assert any(f.attrs.get("primitive") for f in opt.functions.values())  # FuseOps ran
+    assert opt.main.outputs[0].type.shape == (B, S, 16)
+    assert structural_equal(IRModule.from_text(opt.text()), opt)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    for b, s in [(1, 3), (2, 8), (3, 32)]:
+        x = rng.standard_normal((b, s, 16)).astype(np.float32)
+        got = run_reference(opt, {"x": x}, lifted)[0]
+        np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)

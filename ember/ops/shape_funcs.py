@@ -80,14 +80,18 @@ def strided_slice_shape(types, attrs):
     b, e, s = attrs["begin"], attrs["end"], attrs["strides"]
     if not (len(b) == len(e) == len(s) == x.ndim):
         raise ShapeMismatchError(f"strided_slice: begin/end/strides must have rank {x.ndim}")
-    out = []
-    for bb, ee, ss in zip(b, e, s):
+    for ss in s:
         if not isinstance(ss, int) or ss == 0:
             raise ShapeMismatchError(f"strided_slice: stride {ss!r} must be a non-zero int")
-        bb, ee = sym.as_expr(bb), sym.as_expr(ee)
-        n = (ee - bb + (ss - 1)) // ss if ss > 0 else (bb - ee + (-ss - 1)) // (-ss)
-        out.append(sym.as_dim(n))
-    return [TensorType(tuple(out), x.dtype)]
+    return [TensorType(tuple(slice_count(*t) for t in zip(b, e, s)), x.dtype)]
+
+
+def slice_count(begin, end, step: int):
+    """Elements of ``range(begin, end, step)`` for clamped, possibly symbolic ``begin`` and
+    ``end`` (``end >= begin`` for a positive step): ``ceil((end - begin) / step)``."""
+    bb, ee = sym.as_expr(begin), sym.as_expr(end)
+    n = (ee - bb + (step - 1)) // step if step > 0 else (bb - ee + (-step - 1)) // (-step)
+    return sym.as_dim(n)
 
 
 def sym_shape(shape) -> str:

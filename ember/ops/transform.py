@@ -200,7 +200,11 @@ register_op("take", infer_type=_take_type, reference=_take_ref, compute=_take_co
 # strided_slice ---------------------------------------------------------------------------------
 
 def slice_len(begin: int, end: int, step: int) -> int:
-    """Number of elements of ``range(begin, end, step)``."""
+    """Number of elements of ``range(begin, end, step)`` (a symbolic dimension when
+    ``begin`` or ``end`` is one: ``ops.shape_funcs.strided_slice_shape``'s count)."""
+    if isinstance(begin, Expr) or isinstance(end, Expr):
+        from .shape_funcs import slice_count
+        return slice_count(begin, end, step)
     return max(0, -(-(end - begin) // step)) if step > 0 else max(0, -(-(begin - end) // -step))
 
 

@@ -233,5 +233,5 @@ class ShapeFunctionMissingError(UnsupportedOpError):
             f"shape function:\n" + "\n".join(lines) + "\n"
             f"fix: register one per operator, ember.register_shape_func({first!r}, "
             f"lambda types, attrs: [TensorType(...)]) (types carry symbolic dims, "
-            f"ember.graph.symbolic), or compile for fixed sizes with shapes=",
+            f"ember.tir.symbolic), or compile for fixed sizes with shapes=",
             op=first)

@@ -14,7 +14,7 @@ import ember
 from ember.errors import (IRParseError, ShapeFunctionMissingError, ShapeMismatchError,
                           SymbolicShapeError)
 from ember.frontend import from_onnx
-from ember.graph import symbolic as sym
+from ember.tir import symbolic as sym
 from ember.graph.builder import infer_call
 from ember.graph.interpreter import run_reference
 from ember.graph.ir import (Binding, Call, Constant, Function, IRModule, TensorType, Var,

@@ -270,7 +270,7 @@ class ImportContext:
         error ``from_onnx`` raises at the end lists every such operator): the outputs get
         the types ``infer_type`` gives with the symbols set to two sets of sample sizes,
         dimensions that differ between the two becoming fresh placeholder symbols."""
-        from ..graph import symbolic as sym
+        from ..tir import symbolic as sym
         from ..graph.ir import Binding, Call
         self.missing_shape_funcs.setdefault(op, []).append(where or op)
         names_ = sorted({n for a in args for n in a.type.symbols})
@@ -307,7 +307,7 @@ def _value_info_type(vi: onnx.ValueInfoProto, shapes: Mapping | None, where: str
     dimension expression); a ``dim_param`` not given by ``shapes`` becomes the symbol of that
     name when ``dynamic`` (a dimension with neither gets the symbol ``<input>_d<k>``), and is
     refused otherwise (``SymbolicShapeError``: the static compile needs every size)."""
-    from ..graph import symbolic as sym
+    from ..tir import symbolic as sym
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
         raise HostValueError(f"graph input {vi.name!r} is not a tensor (a sequence, map or "

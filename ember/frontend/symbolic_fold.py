@@ -3,7 +3,7 @@
 ONNX exporters compute target shapes in the graph: ``Shape -> Gather -> Unsqueeze -> Concat
 -> Reshape``. When the input's dimensions are symbolic, ``Shape`` is still known at compile
 time: it is the vector of the input's dimension expressions. A ``ShapeConstant`` holds such a
-vector (an ``int64`` tensor whose elements are ``int``s or ``ember.graph.symbolic`` dims), and
+vector (an ``int64`` tensor whose elements are ``int``s or ``ember.tir.symbolic`` dims), and
 ``fold`` evaluates the shape arithmetic exporters emit on it (gather, concatenate, reshape,
 slice, + - * / min max, cast to an integer type, equal and where when decided), so Reshape,
 Expand and Slice get symbolic targets. A ShapeConstant never becomes a graph value: an
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import symbolic as sym
+from ..tir import symbolic as sym
 from ..graph.ir import Constant, TensorType
 from ..ops.registry import normalize_axis
 

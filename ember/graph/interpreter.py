@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ops import get_op
-from . import symbolic
+from ..tir import symbolic
 from .ir import Constant, Function, IRModule
 
 
@@ -20,7 +20,7 @@ def run_reference(mod: IRModule | Function, inputs: Mapping[str, np.ndarray],
                   params: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
     """Evaluate ``mod``'s main function on ``inputs`` (and ``params``) with NumPy references.
 
-    A function with symbolic dimensions (``ember.graph.symbolic``) runs at the sizes of the
+    A function with symbolic dimensions (``ember.tir.symbolic``) runs at the sizes of the
     given inputs: the symbols are bound from the input shapes (``bind_shapes``) and the
     symbolic attributes (a reshape's ``newshape``) evaluated before each reference runs.
 

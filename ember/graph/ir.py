@@ -2,7 +2,7 @@
 
 A ``Function`` has parameters (``Var``), an ordered list of ``Binding``s ``%v = op(args, attrs)``
 and outputs. Every value has a ``TensorType(shape, dtype)``; a dimension is an ``int`` or a
-symbolic dimension: an ``int64`` expression over named symbols (``ember.graph.symbolic``; a
+symbolic dimension: an ``int64`` expression over named symbols (``ember.tir.symbolic``; a
 ``str`` given for a dimension is parsed as one, ``"batch"``, ``"batch * seq"``). Arguments are ``Var``s or ``Constant``s (small tensors written inline).
 An ``IRModule`` maps function names to functions; ``"main"`` is the entry.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from ..dtypes import dtype_name, itemsize
 from ..errors import ShapeMismatchError
-from . import symbolic as _sym
+from ..tir import symbolic as _sym
 
 Dim = _sym.Dim
 
@@ -33,7 +33,7 @@ Dim = _sym.Dim
 class TensorType:
     """Type of a tensor value: ``shape`` and numpy ``dtype`` name.
 
-    Each dimension is an ``int`` or a symbolic dimension (``ember.graph.symbolic``: an ``int64``
+    Each dimension is an ``int`` or a symbolic dimension (``ember.tir.symbolic``: an ``int64``
     expression over named ``Symbol``s, kept in normal form; strings are parsed). Two types are
     equal when their dtypes are equal and their dimensions have equal normal forms.
     """

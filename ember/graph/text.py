@@ -17,7 +17,7 @@ One binding per line. Names that are not plain identifiers are quoted (``%"gpu_0
 Attribute values are JSON (lists, numbers, strings, ``null``; ``NaN``/``Infinity`` allowed).
 Constants are written ``const(DTYPE, [SHAPE], VALUES)`` with values as a flat JSON list.
 Symbolic dimensions print as their expression text (``Tensor[(batch, (seq + 1), 256), float32]``,
-``ember.graph.symbolic``); inside an attribute (a reshape's ``newshape``) a symbolic
+``ember.tir.symbolic``); inside an attribute (a reshape's ``newshape``) a symbolic
 dimension is the JSON object ``{"dim": "(batch * seq)"}``.
 Parsing re-runs no type inference: the types written are the types read. ``print_module(mod,
 max_const_elems=N)`` elides constants of more than N elements as ``const(float32, [64, 3, 7, 7],
@@ -32,7 +32,7 @@ import re
 import numpy as np
 
 from ..errors import IRParseError, ShapeMismatchError
-from . import symbolic
+from ..tir import symbolic
 from .ir import Binding, Call, Constant, Function, IRModule, TensorType, Var, normalize_attrs
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$|^[0-9]+$")

@@ -67,7 +67,7 @@ class OpDef:
         Raises:
             ShapeFunctionMissingError: symbolic inputs and no shape function.
             ShapeMismatchError: inputs the operator cannot take."""
-        from ..graph.symbolic import is_symbolic
+        from ..tir.symbolic import is_symbolic
         if any(t.symbols for t in types) or _attrs_symbolic(attrs, is_symbolic):
             if self.shape_func is None:
                 from ..errors import ShapeFunctionMissingError
@@ -181,7 +181,7 @@ def register_shape_func(name: str, fn: Callable | None = None):
     """Register the symbolic shape function of operator ``name`` (``ember.register_shape_func``).
 
     ``fn(input TensorTypes, attrs) -> TensorType | [TensorType]`` is the operator's type
-    relation for inputs whose dimensions may be symbolic (``ember.graph.symbolic``: ints or
+    relation for inputs whose dimensions may be symbolic (``ember.tir.symbolic``: ints or
     ``int64`` expressions over named symbols; compare them with ``dims_equal``, combine them
     with ``+ - * //`` and normalize with ``as_dim``). It is used instead of ``infer_type``
     whenever an input has a symbolic dimension. Without one, a symbolic model reaching the
@@ -262,7 +262,7 @@ def same_dim(a, b) -> bool:
     """``a == b`` for static dims; equal normal forms for symbolic ones."""
     if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
         return a == b
-    from ..graph.symbolic import dims_equal
+    from ..tir.symbolic import dims_equal
     return dims_equal(a, b)
 
 

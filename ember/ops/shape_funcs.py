@@ -1,7 +1,7 @@
 """Symbolic shape functions of the built-in operators (issue 18: compile once for symbolic dims).
 
 A shape function is an operator's type relation for inputs whose dimensions may be symbolic
-(``ember.graph.symbolic``: ints or ``int64`` expressions over named symbols). Where an
+(``ember.tir.symbolic``: ints or ``int64`` expressions over named symbols). Where an
 operator's ``infer_type`` only moves dimensions around (elementwise and broadcasting ops,
 transpose, take, reductions, softmax, layer norm, matmul/gemm, whose dimension comparisons go
 through ``registry.same_dim``) it *is* the shape function and is registered as such. Reshape,
@@ -14,7 +14,7 @@ Operators not listed have no shape function: a symbolic model reaching one raise
 from __future__ import annotations
 
 from ..errors import ShapeMismatchError
-from ..graph import symbolic as sym
+from ..tir import symbolic as sym
 from ..graph.ir import TensorType
 from . import activation, elemwise, reduce
 from .registry import get_op, normalize_axis, register_shape_func, same_dim

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeMismatchError, UnsupportedOpError
-from ...graph import symbolic as sym
+from ...tir import symbolic as sym
 from ...graph.ir import shape_str
 from ...ops.registry import normalize_axis
 from ..symbolic_fold import shape_value
@@ -21,7 +21,7 @@ def _const_input(ctx, node, k, what):
 
 def reshape_target(in_shape, shape, allowzero: bool) -> list:
     """ONNX Reshape target: 0 copies the input dim (unless ``allowzero``), -1 is inferred.
-    Dims may be symbolic (``ember.graph.symbolic``) in ``in_shape`` and ``shape``; a -1 is
+    Dims may be symbolic (``ember.tir.symbolic``) in ``in_shape`` and ``shape``; a -1 is
     then the exact quotient of the element counts (``ShapeMismatchError`` when it is not
     provably whole)."""
     if any(sym.is_symbolic(d) for d in list(in_shape) + list(np.asarray(shape, dtype=object)

@@ -13,7 +13,7 @@ fully static module (``DynamicToStatic.strict``).
 from __future__ import annotations
 
 from ...errors import ShapeMismatchError
-from .. import symbolic
+from ...tir import symbolic
 from ..ir import Function, IRModule, TensorType, Var
 from .infer_type import infer_function
 from .pass_manager import module_pass, register_config

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Union
 import numpy as np
 
 from ..errors import ShapeMismatchError
-from ..tir.expr import BinOp, Const, Expr, Unary, Var
+from .expr import BinOp, Const, Expr, Unary, Var
 
 Dim = Union[int, Expr]
 
@@ -423,7 +423,7 @@ def bounds_of(d, symbol_bounds: Mapping[str, tuple] | None = None) -> tuple:
     """Inclusive ``(lo, hi)`` of dimension ``d`` given ``{symbol: (lo, hi)}`` (interval
     analysis, ``ember.tir.arith.interval``); a symbol without bounds counts as
     ``[0, DEFAULT_MAX]`` (the runtime checks both kinds of bound when it binds the symbol)."""
-    from ..tir.arith import interval
+    from .arith import interval
     if not is_symbolic(d):
         return (int(d), int(d))
     symbol_bounds = symbol_bounds or {}

@@ -16,12 +16,14 @@ import math
 import numpy as np
 
 from ..errors import LoweringError
-from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, is_float, is_int
+from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, Var, is_float, is_int
 from ..tir.stmt import Allocate, Buffer, For, KernelCall, PrimFunc, Stmt, Store
 from .threadpool import THREADPOOL_C, THREADPOOL_DECL
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, itemsize
 from .dtype_support import compute_dtype, storage_ctype, support_source
 from .cstyle import CStylePrinter, Dialect
+from ..tir.arith import loop_range
+from ..tir.symbolic import DEFAULT_MAX
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "_Float16",
@@ -326,7 +328,7 @@ class CFunctionPrinter(CStylePrinter):
         self.lines = []
         self.scopes.append((set(), set()))
         self._declare(v, "int64_t")
-        self.bounds[s.var] = (0, s.extent - 1)
+        self.bounds[s.var] = loop_range(s.extent, self.bounds)
         self.in_outlined += 1
         self.stmt(s.body, 2)
         self.in_outlined -= 1
@@ -357,9 +359,13 @@ class CFunctionPrinter(CStylePrinter):
                 f"  {fname}_body(lo_, hi_{args});", "}"]
         self.outlined.append("\n".join(text) + "\n")
         init = ", ".join(captured) if captured else "0"
-        chunk = max(1, -(-s.extent // 32))
+        if isinstance(s.extent, int):
+            n, chunk = str(s.extent), str(max(1, -(-s.extent // 32)))
+        else:  # a symbolic extent: the same 32 chunks, computed at run time
+            n = self.extent_text(s.extent)
+            chunk = f"(({n}) + 31) / 32 > 0 ? (({n}) + 31) / 32 : 1"
         self.lines.append(f"{pad}{{ {ctx_t} c_ = {{{init}}}; "
-                          f"ember_parallel_for({s.extent}, {chunk}, {fname}, &c_); }}")
+                          f"ember_parallel_for({n}, {chunk}, {fname}, &c_); }}")
 
     # statements (the walk is CStylePrinter.stmt's) -------------------------------------------
     def store_value(self, s: Store, value: str) -> str:
@@ -382,22 +388,25 @@ class CFunctionPrinter(CStylePrinter):
                 return
             v = self.expr(s.var)
             self._declare(v, "int64_t")
-            if s.kind == "vectorized":
+            if s.kind == "vectorized" and not isinstance(s.extent, int):
+                self.lines.append(f"{pad}#pragma omp simd")  # a symbolic trip count
+            elif s.kind == "vectorized":
                 from .vector import VectorLoop
-                self.bounds[s.var] = (0, s.extent - 1)
+                self.bounds[s.var] = loop_range(s.extent, self.bounds)
                 done = VectorLoop(self, s, self.target.vector_lanes).emit(pad)
                 del self.bounds[s.var]
                 if done:
                     return
                 self.lines.append(f"{pad}#pragma omp simd")
-            elif s.kind == "serial" and isinstance(s.body, Store) and not s.body.indices:
+            elif s.kind == "serial" and isinstance(s.body, Store) and not s.body.indices \
+                    and isinstance(s.extent, int):
                 from .vector import VectorReduction
-                self.bounds[s.var] = (0, s.extent - 1)
+                self.bounds[s.var] = loop_range(s.extent, self.bounds)
                 done = VectorReduction(self, s, self.target.vector_lanes).emit(pad)
                 del self.bounds[s.var]
                 if done:
                     return
-            if s.kind == "unrolled":
+            if s.kind == "unrolled" and isinstance(s.extent, int):
                 self.lines.append(f"{pad}#pragma GCC unroll {min(s.extent, 64)}")
             self.serial_loop(s, ind)
 
@@ -435,8 +444,11 @@ class CFunctionPrinter(CStylePrinter):
                 self.stmt(s.body, ind)
             else:
                 self._declare(name, f"{ct}* restrict")
+                size = b.alloc_size
+                nbytes = size * itemsize(b.dtype) if isinstance(size, int) else \
+                    f"(size_t)({self.extent_text(size)}) * {itemsize(b.dtype)}"
                 self.lines.append(f"{pad}{ct}* restrict {name} = ({ct}*)ember_alloc("
-                                  f"{b.alloc_size * itemsize(b.dtype)});")
+                                  f"{nbytes});")
                 fail = "abort();" if self.in_outlined else "return -1;"
                 self.lines.append(f"{pad}if (!{name}) {fail}")
                 self.stmt(s.body, ind)
@@ -465,6 +477,12 @@ class CFunctionPrinter(CStylePrinter):
             const = "const " if k < n_in else ""
             params.append(f"{const}{c_type(b.dtype)}* restrict p{k}")
             self.decl[f"p{k}"] = f"{const}{c_type(b.dtype)}* restrict"
+        for k, s in enumerate(kernel_symbols(f)):  # symbolic dimensions: int64 arguments
+            self.keep.append(s)
+            self.namer.names[id(s)] = f"s{k}"
+            params.append(f"const int64_t s{k}")
+            self.decl[f"s{k}"] = "int64_t"
+            self.bounds[s] = (0, DEFAULT_MAX)
         self.fname = name
         self.lines += index_check_lines(f)
         self.stmt(f.body, 1)
@@ -483,11 +501,12 @@ def index_check_lines(func: PrimFunc) -> list[str]:
     out = []
     for chk in func.attrs.get("index_checks", ()):
         buf = func.params[chk["param"]]
-        n = 1
-        for d in buf.shape:
-            n *= int(d)
-        if n == 0:
+        n = buf.size
+        if isinstance(n, int) and n == 0:
             continue
+        if not isinstance(n, int):  # symbolic: printed over the symbol arguments (s<k>)
+            names = {id(s): f"s{k}" for k, s in enumerate(kernel_symbols(func))}
+            n = f"({_plain_c(n, names)})"
         b = chk["bounds"]
         p = f"p{chk['param']}"
         if len(b) == 1:
@@ -498,9 +517,31 @@ def index_check_lines(func: PrimFunc) -> list[str]:
             pre = (f"static const int64_t lo[{len(b)}] = {{{', '.join(f'{x}LL' for x, _ in b)}}}, "
                    f"hi[{len(b)}] = {{{', '.join(f'{y}LL' for _, y in b)}}}; ")
             cond = f"v < lo[i % {len(b)}] || v > hi[i % {len(b)}]"
-        out.append(f"  {{ {pre}for (int64_t i = 0; i < {n}LL; ++i) {{ int64_t v = (int64_t){p}[i]; "
+        lim = f"{n}LL" if isinstance(n, int) else n
+        out.append(f"  {{ {pre}for (int64_t i = 0; i < {lim}; ++i) {{ int64_t v = (int64_t){p}[i]; "
                    f"if ({cond}) return {STATUS_INDEX_OUT_OF_RANGE}; }} }}  /* {chk['what']} */")
     return out
+
+
+def kernel_symbols(func: PrimFunc) -> list:
+    """The symbols of a kernel with symbolic dimensions, in argument order: after the buffer
+    pointers, one ``const int64_t s<k>`` per name in ``func.attrs["symbols"]``."""
+    from ..tir.symbolic import Symbol
+    return [Symbol(n) for n in func.attrs.get("symbols", ())]
+
+
+def _plain_c(e, names: dict) -> str:
+    """C text of an integer dimension expression over named symbols (outside a printer)."""
+    from ..tir.symbolic import dim_str
+    if isinstance(e, Var):
+        return names[id(e)]
+    if isinstance(e, Const):
+        return f"{int(e.value)}LL"
+    if isinstance(e, BinOp) and e.op in ("add", "sub", "mul"):
+        op = {"add": "+", "sub": "-", "mul": "*"}[e.op]
+        return f"({_plain_c(e.a, names)} {op} {_plain_c(e.b, names)})"
+    raise LoweringError(f"index check over a tensor of size {dim_str(e)}: only + - * of "
+                        f"symbols are supported")
 
 
 def _np_dtype(dtype: str) -> str:

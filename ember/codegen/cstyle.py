@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import CodegenError, LoweringError
-from ..tir.arith import flat_index
+from ..tir.arith import flat_index, loop_range
 from ..tir.expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var)
 from ..tir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store
 
@@ -106,6 +106,11 @@ class CStylePrinter:
             return self.dialect.types[dtype]
         except KeyError:
             raise LoweringError(f"dtype {dtype} has no {self.dialect.name} type") from None
+
+    def extent_text(self, n) -> str:
+        """The text of a loop extent or size: an int, or a symbolic expression (over the
+        kernel's symbol arguments)."""
+        return self.expr(n) if isinstance(n, Expr) else str(n)
 
     def var_name(self, v: Var) -> str:
         """The printed name of loop/index variable ``v`` (``i<k>``)."""
@@ -241,9 +246,9 @@ class CStylePrinter:
         pad = "  " * ind
         v = self.var_name(s.var)
         self.lines.append(pad + self.dialect.loop.format(
-            v=v, n=str(s.extent),
+            v=v, n=self.extent_text(s.extent),
             t=self.type_name(self.dialect.index_dtype)))
-        self.bounds[s.var] = (0, s.extent - 1)
+        self.bounds[s.var] = loop_range(s.extent, self.bounds)
         self.stmt(s.body, ind + 1)
         del self.bounds[s.var]
         self.lines.append(f"{pad}}}")
@@ -265,7 +270,7 @@ class CStylePrinter:
         v = self.var_name(s.var)
         self.lines.append(f"{pad}{{")
         self.lines.append(f"{pad}  " + self.dialect.thread_decl.format(v=v, src=src))
-        self.bounds[s.var] = (0, s.extent - 1)
+        self.bounds[s.var] = loop_range(s.extent, self.bounds)
         if s.extent < launch:
             self.lines.append(f"{pad}  if ({v} < {s.extent}) {{")
             self.stmt(s.body, ind + 2)

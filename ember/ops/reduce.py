@@ -84,8 +84,15 @@ def _reduce_compute(kind):
             return red(x[tuple(src)], axis=list(rk.values()))
         y = te.compute(oshape, f, name=f"reduce_{kind}")
         if kind == "mean":
-            n = int(np.prod([x.shape[a] for a in axes]))
-            y = te.compute(oshape, lambda *i: y[i] / te.const(n, x.dtype), name="reduce_mean_div")
+            dims = [x.shape[a] for a in axes]
+            if all(isinstance(d, int) for d in dims):
+                n = te.const(int(np.prod(dims)), x.dtype)
+            else:  # a symbolic count (a mean over a symbolic axis): the kernel's argument
+                n = 1
+                for d in dims:
+                    n = d * n
+                n = te.cast(x.dtype, n)
+            y = te.compute(oshape, lambda *i: y[i] / n, name="reduce_mean_div")
         return [y]
     return compute
 

@@ -45,7 +45,9 @@ def check_guard(raw: np.ndarray, off: int, nbytes: int) -> int:
 class KernelFunction:
     """A compiled ``PrimFunc``: ``f(*arrays)`` runs it in place on C-contiguous arrays (inputs
     then outputs, of the parameters' shapes and dtypes), on the target's ``-num-threads``
-    (default: all online CPUs), set on the library before every call.
+    (default: all online CPUs), set on the library before every call. A kernel with symbolic
+    dimensions (``attrs["symbols"]``) takes any sizes: the symbols are bound from the arrays'
+    shapes and passed as its trailing ``int64`` arguments (one build serves every size).
 
     Raises (on call):
         InputError: wrong number, shape or dtype of arrays.
@@ -59,25 +61,44 @@ class KernelFunction:
         self.lib = load_library(build_library(self.source, self.target.mcpu))
         self._fn = getattr(self.lib, syms[0])
         self._fn.restype = ctypes.c_int32
-        self._fn.argtypes = [ctypes.c_void_p] * len(func.params)
+        self.symbols = list(func.attrs.get("symbols", ()))
+        self._fn.argtypes = [ctypes.c_void_p] * len(func.params) + \
+            [ctypes.c_int64] * len(self.symbols)
         # the thread count belongs to the library, and kernels of the same code share one
         # (content-hash cache): every call sets this kernel's (0: all online CPUs)
         self.num_threads = int(self.target.num_threads or 0)
         self._set_threads = thread_setter(self.lib)
 
+    def bind(self, shapes: Sequence[tuple]) -> dict:
+        """``{symbol: int}`` bound from the shapes of the arrays of one call (all parameters,
+        or the inputs only: ``tir.symbolic.bind_shapes``).
+
+        Raises:
+            ShapeMismatchError: shapes that contradict a symbol or a static dimension."""
+        from ..tir.symbolic import bind_shapes
+        ps = self.func.params
+        return bind_shapes([(p.name, p.shape) for p in ps[:len(shapes)]],
+                           {p.name: tuple(s) for p, s in zip(ps, shapes)})
+
+    def shape_of(self, param, env: dict) -> tuple:
+        """The concrete shape of buffer ``param`` for symbol values ``env``."""
+        from ..tir.symbolic import evaluate
+        return tuple(evaluate(d, env) for d in param.shape)
+
     def __call__(self, *arrays: np.ndarray) -> None:
         ps = self.func.params
         if len(arrays) != len(ps):
             raise InputError(f"{self.func.name} takes {len(ps)} arrays, got {len(arrays)}")
+        env = self.bind([a.shape for a in arrays]) if self.symbols else {}
         for k, (a, p) in enumerate(zip(arrays, ps)):
-            if tuple(a.shape) != tuple(p.shape) or a.dtype != np.dtype(p.dtype):
+            if tuple(a.shape) != self.shape_of(p, env) or a.dtype != np.dtype(p.dtype):
                 raise InputError(f"{self.func.name} argument {k}: expected {p.shape} {p.dtype}, "
                                  f"got {a.shape} {a.dtype}")
             if not a.flags.c_contiguous:
                 raise InputError(f"{self.func.name} argument {k} is not C-contiguous")
         if self._set_threads is not None:
             self._set_threads(self.num_threads)
-        rc = self._fn(*[a.ctypes.data for a in arrays])
+        rc = self._fn(*[a.ctypes.data for a in arrays], *[env[n] for n in self.symbols])
         if rc != 0:
             raise EmberError(f"kernel {self.func.name} failed with code {rc}")
 
@@ -100,7 +121,9 @@ class KernelFunction:
                              f"{n_in}")
         orig = [np.ascontiguousarray(x) for x in inputs]
         args = [guarded_copy(x) for x in orig]
-        args += [guarded_copy(np.zeros(p.shape, p.dtype)) for p in self.func.params[n_in:]]
+        env = self.bind([x.shape for x in orig]) if self.symbols else {}
+        args += [guarded_copy(np.zeros(self.shape_of(p, env), p.dtype))
+                 for p in self.func.params[n_in:]]
         self(*[v for _, v, _ in args])
         for k, (raw, view, off) in enumerate(args):
             bad = check_guard(raw, off, view.nbytes)

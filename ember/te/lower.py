@@ -25,6 +25,7 @@ from ..tir.expr import Call, Expr, Load, Reduce, Select, Var, binop
 # operator's float16/bfloat16 result is then the same whether or not it was fused
 ROUNDED_DTYPES = ("float16", "bfloat16")
 from ..tir.stmt import Allocate, Block, Buffer, For, PrimFunc, Store, seq
+from ..tir.symbolic import symbols_of
 from .tensor import ComputeOp, PlaceholderOp, Tensor, index_check_attrs
 
 
@@ -145,6 +146,9 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main", num_outputs: in
         body = Allocate(ws, body)
     body = simplify_stmt(body)
     attrs = {"num_inputs": len(inputs), "num_outputs": num_outputs}
+    symbols = symbols_of(d for t in args for d in t.shape)
+    if symbols:  # symbolic dimensions: the kernel takes their values as int64 arguments
+        attrs["symbols"] = symbols
     checks = index_check_attrs([c for t in stages for c in t.checks],
                                lambda x: next((j for j, a in enumerate(inputs) if a is x), None))
     if checks:

@@ -13,8 +13,8 @@ import itertools
 from typing import Any, Callable, Sequence
 
 from ..errors import LoweringError
-from ..tir.expr import (Call, Expr, IterVar, Load, Reduce, Select, as_expr, binop, cast,
-                        is_float)
+from ..tir.expr import (Call, Expr, IterVar, Load, Reduce, Select, as_expr, as_extent, binop,
+                        cast, is_float)
 
 _names = itertools.count()
 
@@ -81,7 +81,7 @@ class Tensor:
     """A tensor of ``shape`` (tuple of ints) and ``dtype``; index it to read an element."""
 
     def __init__(self, shape: Sequence[int], dtype: str, name: str, op: Operation):
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(as_extent(s) for s in shape)  # ints, or symbolic int64 expressions
         self.dtype = dtype
         self.name = name
         self.op = op

@@ -151,6 +151,14 @@ def interval(e: Expr, bounds: Bounds) -> tuple[float, float]:
     return (-INF, INF)
 
 
+def loop_range(extent, bounds: Bounds) -> tuple:
+    """Inclusive ``(0, extent - 1)`` range of a loop variable; for a symbolic extent the upper
+    end is the extent's interval upper bound minus one (``inf`` when unbounded)."""
+    if isinstance(extent, Expr):
+        return (0, interval(extent, bounds)[1] - 1)
+    return (0, extent - 1)
+
+
 def prove(cond: Expr, bounds: Bounds) -> bool | None:
     """``True``/``False`` when ``cond`` is decided for every point in ``bounds``, else ``None``."""
     if isinstance(cond, Const):
@@ -386,9 +394,9 @@ def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt:
     dropped."""
     bounds = dict(bounds or {})
     if isinstance(s, For):
-        if s.extent == 1:
+        if isinstance(s.extent, int) and s.extent == 1:
             return simplify_stmt(substitute_stmt(s.body, {s.var: Const(0, s.var.dtype)}), bounds)
-        bounds[s.var] = (0, s.extent - 1)
+        bounds[s.var] = loop_range(s.extent, bounds)
         return For(s.var, s.extent, simplify_stmt(s.body, bounds), s.kind, dict(s.annotations))
     if isinstance(s, Store):
         return Store(s.buffer, tuple(simplify(i, bounds) for i in s.indices), simplify(s.value, bounds))
@@ -414,7 +422,7 @@ def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt:
         ib = dict(bounds)
         for iv, b in zip(s.iter_vars, binds):
             lo, hi = interval(b, bounds)
-            ib[iv.var] = (max(lo, 0), min(hi, iv.extent - 1))
+            ib[iv.var] = (max(lo, 0), min(hi, loop_range(iv.extent, bounds)[1]))
         return Block(s.name, list(s.iter_vars), binds, simplify_stmt(s.body, ib),
                      simplify_stmt(s.init, ib) if s.init is not None else None, pred,
                      dict(s.annotations))
@@ -612,5 +620,6 @@ def flat_index(buf: Buffer, indices, bounds: Bounds | None = None) -> Expr:
         indices = [binop("sub", i, o) for i, o in zip(indices, buf.origin)]
     flat: Expr = Const(0, "int64")
     for i, st in zip(indices, buf.elem_strides()):
-        flat = binop("add", flat, binop("mul", i, Const(st, "int64")))
+        flat = binop("add", flat, binop("mul", i, st if isinstance(st, Expr) else
+                                        Const(st, "int64")))
     return canonical(flat, bounds)

@@ -184,12 +184,28 @@ class AddressOf(Expr):
         self.dtype = "handle"
 
 
+def as_extent(n: Any):
+    """A loop extent or buffer dimension: an ``int``, or an ``int64`` expression over symbols
+    (a symbolic dimension, ``ember.tir.symbolic``) kept as is."""
+    if isinstance(n, Expr) and not isinstance(n, Const):
+        return n
+    if isinstance(n, Const):
+        return int(n.value)
+    return int(n)
+
+
+def is_static_extent(n: Any) -> bool:
+    """True for an ``int`` extent (not a symbolic one)."""
+    return not isinstance(n, Expr)
+
+
 class IterVar(Expr):
-    """A loop axis: ``var`` ranges over ``[0, extent)``; ``kind`` is ``"spatial"`` or ``"reduce"``."""
+    """A loop axis: ``var`` ranges over ``[0, extent)``; ``kind`` is ``"spatial"`` or ``"reduce"``.
+    ``extent`` is an ``int`` or a symbolic ``int64`` expression."""
 
     def __init__(self, extent: int, name: str, kind: str = "spatial"):
         self.var = Var(name)
-        self.extent = int(extent)
+        self.extent = as_extent(extent)
         self.kind = kind
         self.dtype = self.var.dtype
 

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .expr import Expr, IterVar, Var
+from .expr import Expr, IterVar, Var, as_extent, is_static_extent
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
@@ -53,10 +53,10 @@ class Buffer:
     def __init__(self, name: str, shape: Sequence[int], dtype: str, scope: str = "global",
                  strides: Sequence[int] | None = None, origin: Sequence | None = None):
         self.name = name
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(as_extent(s) for s in shape)  # ints, or symbolic int64 expressions
         self.dtype = dtype
         self.scope = scope
-        self.strides = tuple(int(s) for s in strides) if strides is not None else None
+        self.strides = tuple(as_extent(s) for s in strides) if strides is not None else None
         self.origin = tuple(origin) if origin is not None else None
         self.uid = next(Buffer._ids)
 
@@ -80,7 +80,12 @@ class Buffer:
 
     @property
     def size(self) -> int:
-        """Number of elements."""
+        """Number of elements (an expression when the shape is symbolic)."""
+        if any(not is_static_extent(d) for d in self.shape):
+            out = 1
+            for d in self.shape:
+                out = out * d
+            return out
         return int(np.prod(self.shape)) if self.shape else 1
 
     def __repr__(self):

@@ -8,7 +8,8 @@ the unscheduled lowering produces) or runs under ``if (all reduce iterators == 0
 
 from __future__ import annotations
 
-from .arith import (collect_unique, flat_index, linear_terms, map_accesses, prove, simplify,
+from .arith import (collect_unique, flat_index, linear_terms, loop_range, map_accesses, prove,
+                    simplify,
                     simplify_stmt, stmt_children, stmt_exprs, substitute, substitute_stmt,
                     walk_stmt)
 from .expr import AddressOf, BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var, binop
@@ -219,7 +220,7 @@ def _resolve(e: Expr, vmap: dict, bounds: dict) -> Expr:
 def _resolve_stmt(s: Stmt, vmap: dict, bounds: dict) -> Stmt:
     if isinstance(s, For):
         return For(s.var, s.extent, _resolve_stmt(s.body, vmap,
-                                                   {**bounds, s.var: (0, s.extent - 1)}),
+                                                   {**bounds, s.var: loop_range(s.extent, bounds)}),
                    s.kind, dict(s.annotations))
     if isinstance(s, Store):
         return Store(s.buffer, tuple(substitute(i, vmap) for i in s.indices),
@@ -271,8 +272,8 @@ def _map_compound(s: Stmt, fn) -> Stmt:
 
 def _expand(s: Stmt, bounds: dict) -> Stmt:
     if isinstance(s, For):
-        inner_bounds = {**bounds, s.var: (0, s.extent - 1)}
-        if s.kind == "unrolled" and s.extent <= MAX_EXPAND and _decides(s.body, s.var):
+        inner_bounds = {**bounds, s.var: loop_range(s.extent, bounds)}
+        if s.kind == "unrolled" and isinstance(s.extent, int) and s.extent <= MAX_EXPAND and _decides(s.body, s.var):
             copies = []
             for k in range(s.extent):
                 c = _resolve_stmt(s.body, {s.var: Const(k, s.var.dtype)}, bounds)
@@ -322,9 +323,10 @@ def _partition_ranges(f: For, bounds: dict) -> list | None:
     """``[(lo, hi), ...]`` covering ``[0, f.extent)`` on each of which every bounds check of
     ``f.var`` (``_cond_atoms``) is constant, when that takes 2..``MAX_PARTITION_PARTS``
     ranges; else ``None``."""
-    if f.kind != "serial" or not 1 < f.extent <= MAX_PARTITION_EXTENT:
+    if f.kind != "serial" or not isinstance(f.extent, int) or \
+            not 1 < f.extent <= MAX_PARTITION_EXTENT:
         return None
-    if any(isinstance(x, For) and (x.extent > MAX_PARTITION_BODY or x.kind == "parallel")
+    if any(isinstance(x, For) and (not isinstance(x.extent, int) or x.extent > MAX_PARTITION_BODY or x.kind == "parallel")
            for x in walk_stmt(f.body)):
         return None
     atoms = _cond_atoms(f.body, f.var)
@@ -347,7 +349,7 @@ def _partition_ranges(f: For, bounds: dict) -> list | None:
 
 def _partition(s: Stmt, bounds: dict) -> Stmt:
     if isinstance(s, For):
-        inner = {**bounds, s.var: (0, s.extent - 1)}
+        inner = {**bounds, s.var: loop_range(s.extent, bounds)}
         body = _partition(s.body, inner)
         f = s if body is s.body else For(s.var, s.extent, body, s.kind, dict(s.annotations))
         ranges = _partition_ranges(f, bounds)
@@ -453,7 +455,7 @@ def _pair_call(k: KernelCall, v: Var):
 def _paired(f: For) -> Stmt | None:
     """The row-group form of loop ``f`` (see ``row_groups``), or ``None`` when it does not
     qualify."""
-    if f.kind != "serial" or f.extent < 2:
+    if f.kind != "serial" or not isinstance(f.extent, int) or f.extent < 2:
         return None
     if isinstance(f.body, KernelCall):
         return _paired_in_place(f)

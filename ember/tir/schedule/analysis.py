@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from ...errors import ScheduleError
-from ..arith import (collect, collect_unique, interval, map_accesses, simplify, stmt_children,
+from ..arith import (collect, collect_unique, interval, loop_range, map_accesses, simplify, stmt_children,
                      stmt_exprs, substitute, walk_stmt)
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Unary, Var, binop
 from ..stmt import Allocate, Block, Buffer, For, KernelCall, Seq, Stmt, Store
@@ -235,7 +235,7 @@ def region(index_tuples: Iterable[tuple], inner: Sequence[For], shape: Sequence[
         # fall back: a constant interval over all loops
         bounds = dict(outer_bounds)
         for f in inner:
-            bounds[f.var] = (0, f.extent - 1)
+            bounds[f.var] = loop_range(f.extent, bounds)
         los, his = [], []
         for t in tuples:
             lo, hi = interval(t[d], bounds)
@@ -267,7 +267,7 @@ def _vars(e: Expr) -> list[Var]:
 
 def loop_bounds(path: Sequence[Stmt]) -> dict:
     """``{var: (0, extent - 1)}`` for the loops on ``path``."""
-    return {s.var: (0, s.extent - 1) for s in path if isinstance(s, For)}
+    return {s.var: loop_range(s.extent, {}) for s in path if isinstance(s, For)}
 
 
 # rewriting buffers ----------------------------------------------------------------------------
@@ -387,4 +387,6 @@ def verify_well_formed(func) -> str | None:
                     return r
         return None
 
-    return go(func.body, set(), set(params))
+    from ..symbolic import Symbol
+    symbols = {id(Symbol(n)) for n in func.attrs.get("symbols", ())}  # kernel arguments
+    return go(func.body, symbols, set(params))

@@ -6,7 +6,7 @@ its ``origin``)."""
 from __future__ import annotations
 
 from ...errors import ScheduleError
-from ..arith import interval, map_accesses, post_order, simplify, substitute, walk_stmt
+from ..arith import INF, interval, map_accesses, post_order, prove, simplify, substitute, walk_stmt
 from ..expr import Const, Expr, IterVar, Load, Var, binop
 from ..stmt import Allocate, Block, Buffer, For, KernelCall, Seq, Stmt, Store, seq
 from .analysis import (block_access_indices, block_reads, block_writes, blocks_in,
@@ -74,7 +74,10 @@ def _build_nest(blk: Block, spatial_dims, reduce_full=True, prim="compute_at"):
             lo, hi = interval(e, {**_BOUNDS.get(), v: (0, ext - 1)})
             if lo < 0:
                 conds.append(binop("ge", e, Const(0, "int64")))
-            if hi > iv.extent - 1:
+            if isinstance(iv.extent, Expr):  # symbolic: kept unless the region proves it
+                if not _below_symbolic(e, v, ext, iv.extent):
+                    conds.append(binop("lt", e, iv.extent))
+            elif hi > iv.extent - 1:
                 conds.append(binop("lt", e, Const(iv.extent, "int64")))
         else:
             loops.append((v, iv.extent))
@@ -93,11 +96,24 @@ def _build_nest(blk: Block, spatial_dims, reduce_full=True, prim="compute_at"):
     return s
 
 
+def _below_symbolic(e, v, ext, extent) -> bool:
+    """True when index ``e`` (``base + v``, ``v`` in ``[0, ext)``) is provably below the
+    symbolic ``extent``: a one-point region at an enclosing loop variable whose loop has that
+    very extent (a per-row stage computed at its row loop)."""
+    from ..symbolic import dims_equal
+    if ext != 1:
+        return False
+    base = simplify(substitute(e, {v: Const(0, "int64")}))
+    loop_ext = _BOUNDS.extents.get(id(base)) if isinstance(base, Var) else None
+    return loop_ext is not None and isinstance(loop_ext, Expr) and dims_equal(loop_ext, extent)
+
+
 class _Bounds:
     """Bounds of the loops enclosing the insertion point (set while building a nest)."""
 
     def __init__(self):
         self.value = {}
+        self.extents = {}  # id(loop var) -> extent of the enclosing loops (symbolic ones)
 
     def get(self):
         return self.value
@@ -211,6 +227,7 @@ def compute_at(sch, block: str, loop) -> None:
     sp = [iv for iv in blk.iter_vars if iv.kind == "spatial"]
     reg = _union_region(tuples, [iv.extent for iv in sp], outer_bounds)
     _BOUNDS.value = outer_bounds
+    _BOUNDS.extents = {id(x.var): x.extent for x in lpath if isinstance(x, For)}
     new_nest = _build_nest(blk, [(iv, base, ext) for iv, (base, ext) in zip(sp, reg)])
     check_in_scope(sch.body, _without(new_nest, buf), lpath, where)
     body = replace_node(sch.body, nest, Seq([]))
@@ -310,6 +327,7 @@ def reverse_compute_at(sch, block: str, loop) -> None:
     outer_bounds = loop_bounds(lpath)
     reg = _union_region(tuples, [iv.extent for iv in dim_iv], outer_bounds)
     _BOUNDS.value = outer_bounds
+    _BOUNDS.extents = {id(x.var): x.extent for x in lpath if isinstance(x, For)}
     new_nest = _build_nest(blk, [(iv, base, ext) for iv, (base, ext) in zip(dim_iv, reg)])
     check_in_scope(sch.body, _without(new_nest, buf), lpath, where)
     body = replace_node(sch.body, nest, Seq([]))

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from ...errors import ScheduleError
 from ..arith import substitute_stmt, walk_stmt
-from ..expr import Const, Var, binop
+from ..expr import Const, Expr, Var, binop
 from ..stmt import Allocate, Block, For, KernelCall, Stmt
 from .analysis import blocks_in, loop_vars_used, replace_node
 
@@ -67,6 +67,11 @@ def _add_predicate(s: Stmt, cond) -> Stmt:
     return s
 
 
+def _const(n):
+    """An extent as an ``int64`` expression (a symbolic one as is)."""
+    return n if isinstance(n, Expr) else Const(n, "int64")
+
+
 def fuse(sch, loops) -> object:
     """Implementation of ``Schedule.fuse`` on ``sch`` (rewrites ``sch.body`` in place;
     ``Schedule.fuse`` records it and restores the function if this raises).
@@ -93,10 +98,10 @@ def fuse(sch, loops) -> object:
     v = Var("_".join(f.var.name for f in fs) + "_f")
     vmap = {}
     inner = 1
-    for f in reversed(fs):
-        e = binop("floordiv", v, Const(inner, "int64")) if inner > 1 else v
+    for f in reversed(fs):  # extents may be symbolic (int64 expressions)
+        e = v if isinstance(inner, int) and inner == 1 else binop("floordiv", v, _const(inner))
         if f is not fs[0]:
-            e = binop("floormod", e, Const(f.extent, "int64"))
+            e = binop("floormod", e, _const(f.extent))
         vmap[f.var] = e
         inner *= f.extent
     new = For(v, total, substitute_stmt(fs[-1].body, vmap))

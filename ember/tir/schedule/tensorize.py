@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 
 from ...errors import ScheduleError
-from ..arith import linear_terms, simplify, substitute
+from ..arith import linear_terms, loop_range, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var
 from ..stmt import Block, For, KernelCall
 from .analysis import replace_node
@@ -227,7 +227,7 @@ def tensorize(sch, loop, intrin: str) -> None:
         raise ScheduleError(f"{where}: operand dtypes ({la.dtype}, {lb.dtype} -> "
                             f"{st.buffer.dtype}) do not match the intrinsic's {dtype}")
     vmap = {iv.var: b for iv, b in zip(blk.iter_vars, blk.bindings)}
-    bounds = {c.var: (0, c.extent - 1) for c in list(path) + chain if isinstance(c, For)}
+    bounds = {c.var: loop_range(c.extent, {}) for c in list(path) + chain if isinstance(c, For)}
     cidx = tuple(simplify(substitute(i, vmap), bounds) for i in st.indices)
     aidx = tuple(simplify(substitute(i, vmap), bounds) for i in la.indices)
     bidx = tuple(simplify(substitute(i, vmap), bounds) for i in lb.indices)

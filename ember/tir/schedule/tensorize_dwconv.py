@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 
 from ...errors import ScheduleError
-from ..arith import flat_index, linear_terms, simplify, substitute
+from ..arith import flat_index, linear_terms, loop_range, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Select
 from ..stmt import Block, For, KernelCall
 
@@ -107,7 +107,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         raise ScheduleError(f"{where}: operand dtypes ({lx.dtype}, {lw.dtype} -> "
                             f"{st.buffer.dtype}) are not {dtype}")
     vmap = {iv.var: b for iv, b in zip(blk.iter_vars, blk.bindings)}
-    bounds = {c.var: (0, c.extent - 1) for c in list(path) + chain if isinstance(c, For)}
+    bounds = {c.var: loop_range(c.extent, {}) for c in list(path) + chain if isinstance(c, For)}
     zero = {c.var: Const(0, "int64") for c in chain if c.extent == 1}
 
     def norm(e):

@@ -42,8 +42,12 @@ def _spatial_for_all(loop: For) -> bool:
 
 
 def _work(loop: For) -> int:
+    """Elements of the perfect nest under ``loop``; a symbolic extent (a dynamic dimension such
+    as the token count) counts as enough work to run in parallel."""
     n, s = 1, loop
     while isinstance(s, For):
+        if not isinstance(s.extent, int):
+            return max(n, MIN_PARALLEL_WORK)
         n *= s.extent
         s = s.body
     return n
@@ -80,6 +84,8 @@ def _parallelize(sch: Schedule, nest: For) -> None:
         if lp.kind != "serial" or not _spatial_for_all(lp):
             break
         take.append(lp)
+        if not isinstance(lp.extent, int):  # a symbolic extent: assumed long enough
+            break
         ext *= lp.extent
         if ext >= MIN_PARALLEL:
             break
@@ -109,6 +115,8 @@ def _vectorize_innermost(sch: Schedule, nest: For, target: Target) -> None:
         last = b.iter_vars[-1] if b.iter_vars else None
         if last is None or not (isinstance(b.bindings[-1], Var) and b.bindings[-1] is f.var):
             continue
+        if not isinstance(f.extent, int):
+            continue  # a symbolic innermost loop: the C compiler's omp simd
         try:
             if f.extent > 4 * lanes and f.extent % lanes == 0:
                 _, inner = sch.split(loops[-1], [None, lanes])

@@ -56,7 +56,7 @@ def _plan(func: PrimFunc):
     row = 1
     for d in oshape[kept:]:
         row *= d
-    if row < MIN_ROW:
+    if isinstance(row, int) and row < MIN_ROW:  # a symbolic row: assumed long
         return None
     if not any(any(r is w[0] for r in block_reads(out)) for w in rbufs):
         return None
@@ -93,16 +93,17 @@ def row_reduction_rule(func: PrimFunc, target: Target) -> Schedule | None:
         sch.compute_at(b.name, par)
         if b.init is None:  # an elementwise row stage (softmax's exp): vectorize its row
             lp = sch.get_loops(b.name)[-1]
-            if sch.find_loop(lp, "row reduction rule")[0].extent >= target.vector_lanes:
+            ext = sch.find_loop(lp, "row reduction rule")[0].extent
+            if isinstance(ext, int) and ext >= target.vector_lanes:
                 sch.vectorize(lp)
     last = sch.get_loops(out.name)[-1]
     f, _ = sch.find_loop(last, "row reduction rule")
-    if f.extent >= target.vector_lanes:
+    if isinstance(f.extent, int) and f.extent >= target.vector_lanes:
         sch.vectorize(last)
     total = 1
     for d in func.params[-1].shape:
         total *= d
-    if total >= MIN_PARALLEL_WORK:
+    if not isinstance(total, int) or total >= MIN_PARALLEL_WORK:  # symbolic rows: parallel
         sch.parallel(par)
     finish_generic(sch, target, skip={out.name} | {b.name for b in stages})
     return sch

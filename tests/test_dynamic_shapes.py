@@ -140,6 +140,8 @@ SF_CASES = [
                                                 "strides": [1, 1]}),
     ("strided_slice", [("batch", "seq", 8)], ["float32"],
      {"begin": [0, 1, 0], "end": [B, S, 8], "strides": [1, 2, 1]}),
+    ("nn.attention", [("batch", 4, "seq", 8), ("batch", 2, "seq", 8), ("batch", 2, "seq", 8)],
+     ["float32"] * 3, {"causal": 1}),
 ]
 
 

@@ -98,3 +98,36 @@ def sym_shape(shape) -> str:
     """Text of a shape with symbolic dims (``(batch, (seq + 1), 64)``)."""
     from ..graph.ir import shape_str
     return shape_str(shape)
+
+
+@register_shape_func("nn.attention")
+def attention_shape(types, attrs):
+    """``nn.attention`` (ONNX Attention-23; docs/transformers.md) on 4-D ``q (B, H, S, D)``,
+    ``k (B, Hkv, T, D)``, ``v (B, Hkv, T, Dv)`` (optional mask, nonpad): ``(B, H, S, Dv)``
+    and, for ``qk_mode >= 0``, the ``(B, H, S, T)`` scores. Symbolic ``B``, ``S``, ``T`` must
+    agree between the inputs by normal form; the head counts must be static when they differ.
+
+    Raises:
+        ShapeMismatchError: wrong ranks, inputs that do not agree, or query heads that are not
+            a multiple of the key/value heads."""
+    n = 3 + (1 if attrs["has_mask"] else 0) + (1 if attrs["has_nonpad"] else 0)
+    if len(types) != n:
+        raise ShapeMismatchError(f"nn.attention: expected {n} inputs, got {len(types)}")
+    q, k, v = types[:3]
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ShapeMismatchError(f"nn.attention: q, k, v must be 4-D, got {sym_shape(q.shape)}, "
+                                 f"{sym_shape(k.shape)}, {sym_shape(v.shape)}")
+    b, h, s, d = q.shape
+    _, hkv, t, dk = k.shape
+    if not (same_dim(k.shape[0], b) and same_dim(v.shape[0], b) and same_dim(v.shape[1], hkv)
+            and same_dim(v.shape[2], t) and same_dim(dk, d)):
+        raise ShapeMismatchError(f"nn.attention: k {sym_shape(k.shape)} / v {sym_shape(v.shape)} "
+                                 f"do not match q {sym_shape(q.shape)}")
+    if not same_dim(h, hkv) and not (isinstance(h, int) and isinstance(hkv, int)
+                                     and hkv >= 1 and h % hkv == 0):
+        raise ShapeMismatchError(f"nn.attention: query heads {sym.dim_str(h)} are not a "
+                                 f"multiple of the key/value heads {sym.dim_str(hkv)}")
+    out = [TensorType((b, h, s, v.shape[3]), "float32")]
+    if int(attrs["qk_mode"]) >= 0:
+        out.append(TensorType((b, h, s, t), "float32"))
+    return out

@@ -273,8 +273,6 @@ def slice_(ctx, node):
         ShapeMismatchError: lists of different lengths, or a step of 0.
         RuntimeValueError: a slice parameter only known at run time."""
     x = node.input(0)
-    shape = x.type.shape
-    nd = len(shape)
     if node.opset < 10:
         starts, ends = node.attr("starts"), node.attr("ends")
         axes, steps = node.attr("axes"), None
@@ -283,37 +281,14 @@ def slice_(ctx, node):
         ends = _const_input(ctx, node, 2, "ends")
         axes = _const_input(ctx, node, 3, "axes")
         steps = _const_input(ctx, node, 4, "steps")
-    if x.type.symbols or any(sym.is_symbolic(v) for v in
-                             np.asarray(starts, dtype=object).reshape(-1).tolist()
-                             + np.asarray(ends, dtype=object).reshape(-1).tolist()):
-        return _slice_symbolic(ctx, x, starts, ends, axes, steps)
-    starts = [int(v) for v in np.asarray(starts).reshape(-1)]
-    ends = [int(v) for v in np.asarray(ends).reshape(-1)]
-    axes = list(range(len(starts))) if axes is None else \
-        [normalize_axis(int(a), nd) for a in np.asarray(axes).reshape(-1)]
-    steps = [1] * len(starts) if steps is None else [int(v) for v in np.asarray(steps).reshape(-1)]
-    if not (len(starts) == len(ends) == len(axes) == len(steps)):
-        raise ShapeMismatchError("Slice: starts, ends, axes and steps differ in length")
-    begin, end, stride = [0] * nd, list(shape), [1] * nd
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        d = shape[a]
-        if st == 0:
-            raise ShapeMismatchError("Slice: step 0")
-        s = s + d if s < 0 else s
-        e = e + d if e < 0 else e
-        if st > 0:
-            s, e = min(max(s, 0), d), min(max(e, 0), d)
-        else:
-            s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
-        begin[a], end[a], stride[a] = s, e, st
-    if all(b == 0 and e == d and st == 1 for b, e, st, d in zip(begin, end, stride, shape)):
-        return [x]
-    return [ctx.call("strided_slice", [x], {"begin": begin, "end": end, "strides": stride})]
+    return _slice_clamped(ctx, x, starts, ends, axes, steps)
 
 
-def _slice_symbolic(ctx, x, starts, ends, axes, steps):
-    """Slice with symbolic axis sizes or bounds: the ONNX clamping as ``min``/``max`` of
-    dimension expressions, decided by the symbols' bounds where they prove it."""
+def _slice_clamped(ctx, x, starts, ends, axes, steps):
+    """The ``strided_slice`` of ONNX Slice: negative starts/ends count from the end, then are
+    clamped into the axis (``[0, d]``, or ``[-1, d - 1]`` for ends of a negative step). With
+    symbolic axis sizes or bounds the clamping is ``min``/``max`` of dimension expressions,
+    decided by the symbols' bounds where they prove it; static ones fold to ints."""
     shape = x.type.shape
     nd = len(shape)
     b_ = ctx.symbol_bounds

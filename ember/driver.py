@@ -96,12 +96,25 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
                                                       else f"output{k}")
         outputs.append({"name": name, "slot": s})
     arena_slots = sorted(first)
-    offsets, total = plan_memory([((nbytes or _nbytes)(slots[s]), first[s], last[s])
-                                  for s in arena_slots], align=align)
+    symbolic = _symbolic_slots(slots, inputs)
+    if symbolic:  # sizes known per run: the runtime places the slots (runtime.symbolic_run)
+        offsets, total = [None] * len(arena_slots), 0
+    else:
+        offsets, total = plan_memory([((nbytes or _nbytes)(slots[s]), first[s], last[s])
+                                      for s in arena_slots], align=align)
     for s, off in zip(arena_slots, offsets):
         slots[s]["offset"] = off
     plan = {"inputs": inputs, "outputs": outputs, "slots": slots, "steps": steps,
             "arena_bytes": total}
+    if symbolic:
+        plan["symbols"] = {n: list(b) for n, b in func.attrs.get("symbol_bounds", {}).items()}
+        for n in symbolic:
+            plan["symbols"].setdefault(n, [0, None])
+        plan["lifetimes"] = [[s, first[s], last[s]] for s in arena_slots]
+        if kernels is not None:
+            for st, k in zip(steps, kernels):
+                if k.attrs.get("symbols"):
+                    st["symbols"] = list(k.attrs["symbols"])
     used = {slots[a]["param"] for st in steps for a in st["args"]} | \
         {slots[o["slot"]]["param"] for o in outputs}
     for s in slots:  # weights only their packed copies use are dropped
@@ -109,6 +122,17 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
             s["kind"], s["param"] = "unused", None
     bound = {k: v for k, v in bound.items() if k in used}
     return plan, bound
+
+
+def _symbolic_slots(slots: list, inputs: list) -> list[str]:
+    """The symbols of a plan's slot shapes (sorted; none for a static plan); symbolic dims are
+    written as their text (``"(batch * seq)"``) so the plan stays JSON."""
+    from .tir.symbolic import dim_str, is_symbolic, symbols_of
+    names = sorted({n for s in slots for n in symbols_of(s["shape"])})
+    if names:
+        for s in list(slots) + list(inputs):
+            s["shape"] = [dim_str(d) if is_symbolic(d) else int(d) for d in s["shape"]]
+    return names
 
 
 def _packed_args(kernel, args: list, slots: list, bound: dict) -> list:
@@ -275,7 +299,8 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
         k.attrs["constant_params"] = constant_args(b, params)
     keys = [structural_key(k) for k in kernels]  # equal programs: counted and scheduled once
     flop_of: dict[str, int] = {}
-    flops = [flop_of[key] if key in flop_of else flop_of.setdefault(key, count_flops(k))
+    flops = [None if k.attrs.get("symbols") else  # symbolic kernels: no static FLOP count
+             flop_of[key] if key in flop_of else flop_of.setdefault(key, count_flops(k))
              for key, k in zip(keys, kernels)]
     tuned = apply_best_schedules(kernels, target)  # tuning records, when a context is active
     ctx = PassContext.current()
@@ -292,11 +317,13 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
                            "passes_s": t_passes - t0, "lower_s": t_lower - t_passes}, t0)
     units, symbols = generate_c_units(kernels, target, _num_units(len(kernels)))
     plan, bound = _plan(func, params, symbols, output_names, kernels)
+    symbolic = bool(plan.get("symbols"))
     for st, fl in zip(plan["steps"], flops):
-        st["flops"] = fl
-        st["bytes"] = sum(_nbytes(plan["slots"][a]) for a in st["args"])
-    units[0] += "\n" + generate_aot_entry(plan)
-    plan["aot"] = AOT_SYMBOL
+        st["flops"] = fl if not symbolic else None
+        st["bytes"] = sum(_nbytes(plan["slots"][a]) for a in st["args"]) if not symbolic else None
+    if not symbolic:  # a symbolic plan runs kernel by kernel with the run's sizes
+        units[0] += "\n" + generate_aot_entry(plan)
+        plan["aot"] = AOT_SYMBOL
     source = "\n".join(f"/* ---- translation unit {i} of {len(units)} ---- */\n{u}"
                         for i, u in enumerate(units)) if len(units) > 1 else units[0]
     t_codegen = time.perf_counter()
@@ -305,7 +332,10 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     info = {"num_bindings": num_imported, "num_kernels": len(kernels), "opt_level": ctx.opt_level,
             "passes_s": t_passes - t0,
             "num_unique_kernels": len(set(symbols)), "arena_bytes": plan["arena_bytes"],
-            "lower_s": t_lower - t_passes, "codegen_s": t_codegen - t_lower, "cc_s": t_cc - t_codegen}
+            "lower_s": t_lower - t_passes, "codegen_s": t_codegen - t_lower, "cc_s": t_cc - t_codegen,
+            "compile_count": 1}
+    if symbolic:
+        info["symbols"] = dict(plan["symbols"])
     bound = _bind_weights(plan, bound)
     model = CompiledModel(lib, plan, bound, mod.text(), str(target), info, source,
                           target.num_threads)
@@ -394,7 +424,7 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
             shapes: Mapping[str, Sequence[int]] | None = None, executor: str = "auto", *,
             quantize: str | None = None, calibration=None, calibrate: str = "minmax",
             per_channel: bool = True, skip: Sequence[str] = (),
-            example_inputs=None, dynamic_shapes=None):
+            example_inputs=None, dynamic_shapes=None, dynamic=None):
     """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) to a runnable model.
 
     Example::
@@ -421,6 +451,12 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     ``per_channel``, ``skip``), then int8 kernels; ``info["quantization"]`` reports it
     (``ember.quant.onnx_qdq.compile_quantized``, docs/quantization.md). Static executor only.
 
+    ``dynamic``: ``True`` or ``{symbol: (lo, hi)}`` compiles once for symbolic dimensions
+    (``from_onnx(..., dynamic=)``; docs/dynamic_shapes.md): the model then runs any sizes
+    within the bounds without compiling again (``info["compile_count"]`` stays 1); inputs
+    that contradict a symbol or its bounds raise ``ShapeMismatchError``. ``shapes=`` entries
+    naming symbols (``("batch", "seq")``) do the same for those inputs. Static executor.
+
     A ``torch.nn.Module`` (or ``torch.jit.ScriptModule``) is compiled by the PyTorch frontend
     with ``example_inputs=(x, ...)`` fixing its input shapes (``dynamic_shapes`` is not
     supported yet and raises ``ShapeMismatchError``); see ``docs/torch.md``.
@@ -440,6 +476,8 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         from .quant.onnx_qdq import compile_quantized
         return compile_quantized(model, target, shapes, quantize, calibration, calibrate,
                                  per_channel, skip)
+    if dynamic is not None or _names_symbols(shapes):
+        return _compile_static(model, target, shapes, dynamic)
     if executor == "static":
         return _compile_static(model, target, shapes)
     if executor == "staged":
@@ -532,7 +570,13 @@ def _file_stamp(model):
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _compile_static(model, target, shapes) -> CompiledModel:
+def _names_symbols(shapes) -> bool:
+    """True when a ``shapes=`` entry gives a dimension by symbol name."""
+    return bool(shapes) and any(isinstance(d, str) for s in shapes.values()
+                                if not isinstance(s, (str, bytes)) for d in s)
+
+
+def _compile_static(model, target, shapes, dynamic=None) -> CompiledModel:
     from . import compile_cache
     from .frontend.onnx import from_onnx, load_model
     t0 = time.perf_counter()
@@ -546,8 +590,8 @@ def _compile_static(model, target, shapes) -> CompiledModel:
                                   target, shapes, PassContext.current())
     if key is not None and stamp != _file_stamp(model):
         key = None  # the file changed while it was read: its hash may not be what was compiled
-    if target.is_gpu or target.is_npu:
-        key = None  # the compiled-model cache stores CPU artifacts only
+    if target.is_gpu or target.is_npu or dynamic is not None or _names_symbols(shapes):
+        key = None  # the compiled-model cache stores static CPU artifacts only
     if key is not None:
         from .frontend.converters.random import has_unseeded_random
         if has_unseeded_random(proto):
@@ -562,7 +606,7 @@ def _compile_static(model, target, shapes) -> CompiledModel:
             if isinstance(model, (str, os.PathLike)):
                 cached.info["model"] = os.fspath(model)
             return cached
-    mod, params = from_onnx(proto, shapes=shapes)
+    mod, params = from_onnx(proto, shapes=shapes, dynamic=dynamic)
     del proto  # its weights are in ``params`` now: one copy fewer at build's peak
     t1 = time.perf_counter()
     compiled = build(mod, target, params, _consume_params=True)

@@ -141,6 +141,10 @@ def check_plan(plan: dict, params: Mapping[str, np.ndarray], lib=None) -> None:
         arena = int(plan["arena_bytes"])
         slots = plan["slots"]
         for k, s in enumerate(slots):
+            if any(isinstance(d, str) for d in s["shape"]):  # symbolic: placed at each run
+                if s["kind"] == "param":
+                    raise ArtifactError(f"weight slot {k} has a symbolic shape {s['shape']}")
+                continue
             n = int(np.prod(s["shape"], dtype=np.int64))
             if s["kind"] == "arena":
                 nbytes = n * _dtype(s["dtype"]).itemsize
@@ -215,7 +219,9 @@ class GraphExecutor:
         self._ptr: list[int | None] = []
         base = self.arena.ctypes.data
         for s in plan["slots"]:
-            if s["kind"] == "arena":
+            if s["kind"] == "arena" and s["offset"] is None:  # symbolic: placed at each run
+                self._ptr.append(None)
+            elif s["kind"] == "arena":
                 self._ptr.append(base + int(s["offset"]))
             elif s["kind"] == "param":
                 arr = self._params[s["param"]]
@@ -246,6 +252,13 @@ class GraphExecutor:
         # source (a view of the arena, a parameter, or an input)
         self._input_checks = [(d["name"], _dtype(d["dtype"]), tuple(d["shape"]))
                               for d in self.input_specs]
+        from .symbolic_run import SymbolicRunner, is_symbolic_plan
+        self.symbolic = SymbolicRunner(self) if is_symbolic_plan(plan) else None
+        if self.symbolic is not None:
+            self.use_aot = False
+            self._out_src = []
+            self._ext_inputs = []
+            return
         self._out_src = [self._output_source(o["slot"]) for o in self.output_specs]
         self._ext_inputs: list = [None] * len(self.input_specs)  # addresses in the AOT table
 
@@ -334,6 +347,11 @@ class GraphExecutor:
         Raises:
             InputError: a missing/unknown input or a wrong shape or dtype.
         """
+        if self.symbolic is not None:  # symbolic dimensions: sizes bound per run
+            from .symbolic_run import bind_symbolic_inputs
+            arrays = bind_symbolic_inputs(self.input_specs, inputs)
+            with self._run_lock:
+                return self.symbolic.run(arrays)
         arrays = self._bind_inputs(inputs)
         with self._run_lock:
             return self._run_locked(arrays)

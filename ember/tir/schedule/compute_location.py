@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...errors import ScheduleError
 from ..arith import INF, interval, map_accesses, post_order, prove, simplify, substitute, walk_stmt
-from ..expr import Const, Expr, IterVar, Load, Var, binop
+from ..expr import BinOp, Const, Expr, IterVar, Load, Var, binop
 from ..stmt import Allocate, Block, Buffer, For, KernelCall, Seq, Stmt, Store, seq
 from .analysis import (block_access_indices, block_reads, block_writes, blocks_in,
                        check_in_scope, exclusive_nest, find_path, loop_bounds, preorder_index, prune, region,
@@ -72,13 +72,16 @@ def _build_nest(blk: Block, spatial_dims, reduce_full=True, prim="compute_at"):
             e = simplify(binop("add", base, v))
             binds.append(e)
             lo, hi = interval(e, {**_BOUNDS.get(), v: (0, ext - 1)})
-            if lo < 0:
-                conds.append(binop("ge", e, Const(0, "int64")))
             if isinstance(iv.extent, Expr):  # symbolic: kept unless the region proves it
                 if not _below_symbolic(e, v, ext, iv.extent):
+                    if lo < 0:
+                        conds.append(binop("ge", e, Const(0, "int64")))
                     conds.append(binop("lt", e, iv.extent))
-            elif hi > iv.extent - 1:
-                conds.append(binop("lt", e, Const(iv.extent, "int64")))
+            else:
+                if lo < 0:
+                    conds.append(binop("ge", e, Const(0, "int64")))
+                if hi > iv.extent - 1:
+                    conds.append(binop("lt", e, Const(iv.extent, "int64")))
         else:
             loops.append((v, iv.extent))
             binds.append(v)
@@ -97,15 +100,37 @@ def _build_nest(blk: Block, spatial_dims, reduce_full=True, prim="compute_at"):
 
 
 def _below_symbolic(e, v, ext, extent) -> bool:
-    """True when index ``e`` (``base + v``, ``v`` in ``[0, ext)``) is provably below the
-    symbolic ``extent``: a one-point region at an enclosing loop variable whose loop has that
-    very extent (a per-row stage computed at its row loop)."""
-    from ..symbolic import dims_equal
+    """True when index ``e`` (``base + v``, ``v`` in ``[0, ext)``) is provably in
+    ``[0, extent)`` for a symbolic ``extent``: a one-point region whose index is an enclosing
+    loop's variable of that very extent, or a part of a fused loop's variable
+    (``floordiv(L, inner)`` with the loop's extent ``extent * inner``, ``floormod(.., extent)``)
+    -- the forms ``fuse`` writes. Inside the loop its extent is positive, so the divisors are."""
     if ext != 1:
         return False
     base = simplify(substitute(e, {v: Const(0, "int64")}))
-    loop_ext = _BOUNDS.extents.get(id(base)) if isinstance(base, Var) else None
-    return loop_ext is not None and isinstance(loop_ext, Expr) and dims_equal(loop_ext, extent)
+    return _in_range(base, extent)
+
+
+def _in_range(e, extent) -> bool:
+    from ..symbolic import as_dim, dims_equal, prod
+    if isinstance(e, Var):
+        loop_ext = _BOUNDS.extents.get(id(e))
+        return loop_ext is not None and dims_equal(loop_ext, extent)
+    if isinstance(e, BinOp) and e.op == "floormod":
+        return dims_equal(e.b, extent) and _nonneg(e.a)
+    if isinstance(e, BinOp) and e.op == "floordiv":
+        # floordiv(x, c) < n when x < n * c
+        return _nonneg(e.a) and _in_range(e.a, as_dim(prod([extent, e.b])))
+    return False
+
+
+def _nonneg(e) -> bool:
+    """``e >= 0`` for loop variables and their floor divisions/moduli by positive divisors."""
+    if isinstance(e, Var):
+        return id(e) in _BOUNDS.extents
+    if isinstance(e, BinOp) and e.op in ("floordiv", "floormod"):
+        return _nonneg(e.a)
+    return False
 
 
 class _Bounds:

@@ -8,7 +8,8 @@ compiled statically for that shape (``shapes=``), and onnxruntime on the dynamic
 peer row, timed paired and interleaved (A B A B ...) on a noisy shared host; and the first run
 at a new shape against the steady state at that shape.
 
-    python bench/dynamic_shapes.py [--repeat 15] [--out bench/results/dynamic_shapes.json]
+    python bench/dynamic_shapes.py [--repeat 15] [--target "llvm -num-threads=1"]
+                                   [--out bench/results/dynamic_shapes.json]
 
 Models: one pre-LN transformer layer (d=64, 4 heads, FFN 256, vocabulary 100, 128
 positions), token ids in, hidden states out; the decoder adds GPT-2's causal mask (a
@@ -96,20 +97,26 @@ def _paired(fns: dict, inputs, repeat: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--target", default="llvm -num-threads=1",
+                    help="ember target of both compiles (one thread: steadier on a shared host)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "dynamic_shapes.json"))
     args = ap.parse_args(argv)
     import onnxruntime as ort
 
     import ember
     rng = np.random.default_rng(0)
-    results = {"host": platform.node(), "cpus": os.cpu_count(), "models": {}}
+    results = {"host": platform.node(), "cpus": os.cpu_count(), "target": args.target,
+               "repeat": args.repeat, "models": {}}
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in _models(tmp).items():
             t0 = time.perf_counter()
-            dyn = ember.compile(path, dynamic={"batch": (1, 8), "seq": (1, 128)})
+            dyn = ember.compile(path, args.target, dynamic={"batch": (1, 8), "seq": (1, 128)})
             compile_s = time.perf_counter() - t0
-            sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = so.inter_op_num_threads = 1 if "threads=1" in args.target \
+                else 0
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             rows = []
             for b, s in SHAPES:
                 ids = rng.integers(0, 100, (b, s)).astype(np.int64)
@@ -124,7 +131,7 @@ def main(argv=None) -> int:
             ok &= dyn.info["compile_count"] == 1
             # speed at one shape: dynamic vs a static compile for that shape vs onnxruntime
             b, s = SPEED_SHAPE
-            static = ember.compile(path, shapes={"ids": (b, s)})
+            static = ember.compile(path, args.target, shapes={"ids": (b, s)})
             ids = rng.integers(0, 100, (b, s)).astype(np.int64)
             med = _paired({"ember_dynamic": dyn.run, "ember_static": static.run,
                            "onnxruntime": lambda x: sess.run(None, x)}, {"ids": ids},

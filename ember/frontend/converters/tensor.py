@@ -24,31 +24,6 @@ def reshape_target(in_shape, shape, allowzero: bool) -> list:
     Dims may be symbolic (``ember.tir.symbolic``) in ``in_shape`` and ``shape``; a -1 is
     then the exact quotient of the element counts (``ShapeMismatchError`` when it is not
     provably whole)."""
-    if any(sym.is_symbolic(d) for d in list(in_shape) + list(np.asarray(shape, dtype=object)
-                                                              .reshape(-1))):
-        return _reshape_target_symbolic(in_shape, shape, allowzero)
-    out = []
-    for i, d in enumerate(int(v) for v in shape):
-        if d == 0 and not allowzero:
-            if i >= len(in_shape):
-                raise ShapeMismatchError(f"Reshape: 0 at position {i} but input rank is "
-                                         f"{len(in_shape)}")
-            out.append(in_shape[i])
-        else:
-            out.append(d)
-    if out.count(-1) > 1:
-        raise ShapeMismatchError(f"Reshape: more than one -1 in {list(shape)}")
-    if -1 in out:
-        known = int(np.prod([d for d in out if d != -1]))
-        total = int(np.prod(in_shape))
-        if known == 0 or total % known:
-            raise ShapeMismatchError(f"Reshape: cannot infer -1 reshaping {tuple(in_shape)} to "
-                                     f"{list(shape)}")
-        out[out.index(-1)] = total // known
-    return out
-
-
-def _reshape_target_symbolic(in_shape, shape, allowzero: bool) -> list:
     out = []
     for i, d in enumerate(sym.as_dim(v) for v in np.asarray(shape, dtype=object).reshape(-1)):
         if isinstance(d, int) and d == 0 and not allowzero:
@@ -64,11 +39,13 @@ def _reshape_target_symbolic(in_shape, shape, allowzero: bool) -> list:
     if holes:
         known = sym.prod(d for i, d in enumerate(out) if i != holes[0])
         total = sym.prod(in_shape)
-        q = sym.as_dim(sym.as_expr(total) // sym.as_expr(known))
-        if known == 0 or not sym.dims_equal(sym.prod([q, known]), total):
+        q = None if sym.dims_equal(known, 0) else \
+            sym.as_dim(sym.as_expr(total) // sym.as_expr(known))
+        if q is None or not sym.dims_equal(sym.prod([q, known]), total):
             raise ShapeMismatchError(f"Reshape: cannot infer -1 reshaping {shape_str(in_shape)} "
                                      f"to {shape_str(out)}: {sym.dim_str(total)} elements are "
-                                     f"not provably a multiple of {sym.dim_str(known)}")
+                                     f"not {'provably ' if sym.is_symbolic(total) else ''}a "
+                                     f"multiple of {sym.dim_str(known)}")
         out[holes[0]] = q
     return out
 

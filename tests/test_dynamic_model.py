@@ -73,3 +73,20 @@ def test_shapes_naming_symbols_compile_dynamically():
     for n in (1, 4):
         a = np.full((n, 3, 8), 0.5, np.float32)
         assert model.run({"a": a, "b": a})[0].shape == (n, 3, 6)
+
+
+def test_symbolic_model_saves_and_loads(tmp_path):
+    m = _two_input_model()
+    model = ember.compile(m, dynamic={"seq": (1, 16)})
+    path = tmp_path / "dyn.ember"
+    model.save(path)
+    back = ember.load(path)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    for s in (3, 9):
+        a = rng.standard_normal((2, s, 8)).astype(np.float32)
+        np.testing.assert_allclose(back.run({"a": a, "b": a})[0],
+                                   sess.run(None, {"a": a, "b": a})[0], rtol=1e-4, atol=1e-5)
+    big = np.ones((1, 20, 8), np.float32)
+    with pytest.raises(ShapeMismatchError, match=r"'seq' = 20.*\[1, 16\]"):
+        back.run({"a": big, "b": big})

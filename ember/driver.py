@@ -297,6 +297,8 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
     for k, b in zip(kernels, func.bindings):  # what a schedule may pack at compile time
         k.attrs["constant_params"] = constant_args(b, params)
+        if func.attrs.get("mixed_precision"):  # ToMixedPrecision ran (rules/cuda_tensorcore)
+            k.attrs["mixed_precision"] = func.attrs["mixed_precision"]
     keys = [structural_key(k) for k in kernels]  # equal programs: counted and scheduled once
     flop_of: dict[str, int] = {}
     flops = [None if k.attrs.get("symbols") else  # symbolic kernels: no static FLOP count

@@ -41,6 +41,17 @@ from .cstyle import Dialect
 
 CUDA_TYPES = {k: v for k, v in C_TYPES.items() if k not in EXT_DTYPES}
 CUDA_TYPES["float16"] = "__half"
+CUDA_TYPES["bfloat16"] = "__nv_bfloat16"
+
+#: the half-precision storage types: dtype -> (CUDA type, to float, from float (round to nearest
+#: even), the header that declares them)
+HALF_TYPES = {
+    "float16": ("__half", "__half2float", "__float2half_rn", "cuda_fp16"),
+    "bfloat16": ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn", "cuda_bf16"),
+}
+#: support code that is a header (``module_source`` puts them first)
+HEADERS = {"cuda_fp16": "#include <cuda_fp16.h>\n", "cuda_bf16": "#include <cuda_bf16.h>\n",
+           "mma": "#include <mma.h>\n"}
 
 CUDA_DIALECT = Dialect(
     name="cuda", kernel_prefix='extern "C" __global__ void', types=CUDA_TYPES,
@@ -119,8 +130,9 @@ class CUDAPrinter(CFunctionPrinter):
         if t is None:
             raise CodegenError(f"{self.where}: dtype {dtype} has no CUDA form yet (supported: "
                                f"{', '.join(CUDA_TYPES)})")
-        if dtype == "float16":
-            self.deps["cuda_fp16"] = "#include <cuda_fp16.h>\n"
+        if dtype in HALF_TYPES:
+            hdr = HALF_TYPES[dtype][3]
+            self.deps[hdr] = HEADERS[hdr]
         return t
 
     def _check(self, dtype: str) -> None:
@@ -133,27 +145,38 @@ class CUDAPrinter(CFunctionPrinter):
 
     def load(self, e: Load) -> str:
         text = self.access(e.src, e.indices)
-        if e.src.dtype == "float16":
-            self._check("float16")
-            return f"__half2float({text})"
+        if e.src.dtype in HALF_TYPES and not self._float_local(e.src):
+            self._check(e.src.dtype)
+            return f"{HALF_TYPES[e.src.dtype][1]}({text})"
         return text
 
     def store_value(self, s: Store, value: str) -> str:
-        if s.buffer.dtype == "float16":
-            self._check("float16")
-            return f"__float2half_rn({value})"
+        if s.buffer.dtype in HALF_TYPES:
+            if self._float_local(s.buffer):  # a float register holding the rounded value
+                return self._round_half(s.buffer.dtype, value)
+            self._check(s.buffer.dtype)
+            return f"{HALF_TYPES[s.buffer.dtype][2]}({value})"
         return value
 
+    @staticmethod
+    def _float_local(b) -> bool:
+        """A half-precision local scalar, kept as a ``float`` (``local_scalar_decl``)."""
+        return b.scope == "local" and not b.shape
+
+    def _round_half(self, dtype: str, value: str) -> str:
+        self._check(dtype)
+        _, to_f, from_f, _ = HALF_TYPES[dtype]
+        return f"{to_f}({from_f}((float)({value})))"
+
     def cast(self, e):
-        if e.dtype == "float16":  # the value rounded to half, kept as float in registers
-            self._check("float16")
-            return f"__half2float(__float2half_rn((float)({self.expr(e.value)})))"
+        if e.dtype in HALF_TYPES:  # the value rounded to half, kept as float in registers
+            return self._round_half(e.dtype, self.expr(e.value))
         self._check(e.dtype)
         return super().cast(e)
 
     def call(self, e):
-        if e.name == "round_dtype" and e.dtype == "float16":
-            return f"__half2float(__float2half_rn({self.expr(e.args[0])}))"
+        if e.name == "round_dtype" and e.dtype in HALF_TYPES:
+            return self._round_half(e.dtype, self.expr(e.args[0]))
         if e.name == "reinterpret":
             src, dst = e.args[0].dtype, e.dtype
             fn = f"ember_reinterpret_{src}_{dst}"
@@ -190,11 +213,14 @@ class CUDAPrinter(CFunctionPrinter):
         self.thread_loop(s, ind, self.dialect.thread_index[tag], self.launch_extent(tag))
 
     def shared_decl(self, b, name: str, t: str, pad: str) -> None:
-        self.lines.append(f"{pad}__shared__ {t} {name}[{b.alloc_size}];")
+        # tensor-core tiles (``rules/cuda_tensorcore``, names ending in ``_tc``): wmma's loads
+        # and stores need 256-bit aligned addresses
+        align = "__align__(32) " if b.name.endswith("_tc") else ""
+        self.lines.append(f"{pad}__shared__ {align}{t} {name}[{b.alloc_size}];")
         self.shared_bytes += b.alloc_size * itemsize(b.dtype)
 
     def local_scalar_decl(self, b, name: str, t: str) -> str:
-        return f"{'float' if b.dtype == 'float16' else t} {name};"
+        return f"{'float' if b.dtype in HALF_TYPES else t} {name};"
 
     def local_array_decl(self, b, name: str, t: str) -> str:
         return f"{t} {name}[{b.alloc_size}];"
@@ -203,6 +229,16 @@ class CUDAPrinter(CFunctionPrinter):
         if isinstance(s, Allocate):
             self.kernel_allocate(s, ind)
             return
+        if isinstance(s, KernelCall) and s.key and s.key[0] == "wmma":
+            from .cuda_wmma import wmma_source  # a tensor-core tile (rules/cuda_tensorcore.py)
+            if s.name not in self.deps:
+                self.deps["mma"] = HEADERS["mma"]
+                for dt in s.key[1:4]:
+                    self.type_name(dt)
+                self.deps[s.name] = wmma_source(s.name, s.key)
+            pad = "  " * ind
+            self.lines.append(f"{pad}{s.name}({', '.join(self.expr(a) for a in s.args)});")
+            return
         if isinstance(s, KernelCall):
             raise CodegenError(f"{self.where}: micro-kernel call {s.name} has no CUDA form (the "
                                f"operator's kernel is built of CPU micro-kernels, or a CPU "
@@ -210,7 +246,7 @@ class CUDAPrinter(CFunctionPrinter):
         raise CodegenError(f"{self.where}: statement {type(s).__name__} has no CUDA form")
 
     def access(self, buf, indices) -> str:
-        if buf.scope == "local" and not buf.shape and buf.dtype == "float16":
+        if buf.scope == "local" and not buf.shape and buf.dtype in HALF_TYPES:
             return self.buf_name(buf)  # a float accumulator (see local_scalar_decl)
         return super().access(buf, indices)
 
@@ -370,7 +406,7 @@ def module_source(kernels: list[CUDAKernel]) -> str:
     for k in kernels:
         deps.update(k.deps)
         seen.setdefault(k.name, k.source)
-    head = deps.pop("cuda_fp16", "")
+    head = "".join(deps.pop(h) for h in HEADERS if h in deps)
     return head + CUDA_PRELUDE + "".join(deps.values()) + "\n" + "\n".join(seen.values())
 
 

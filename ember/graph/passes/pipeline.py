@@ -50,7 +50,11 @@ PIPELINES: dict[str, list[str]] = {
 # steps in float32) and mixed precision (WGSL kernels are float32)
 PIPELINES["webgpu"] = [n for n in PIPELINES["llvm"] if n not in (
     "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision", "RealizeQnn")]
-PIPELINES["cuda"] = list(PIPELINES["webgpu"])
+# CUDA: the webgpu list plus ToMixedPrecision (opt-in: opt_level 4 or ``required_pass``, e.g.
+# ``ember.compile(m, target="nvidia/h200", quantize="fp16")``): float16 / bfloat16 storage that
+# the tensor-core rule (``rules/cuda_tensorcore.py``) computes with wmma
+PIPELINES["cuda"] = [n for n in PIPELINES["llvm"] if n not in (
+    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "RealizeQnn")]
 
 
 def pipeline_names(target="llvm") -> list[str]:

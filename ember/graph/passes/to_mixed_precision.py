@@ -104,7 +104,11 @@ def ToMixedPrecision(mod: IRModule, ctx, dtype: str | None = None, allow=None,
     allow = frozenset(allow if allow is not None else ctx.get_config(ALLOW_KEY, ALLOW))
     deny = frozenset(deny if deny is not None else ctx.get_config(DENY_KEY, DENY))
     out = IRModule(mod.functions)
-    out["main"] = mixed_precision_function(mod.main, low, allow, deny)
+    main = mixed_precision_function(mod.main, low, allow, deny)
+    # the float32 operands of the allowed operators now hold ``low`` values: GPU rules may
+    # compute them in ``low`` (rules/cuda_tensorcore.py reads it from the kernels' attrs)
+    main.attrs["mixed_precision"] = low
+    out["main"] = main
     return out
 
 

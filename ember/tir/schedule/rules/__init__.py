@@ -17,6 +17,7 @@ from ....target import Target
 from ...stmt import PrimFunc
 from ..schedule import Schedule
 from .attention import attention_rule
+from .cuda_tensorcore import cuda_tensorcore_rule
 from .depthwise import depthwise_rule
 from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
@@ -34,7 +35,7 @@ RULES: dict[str, list] = {
              row_reduction_rule, generic_rule],
     # GPU targets: docs/gpu.md, "Writing a GPU rule"
     "webgpu": [gpu_row_reduction_rule, gpu_fallback_rule],
-    "cuda": [gpu_row_reduction_rule, gpu_fallback_rule],
+    "cuda": [cuda_tensorcore_rule, gpu_row_reduction_rule, gpu_fallback_rule],
 }
 
 

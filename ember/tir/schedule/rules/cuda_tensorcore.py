@@ -1,0 +1,269 @@
+"""Tensor cores for float16 / bfloat16 GEMMs on CUDA (``cuda`` targets of arch sm_80 or newer).
+
+``cuda_tensorcore_rule`` schedules a kernel whose loop nest is a GEMM, ``C[b.., i, j] = sum_k
+A[b.., i, k] * B[b.., k, j]`` with any element strides (dense / ``nn.gemm`` with transposed
+weights, ``matmul``, batch matmul with broadcast operands), accumulated in float32, whose two
+operands are float16 or bfloat16 values:
+
+- loaded from float16 / bfloat16 tensors (ToMixedPrecision's weights and activations), or
+- float32 loads rounded to the low dtype by a cast in the kernel, or
+- float32 loads of a kernel the driver marked ``attrs["mixed_precision"] = low`` (a model
+  compiled with ToMixedPrecision: every operand of its GEMMs is rounded to ``low`` by its
+  producer, so the float32 tensor holds low-precision values exactly).
+
+The output is tiled into warp tiles of ``TM x TN = 16 fm x 16 fn`` (``fm = 2`` when ``M`` is a
+multiple of 32, else 1; ``fn`` likewise); ``M`` and ``N`` must be multiples of 16, ``K`` is
+any. Warp tiles (over the batch, ``M / TM`` and ``N / TN``) are spread over ``blockIdx.x`` and
+``threadIdx.y`` (up to ``WARPS`` warps per block), the warp's lanes are ``threadIdx.x`` (32).
+Each warp computes its tile with one ``wmma`` tensorize call (``KernelCall`` with key
+``("wmma", low, a_dtype, b_dtype, fm, fn)``, defined by ``ember.codegen.cuda_wmma``: 16x16x16
+fragments, float32 accumulators) into a float32 tile in shared memory, then its 32 lanes run
+the kernel's epilogue (bias, activation, the cast to the output dtype: the statements the
+fused kernel ran after its reduction) element by element from that tile, neighbouring lanes on
+neighbouring output columns. A nest that is not such a GEMM (a fused padding or other
+top-level nest) gets the GPU fallback's binding.
+
+Not applicable (``None``, the next rule runs): other targets and older archs, float32 GEMMs
+(no TF32: results stay comparable with the CPU's), ``M`` or ``N`` not a multiple of 16
+(batch-1 dense layers), more than one reduction loop (convolutions: implicit GEMM is not
+written yet), or a kernel with no GEMM nest.
+
+Reference: CUDA C++ Programming Guide, "Warp Matrix Functions"; the schedule structure
+(block tile -> warp tile -> fragment) follows the usual tensor-core GEMM decomposition
+(NVIDIA CUTLASS documentation, "Efficient GEMM in CUDA").
+"""
+
+from __future__ import annotations
+
+from ....errors import ScheduleError
+from ....target import Target
+from ...arith import flat_index, map_accesses, simplify, substitute, substitute_stmt
+from ...expr import AddressOf, BinOp, Call, Cast, Const, Load, Var, binop
+from ...stmt import Allocate, Block, Buffer, For, KernelCall, PrimFunc, Seq, Stmt, Store, seq
+from ..schedule import Schedule
+from ..tensorize import affine_coeffs
+from .generic import _top_nests
+from .gpu import DEFAULT_BLOCK, _spatial_chain, bind_spatial
+
+LOW_DTYPES = ("float16", "bfloat16")
+MIN_ARCH = 80   # bfloat16 fragments and the fp32-accumulating mma on every supported arch
+WARPS = 4       # warps per block at most
+LANES = 32
+F = 16          # fragment edge
+
+
+def arch_number(target: Target) -> int:
+    """The compute capability of a ``cuda`` target as an int (``sm_90`` -> 90)."""
+    try:
+        return int(str(target.attr("arch")).split("_")[1].rstrip("a"))
+    except (ValueError, IndexError, KeyError):
+        return 0
+
+
+def _operand(e, mixed: str | None):
+    """``(load, low dtype)`` of a GEMM operand: a ``Load`` under casts / roundings whose
+    value is a ``low``-precision number, else ``None``."""
+    low = None
+    while isinstance(e, (Cast, Call)):
+        if isinstance(e, Cast):
+            if e.dtype in LOW_DTYPES:
+                low = low or e.dtype
+            elif e.dtype != "float32":
+                return None
+            e = e.value
+        elif e.name == "round_dtype" and len(e.args) == 1:
+            if e.dtype in LOW_DTYPES:
+                low = low or e.dtype
+            e = e.args[0]
+        else:
+            return None
+    if not isinstance(e, Load):
+        return None
+    if e.src.dtype in LOW_DTYPES:
+        return e, e.src.dtype if low in (None, e.src.dtype) else None
+    if e.src.dtype == "float32":
+        low = low or mixed
+        return (e, low) if low in LOW_DTYPES else None
+    return None
+
+
+def _match(nest: For, mixed: str | None):
+    """The GEMM of top-level ``nest``: a dict of its parts, or ``None``."""
+    spatial = _spatial_chain(nest)
+    if not spatial:
+        return None
+    rest = spatial[-1].body
+    acc, tail = None, []
+    if isinstance(rest, Allocate):
+        b = rest.buffer
+        if b.scope != "local" or any(d != 1 for d in b.shape):
+            return None
+        acc, inner = b, rest.body
+        stmts = list(inner.stmts) if isinstance(inner, Seq) else [inner]
+        rest, tail = stmts[0], stmts[1:]
+    red = []
+    while isinstance(rest, For) and rest.kind == "serial":
+        red.append(rest)
+        rest = rest.body
+    if len(red) != 1 or not isinstance(rest, Block) or rest.init is None \
+            or rest.predicate is not None:
+        return None
+    blk = rest
+    st = blk.body
+    if not (isinstance(st, Store) and st.buffer.dtype == "float32"
+            and isinstance(st.value, BinOp) and st.value.op == "add"):
+        return None
+    if not (isinstance(blk.init, Store) and isinstance(blk.init.value, Const)
+            and blk.init.value.value == 0):
+        return None
+    a, b = st.value.a, st.value.b
+    if not (isinstance(a, Load) and a.src is st.buffer):
+        a, b = b, a
+    if not (isinstance(a, Load) and a.src is st.buffer):
+        return None
+    while isinstance(b, Cast) and b.dtype == "float32":
+        b = b.value
+    if not (isinstance(b, BinOp) and b.op == "mul"):
+        return None
+    oa, ob = _operand(b.a, mixed), _operand(b.b, mixed)
+    if oa is None or ob is None or oa[1] is None or oa[1] != ob[1]:
+        return None
+    if acc is not None and st.buffer is not acc:
+        return None
+    if acc is None and st.buffer.scope != "global":
+        return None
+    vmap = {iv.var: bd for iv, bd in zip(blk.iter_vars, blk.bindings)}
+    loops = spatial + red
+    ids = {id(lp.var) for lp in loops}
+    where = f"cuda_tensorcore_rule ({blk.name})"
+    try:
+        ca = affine_coeffs(flat_index(oa[0].src, [substitute(i, vmap) for i in oa[0].indices]),
+                           ids, where, "operand A")
+        cb = affine_coeffs(flat_index(ob[0].src, [substitute(i, vmap) for i in ob[0].indices]),
+                           ids, where, "operand B")
+    except ScheduleError:
+        return None
+    k = red[0]
+    if not ca.get(id(k.var)) or not cb.get(id(k.var)):
+        return None
+    m_c = [lp for lp in spatial if ca.get(id(lp.var)) and not cb.get(id(lp.var))]
+    n_c = [lp for lp in spatial if cb.get(id(lp.var)) and not ca.get(id(lp.var))]
+    if not m_c or not n_c:
+        return None
+    ml, nl = m_c[-1], n_c[-1]
+    if nl is not spatial[-1] and ml is spatial[-1]:  # A's rows innermost: swap the operands
+        oa, ob, ca, cb, ml, nl = ob, oa, cb, ca, nl, ml
+    batch = [lp for lp in spatial if lp is not ml and lp is not nl]
+    return dict(spatial=spatial, red=k, blk=blk, store=st, acc=acc, tail=tail, a=oa[0],
+                b=ob[0], low=oa[1], ca=ca, cb=cb, m=ml, n=nl, batch=batch, vmap=vmap)
+
+
+def _tile(g: dict, nest: For) -> Stmt:
+    """The tensor-core loop nest replacing ``nest`` (see the module doc)."""
+    ml, nl, k = g["m"], g["n"], g["red"]
+    M, N, K = ml.extent, nl.extent, k.extent
+    fm = 2 if M % (2 * F) == 0 else 1
+    fn = 2 if N % (2 * F) == 0 else 1
+    tm, tn = F * fm, F * fn
+    mt, nt = M // tm, N // tn
+    nb = 1
+    for lp in g["batch"]:
+        nb *= lp.extent
+    tiles = nb * mt * nt
+    warps = next(w for w in (WARPS, 2, 1) if tiles % w == 0)
+    low = g["low"]
+    bx, ty, tx, e = (Var(n, "int64") for n in ("tc_b", "tc_w", "tc_l", "tc_e"))
+    i64 = lambda v: Const(v, "int64")  # noqa: E731
+    t = binop("add", binop("mul", bx, i64(warps)), ty)
+    vals = {}
+    rest = binop("floordiv", t, i64(mt * nt))
+    for lp in reversed(g["batch"]):
+        vals[lp.var] = binop("floormod", rest, i64(lp.extent))
+        rest = binop("floordiv", rest, i64(lp.extent))
+    i0 = binop("mul", binop("floormod", binop("floordiv", t, i64(nt)), i64(mt)), i64(tm))
+    j0 = binop("mul", binop("floormod", t, i64(nt)), i64(tn))
+    ct = Buffer(f"{g['blk'].name}_ct_tc", (warps, tm * tn), "float32", scope="shared")
+    sa = Buffer(f"{g['blk'].name}_sa_tc", (warps, tm * F), low, scope="shared")
+    sb = Buffer(f"{g['blk'].name}_sb_tc", (warps, F * tn), low, scope="shared")
+    vm = g["vmap"]
+    origin = {**vals, ml.var: i0, nl.var: j0, k.var: i64(0)}
+
+    def addr(load):
+        return AddressOf(load.src, [simplify(substitute(substitute(i, vm), origin))
+                                    for i in load.indices])
+    a, b = g["a"], g["b"]
+    ca, cb = g["ca"], g["cb"]
+    call = KernelCall(
+        wmma_name(low, a.src.dtype, b.src.dtype, fm, fn),
+        [AddressOf(ct, [ty, i64(0)]), addr(a), i64(ca.get(id(ml.var), 0)),
+         i64(ca[id(k.var)]), addr(b), i64(cb[id(k.var)]), i64(cb.get(id(nl.var), 0)),
+         i64(K), AddressOf(sa, [ty, i64(0)]), AddressOf(sb, [ty, i64(0)])],
+        ("wmma", low, a.src.dtype, b.src.dtype, fm, fn), reads=[a.src, b.src], writes=[ct])
+    flat = binop("add", binop("mul", e, i64(LANES)), tx)
+    point = {**vals, ml.var: binop("add", i0, binop("floordiv", flat, i64(tn))),
+             nl.var: binop("add", j0, binop("floormod", flat, i64(tn)))}
+    tile_val = Load(ct, (ty, flat))
+    if g["acc"] is not None:  # the fused epilogue, reading the tile instead of the accumulator
+        acc = g["acc"]
+        epi = map_accesses(seq(g["tail"]) if g["tail"] else Seq([]),
+                           lambda buf, idx: (ct, (ty, flat)) if buf is acc and idx is not None
+                           else (buf, idx))
+        epi = substitute_stmt(epi, point)
+    else:
+        st = g["store"]
+        epi = Store(st.buffer, tuple(simplify(substitute(substitute(i, vm), point))
+                                     for i in st.indices), tile_val)
+    body = seq([call, For(e, tm * tn // LANES, epi)])
+    lanes = For(tx, LANES, body, "thread_binding", {"thread_tag": "threadIdx.x"})
+    inner = Allocate(ct, Allocate(sa, Allocate(sb, lanes)))
+    return For(bx, tiles // warps,
+               For(ty, warps, inner, "thread_binding", {"thread_tag": "threadIdx.y"}),
+               "thread_binding", {"thread_tag": "blockIdx.x"})
+
+
+SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+def wmma_name(low: str, a_dtype: str, b_dtype: str, fm: int, fn: int) -> str:
+    """The symbol of the ``wmma`` tile function for operands ``a_dtype`` / ``b_dtype``
+    converted to ``low`` and a warp tile of ``fm x fn`` fragments
+    (``ember.codegen.cuda_wmma`` defines it)."""
+    return f"ember_wmma_{SHORT[low]}_{SHORT[a_dtype]}{SHORT[b_dtype]}_{fm}x{fn}"
+
+
+def tensorcore_gemm(func: PrimFunc) -> list:
+    """The GEMM nests of ``func`` the rule would put on tensor cores, as ``(nest, parts)``."""
+    mixed = func.attrs.get("mixed_precision")
+    out = []
+    for nest in _top_nests(func.body):
+        g = _match(nest, mixed)
+        if g is not None and g["m"].extent % F == 0 and g["n"].extent % F == 0:
+            out.append((nest, g))
+    return out
+
+
+def cuda_tensorcore_rule(func: PrimFunc, target: Target) -> Schedule | None:
+    """Tensor-core schedule of a float16 / bfloat16 GEMM kernel (see the module doc); ``None``
+    when it does not apply."""
+    if target.kind != "cuda" or arch_number(target) < MIN_ARCH:
+        return None
+    found = tensorcore_gemm(func)
+    if not found:
+        return None
+    from ..analysis import replace_node
+    body = func.body
+    for nest, g in found:
+        body = replace_node(body, nest, _tile(g, nest))
+    sch = Schedule(PrimFunc(func.name, list(func.params), body, dict(func.attrs)))
+    done = {id(n) for n, _ in found}
+    block = min(DEFAULT_BLOCK, target.max_threads_per_block)
+    for nest in _top_nests(sch.body):
+        if nest.kind == "serial" and id(nest) not in done:
+            bind_spatial(sch, nest, block)
+    sch.func.attrs["tensor_cores"] = [
+        {"m": g["m"].extent, "n": g["n"].extent, "k": g["red"].extent, "dtype": g["low"]}
+        for _, g in found]
+    return sch
+
+
+__all__ = ["arch_number", "cuda_tensorcore_rule", "tensorcore_gemm", "wmma_name"]

@@ -411,6 +411,7 @@ def _build_cuda(mod, kernels, params, output_names, target, flops, info, t0):
              for n, v in bound.items()}
     info.update(num_kernels=len(kernels), num_unique_kernels=len(set(c.name for c in allk)),
                 num_launches=sum(len(s["kernels"]) for s in steps),
+                tensor_core_kernels=sum(1 for k in kernels if k.attrs.get("tensor_cores")),
                 arena_bytes=plan["arena_bytes"], archs=sorted(binary.cubins),
                 codegen_s=t_codegen - t0 - info["passes_s"] - info["lower_s"],
                 nvrtc_s=time.perf_counter() - t_codegen)
@@ -420,6 +421,22 @@ def _build_cuda(mod, kernels, params, output_names, target, flops, info, t0):
 
 
 EXECUTORS = ("auto", "static", "staged")
+#: ``compile(quantize=...)`` values that mean mixed precision, and their storage dtype
+MIXED_PRECISION = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16",
+                   "bfloat16": "bfloat16"}
+
+
+def _compile_mixed(model, target, shapes, executor, dtype: str):
+    """``compile`` under the current ``PassContext`` with ToMixedPrecision required in
+    ``dtype`` (its ``ToMixedPrecision.dtype``): GEMMs and convolutions store float16 /
+    bfloat16 and accumulate in float32, sensitive operators stay float32
+    (``graph/passes/to_mixed_precision.py``); on CUDA sm_80+ the GEMMs run on tensor cores."""
+    from .graph.passes import PassContext
+    ctx = PassContext.current()
+    with PassContext(ctx.opt_level, ctx.disabled_pass - {"ToMixedPrecision"},
+                     ctx.required_pass | {"ToMixedPrecision"}, ctx.instruments,
+                     {**ctx.config, "ToMixedPrecision.dtype": dtype}):
+        return compile(model, target, shapes, executor)
 
 
 def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public verb
@@ -452,6 +469,9 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     post-training quantization first (``ember.quantize``, the same keywords ``calibrate``,
     ``per_channel``, ``skip``), then int8 kernels; ``info["quantization"]`` reports it
     (``ember.quant.onnx_qdq.compile_quantized``, docs/quantization.md). Static executor only.
+    ``quantize="fp16"`` / ``"bf16"``: mixed precision (ToMixedPrecision: float16 / bfloat16
+    storage of GEMM and convolution operands, float32 accumulation; tensor cores on CUDA
+    sm_80+, docs/gpu.md); the inputs and outputs keep their dtypes.
 
     ``dynamic``: ``True`` or ``{symbol: (lo, hi)}`` compiles once for symbolic dimensions
     (``from_onnx(..., dynamic=)``; docs/dynamic_shapes.md): the model then runs any sizes
@@ -474,6 +494,8 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         return compile_module(model, example_inputs, target, dynamic_shapes)
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if quantize in MIXED_PRECISION:  # float16 / bfloat16 compute (ToMixedPrecision)
+        return _compile_mixed(model, target, shapes, executor, MIXED_PRECISION[quantize])
     if quantize is not None:
         from .quant.onnx_qdq import compile_quantized
         return compile_quantized(model, target, shapes, quantize, calibration, calibrate,

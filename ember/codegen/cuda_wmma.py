@@ -102,4 +102,34 @@ def wmma_source(name: str, key: tuple) -> str:
 """
 
 
-__all__ = ["FRAGMENT", "wmma_name", "wmma_source"]
+def _c_reference(name: str, b_dtype: str, fm: int, fn: int, *, low: str, a_dtype: str) -> str:
+    """The intrinsic's specification as plain C (the CPU check of the tensor-core schedule:
+    ``tests/test_cuda_tensorcore.py`` prints the scheduled kernel with its GPU loops serial
+    and runs it): the same tile, operands rounded to ``low`` (``_Float16``), float32 sums in
+    ``k`` order. ``sa`` / ``sb`` are unused."""
+    ct = {"float16": "_Float16", "float32": "float"}
+    tm, tn = FRAGMENT * fm, FRAGMENT * fn
+    return (f"static void {name}(float* restrict ct, const {ct[a_dtype]}* restrict a, "
+            f"int64_t sam, int64_t sak, const {ct[b_dtype]}* restrict b, int64_t sbk, "
+            f"int64_t sbn, int64_t K, _Float16* restrict sa, _Float16* restrict sb) {{\n"
+            f"  (void)sa; (void)sb;\n"
+            f"  for (int64_t r = 0; r < {tm}; ++r) for (int64_t c = 0; c < {tn}; ++c) {{\n"
+            f"    float s = 0;\n"
+            f"    for (int64_t k = 0; k < K; ++k) s += (float)(_Float16)a[r * sam + k * sak] * "
+            f"(float)(_Float16)b[k * sbk + c * sbn];\n"
+            f"    ct[r * {tn} + c] = s;\n  }}\n}}\n")
+
+
+def register_c_reference() -> None:
+    """Register ``_c_reference`` in the C micro-kernel registry (``ember.codegen.microkernel``)
+    for the float16 keys, so the C printer can print a tensor-core schedule for the CPU check.
+    Only that check calls this: a ``cuda`` build never prints its kernels as C."""
+    from functools import partial
+
+    from .microkernel import register_microkernel
+    for ta in ("float16", "float32"):
+        register_microkernel("wmma", "float16", ta)(partial(_c_reference, low="float16",
+                                                            a_dtype=ta))
+
+
+__all__ = ["FRAGMENT", "register_c_reference", "wmma_name", "wmma_source"]

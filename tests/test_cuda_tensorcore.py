@@ -115,6 +115,7 @@ def _scheduled_kernels(monkeypatch, model, quantize="fp16", target="nvidia/h200"
         seen.extend(out)
         return out
     monkeypatch.setattr(driver, "schedule_kernels", spy)
+    monkeypatch.setenv("EMBER_NO_MODEL_CACHE", "1")  # compile for real: the spy sees kernels
     cm = ember.compile(model, target=target, quantize=quantize)
     return cm, seen
 

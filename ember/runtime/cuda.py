@@ -232,14 +232,13 @@ class CUDAModel:
                                              _nbytes(slots[slot]), stream), "input copy")
         _ok(cu, cu.cuMemsetD8Async(cu.CUdeviceptr(base + self.status_at), 0,
                                    ALIGN * max(1, len(self.checked)), stream), "status reset")
+        launches = []  # (step, function, grid, block, parameter array), kept for profiling
         for name, grid, block, ptrs, k in self.launches(base):
-            pst = self.plan["steps"][k]
             vals = [np.array([p], np.uint64) for p in ptrs]
             args = np.array([v.ctypes.data for v in vals], np.uint64)
             keep += [vals, args]
-            _ok(cu, cu.cuLaunchKernel(funcs[name], *grid, *block, 0, stream, args.ctypes.data,
-                                      0),
-                f"launching the kernel of node {pst['name']} ({pst['op']})")
+            launches.append((k, funcs[name], grid, block, args))
+        self._launch_all(cu, stream, launches)
         for kind, slot, ho in hplace:
             if kind == "out" and _nbytes(slots[slot]):
                 _ok(cu, cu.cuMemcpyDtoHAsync(hptr + ho, cu.CUdeviceptr(base + self.where[slot]),
@@ -251,8 +250,74 @@ class CUDAModel:
         gexec = _ok(cu, cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         self._dev = {"cu": cu, "ctx": ctx, "module": module, "base": base, "stream": stream,
                      "graph": graph, "exec": gexec, "host": host, "hptr": hptr,
-                     "hplace": hplace, "status_h": status_h, "keep": keep}
+                     "hplace": hplace, "status_h": status_h, "keep": keep,
+                     "launches": launches}
         return self._dev
+
+    def _launch_all(self, cu, stream, launches, events=None) -> None:
+        """Launch ``launches`` on ``stream``, each plan step inside an NVTX range named after
+        its graph node (``node (op)``, domain ``ember``; ranges captured into the CUDA graph
+        label its kernels in Nsight Systems), and between its two CUDA events when
+        ``events`` (step -> (start, end)) is given."""
+        steps = self.plan["steps"]
+        i = 0
+        while i < len(launches):
+            k = launches[i][0]
+            pst = steps[k]
+            with _nvtx_range(f"{pst['name']} ({pst['op']})"):
+                if events is not None:
+                    _ok(cu, cu.cuEventRecord(events[k][0], stream), "cuEventRecord")
+                while i < len(launches) and launches[i][0] == k:
+                    _, fn, grid, block, args = launches[i]
+                    _ok(cu, cu.cuLaunchKernel(fn, *grid, *block, 0, stream, args.ctypes.data,
+                                              0),
+                        f"launching the kernel of node {pst['name']} ({pst['op']})")
+                    i += 1
+                if events is not None:
+                    _ok(cu, cu.cuEventRecord(events[k][1], stream), "cuEventRecord")
+
+    def timestamp_samples(self, inputs, repeat: int = 10, warmup: int = 2):
+        """Per-step GPU times from CUDA events: ``(samples, end_to_end_ms)`` where ``samples``
+        holds, per timed run, ``[(start_us, duration_us)]`` per plan step (start relative to
+        the first step's start event; a step's kernels launched directly on the stream
+        between its two events, inside its NVTX range) and ``end_to_end_ms`` the median
+        ``run`` time (the CUDA graph replay with the input and output copies). Used by
+        ``ember.runtime.profiler.profile`` (``ember profile --target cuda``).
+
+        Raises:
+            InputError: bad inputs (as ``run``).
+            DeviceError: no CUDA driver / no GPU, or a failed launch."""
+        import time
+        self._check_inputs(inputs)
+        d = self._open()
+        cu, stream = d["cu"], d["stream"]
+        _ok(cu, cu.cuCtxSetCurrent(d["ctx"]), "cuCtxSetCurrent")
+        steps = sorted({lk[0] for lk in d["launches"]})
+        events = {k: (_ok(cu, cu.cuEventCreate(0), "cuEventCreate"),
+                      _ok(cu, cu.cuEventCreate(0), "cuEventCreate")) for k in steps}
+        samples, e2e = [], []
+        try:
+            for it in range(warmup + repeat):
+                t0 = time.perf_counter()
+                self.run(inputs)  # the graph replay; leaves the inputs on the device
+                e2e.append((time.perf_counter() - t0) * 1e3)
+                self._launch_all(cu, stream, d["launches"], events)
+                _ok(cu, cu.cuStreamSynchronize(stream), "running the profiled kernels")
+                if it < warmup:
+                    continue
+                first = events[steps[0]][0] if steps else None
+                run = [(0.0, 0.0)] * len(self.plan["steps"])
+                for k in steps:
+                    st = _ok(cu, cu.cuEventElapsedTime(first, events[k][0]), "cuEventElapsedTime")
+                    du = _ok(cu, cu.cuEventElapsedTime(events[k][0], events[k][1]),
+                             "cuEventElapsedTime")
+                    run[k] = (float(st) * 1e3, float(du) * 1e3)
+                samples.append(run)
+        finally:
+            for a, b in events.values():
+                cu.cuEventDestroy(a)
+                cu.cuEventDestroy(b)
+        return samples, float(np.median(e2e[warmup:]))
 
     def run(self, inputs) -> list[np.ndarray]:
         """One inference on the GPU: ``{name: array}`` (or a list in input order) -> outputs.
@@ -348,6 +413,17 @@ def load_cuda_artifact(path) -> CUDAModel:
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError) as e:
         raise ArtifactError(f"{path} is not a readable ember CUDA artifact: "
                             f"{type(e).__name__}: {e}") from None
+
+
+def _nvtx_range(message: str):
+    """An NVTX range (the ``nvtx`` package, ember's ``cuda`` extra) in domain ``ember``, or a
+    no-op context when the package is not installed."""
+    try:
+        import nvtx
+    except ImportError:
+        import contextlib
+        return contextlib.nullcontext()
+    return nvtx.annotate(message, domain="ember")
 
 
 def _np_dtype(dtype: str):

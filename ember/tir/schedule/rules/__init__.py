@@ -17,7 +17,7 @@ from ....target import Target
 from ...stmt import PrimFunc
 from ..schedule import Schedule
 from .attention import attention_rule
-from .cuda_tensorcore import cuda_tensorcore_rule
+from .cuda_tensorcore import cuda_tensorcore_rule, tensorcore_knobs
 from .depthwise import depthwise_rule
 from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
@@ -64,7 +64,7 @@ def schedule_default(func: PrimFunc, target: "Target | str" = "llvm",
 
 # rules whose own decisions are tunable: rule name -> knobs(func, target) -> {knob: [values]}
 # with the rule's default decision first in every list (``gemm_rule`` documents the knobs)
-RULE_KNOBS: dict = {"gemm_rule": gemm_knobs}
+RULE_KNOBS: dict = {"gemm_rule": gemm_knobs, "cuda_tensorcore_rule": tensorcore_knobs}
 
 
 def rule_knobs(func: PrimFunc, target: "Target | str" = "llvm") -> "tuple[str, dict] | None":

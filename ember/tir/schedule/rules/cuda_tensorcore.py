@@ -47,7 +47,8 @@ from .gpu import DEFAULT_BLOCK, _spatial_chain, bind_spatial
 
 LOW_DTYPES = ("float16", "bfloat16")
 MIN_ARCH = 80   # bfloat16 fragments and the fp32-accumulating mma on every supported arch
-WARPS = 4       # warps per block at most
+WARPS = 4       # warps per block at most (untuned)
+MAX_FRAGMENTS = 8  # accumulator fragments per warp (8 floats per lane each)
 LANES = 32
 F = 16          # fragment edge
 
@@ -158,19 +159,39 @@ def _match(nest: For, mixed: str | None):
                 b=ob[0], low=oa[1], ca=ca, cb=cb, m=ml, n=nl, batch=batch, vmap=vmap)
 
 
-def _tile(g: dict, nest: For) -> Stmt:
-    """The tensor-core loop nest replacing ``nest`` (see the module doc)."""
-    ml, nl, k = g["m"], g["n"], g["red"]
-    M, N, K = ml.extent, nl.extent, k.extent
-    fm = 2 if M % (2 * F) == 0 else 1
-    fn = 2 if N % (2 * F) == 0 else 1
-    tm, tn = F * fm, F * fn
-    mt, nt = M // tm, N // tn
+def _tiles(g: dict, fm: int, fn: int) -> int:
     nb = 1
     for lp in g["batch"]:
         nb *= lp.extent
-    tiles = nb * mt * nt
-    warps = next(w for w in (WARPS, 2, 1) if tiles % w == 0)
+    return nb * (g["m"].extent // (F * fm)) * (g["n"].extent // (F * fn))
+
+
+def default_decision(g: dict) -> dict:
+    """The rule's untuned choice for GEMM ``g``: ``warp_tile`` ``[fm, fn]`` (2 where the
+    extent is a multiple of 32), ``warps`` per block (the most of 4, 2, 1 dividing the warp
+    tiles), ``unroll`` 0."""
+    fm = 2 if g["m"].extent % (2 * F) == 0 else 1
+    fn = 2 if g["n"].extent % (2 * F) == 0 else 1
+    tiles = _tiles(g, fm, fn)
+    return {"warp_tile": [fm, fn], "warps": next(w for w in (WARPS, 2, 1) if tiles % w == 0),
+            "unroll": 0}
+
+
+def _shared_bytes(g: dict, fm: int, fn: int, warps: int) -> int:
+    tm, tn = F * fm, F * fn
+    return warps * (tm * tn * 4 + (tm * F + F * tn) * 2)
+
+
+def _tile(g: dict, nest: For, d: dict) -> Stmt:
+    """The tensor-core loop nest replacing ``nest`` with decisions ``d`` (see
+    ``default_decision``)."""
+    ml, nl, k = g["m"], g["n"], g["red"]
+    M, N, K = ml.extent, nl.extent, k.extent
+    fm, fn = (int(x) for x in d["warp_tile"])
+    tm, tn = F * fm, F * fn
+    mt, nt = M // tm, N // tn
+    tiles = _tiles(g, fm, fn)
+    warps = int(d["warps"])
     low = g["low"]
     bx, ty, tx, e = (Var(n, "int64") for n in ("tc_b", "tc_w", "tc_l", "tc_e"))
     i64 = lambda v: Const(v, "int64")  # noqa: E731
@@ -213,7 +234,7 @@ def _tile(g: dict, nest: For) -> Stmt:
         st = g["store"]
         epi = Store(st.buffer, tuple(simplify(substitute(substitute(i, vm), point))
                                      for i in st.indices), tile_val)
-    body = seq([call, For(e, tm * tn // LANES, epi)])
+    body = seq([call, For(e, tm * tn // LANES, epi, "unrolled" if d.get("unroll") else "serial")])
     lanes = For(tx, LANES, body, "thread_binding", {"thread_tag": "threadIdx.x"})
     inner = Allocate(ct, Allocate(sa, Allocate(sb, lanes)))
     return For(bx, tiles // warps,
@@ -242,9 +263,52 @@ def tensorcore_gemm(func: PrimFunc) -> list:
     return out
 
 
-def cuda_tensorcore_rule(func: PrimFunc, target: Target) -> Schedule | None:
+def _check(g: dict, d: dict, target: Target) -> None:
+    fm, fn = (int(x) for x in d["warp_tile"])
+    w = int(d["warps"])
+    if fm not in (1, 2, 4) or fn not in (1, 2, 4) or fm * fn > MAX_FRAGMENTS \
+            or g["m"].extent % (F * fm) or g["n"].extent % (F * fn) \
+            or w < 1 or _tiles(g, fm, fn) % w or w * LANES > target.max_threads_per_block \
+            or _shared_bytes(g, fm, fn, w) > target.max_shared_memory_per_block:
+        raise ScheduleError(f"cuda_tensorcore_rule: configuration {d} does not fit the "
+                            f"{g['m'].extent}x{g['n'].extent} GEMM on {target}")
+
+
+def tensorcore_knobs(func: PrimFunc, target: Target) -> dict | None:
+    """The tuning space of ``cuda_tensorcore_rule`` on ``func`` (``RULE_KNOBS``): ``warp_tile``
+    (fragments per warp ``[fm, fn]``, at most ``MAX_FRAGMENTS``), ``warps`` per block (the
+    threads: 32 x warps) and ``unroll`` (the epilogue loop), each with the rule's default first;
+    ``None`` when the rule does not apply. Decided once for all the kernel's GEMM nests (the
+    first one's valid values)."""
+    if target.kind != "cuda" or arch_number(target) < MIN_ARCH:
+        return None
+    found = tensorcore_gemm(func)
+    if not found:
+        return None
+    g = found[0][1]
+    d0 = default_decision(g)
+    tiles, warps = [d0["warp_tile"]], [d0["warps"]]
+    for fm in (1, 2, 4):
+        for fn in (1, 2, 4):
+            try:
+                _check(g, {**d0, "warp_tile": [fm, fn], "warps": 1}, target)
+            except ScheduleError:
+                continue
+            if [fm, fn] not in tiles:
+                tiles.append([fm, fn])
+    for w in (1, 2, 4, 8):
+        if w not in warps and all(_tiles(g, *t) % w == 0 for t in tiles[:1]):
+            warps.append(w)
+    return {"warp_tile": tiles, "warps": warps, "unroll": [0, 1]}
+
+
+def cuda_tensorcore_rule(func: PrimFunc, target: Target, cfg: dict | None = None
+                         ) -> Schedule | None:
     """Tensor-core schedule of a float16 / bfloat16 GEMM kernel (see the module doc); ``None``
-    when it does not apply."""
+    when it does not apply. ``cfg`` overrides the decisions (``tensorcore_knobs``).
+
+    Raises:
+        ScheduleError: a ``cfg`` that does not fit the kernel or the target."""
     if target.kind != "cuda" or arch_number(target) < MIN_ARCH:
         return None
     found = tensorcore_gemm(func)
@@ -253,7 +317,10 @@ def cuda_tensorcore_rule(func: PrimFunc, target: Target) -> Schedule | None:
     from ..analysis import replace_node
     body = func.body
     for nest, g in found:
-        body = replace_node(body, nest, _tile(g, nest))
+        d = {**default_decision(g), **(cfg or {})}
+        if cfg:
+            _check(g, d, target)
+        body = replace_node(body, nest, _tile(g, nest, d))
     sch = Schedule(PrimFunc(func.name, list(func.params), body, dict(func.attrs)))
     done = {id(n) for n, _ in found}
     block = min(DEFAULT_BLOCK, target.max_threads_per_block)
@@ -266,4 +333,5 @@ def cuda_tensorcore_rule(func: PrimFunc, target: Target) -> Schedule | None:
     return sch
 
 
-__all__ = ["arch_number", "cuda_tensorcore_rule", "tensorcore_gemm", "wmma_name"]
+__all__ = ["arch_number", "cuda_tensorcore_rule", "default_decision", "tensorcore_gemm",
+           "tensorcore_knobs", "wmma_name"]

@@ -1,6 +1,7 @@
 """One prepared run on a machine with an NVIDIA GPU: ember's CUDA target checked and timed.
 
-    python bench/gpu.py OUT_DIR [--sections ops,models,latency] [--quick]
+    python bench/gpu.py OUT_DIR [--sections ops,models,latency,torch] [--quick]
+    python bench/gpu.py OUT_DIR --dry-run [--quick]    # any machine: compile only, no GPU
 
 Each section runs in its own process with a time limit, so one failing or hanging section
 does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and the run writes
@@ -8,11 +9,14 @@ does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and th
 
 - ``ops``: every registered operator's randomized CPU cases (``tests/op_cases.py``, 2 examples
   each) compiled for the GPU's tag and run on it against the NumPy reference.
-- ``models``: whole models on CUDA against onnxruntime CPU (rtol 1e-3, atol 1e-4): a BERT layer,
-  a GPT-2 layer, MobileNetV2 and ResNet-18 at 224, the nine ONNX light models.
+- ``models``: whole models on CUDA against onnxruntime CPU (float32: rtol 1e-3, atol 1e-4): a
+  BERT layer, a GPT-2 layer, MobileNetV2 and ResNet-18 at 224, the nine ONNX light models; the
+  BERT and GPT-2 layers also in float16 (``quantize="fp16"``: tensor-core GEMMs; rtol / atol
+  5e-2 against float32 onnxruntime) and their relative error reported.
 - ``latency``: batch-1 latency (median of ``run``, inputs and outputs copied each run, through
-  ``CUDAModel.benchmark``) of ResNet-50, BERT-base (seq 128) and a 6-camera ResNet-18 backbone
-  (6x3x256x704) in float32. ember has no float16 model conversion for CUDA yet.
+  ``CUDAModel.benchmark``; plus the per-kernel CUDA-event profile's top kernels) of ResNet-50,
+  BERT-base (seq 128) and a 6-camera ResNet-18 backbone (6x3x256x704), float32 and float16
+  (``quantize="fp16"``; convolutions get float16 storage but no tensor cores yet).
 - ``torch``: the same three in torch eager (cuDNN) and ``torch.compile(mode="max-autotune")``
   (torchvision / torch.nn equivalents: same architecture, random weights), fp32 and fp16,
   when torch with CUDA is importable (else the section fails, the others stand).
@@ -24,6 +28,12 @@ does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and th
 
 The target is the tag matching the GPU (``nvidia/h200`` for compute capability 9.0,
 ``nvidia/a100`` for 8.0, else ``cuda -arch=sm_XX``).
+
+``--dry-run`` (no GPU needed; ``--target`` default ``nvidia/h200``): every section compiles what
+it would run (operators, models, the latency models in float32 and float16) to PTX and cubins,
+records compile times, kernel counts, tensor-core kernels and the worst registers / spills per
+model, and runs nothing on a GPU; the torch section only checks that torch imports. It shows the
+script works before a GPU machine is spent on it.
 """
 
 from __future__ import annotations
@@ -59,6 +69,19 @@ def gpu_target() -> str:
 
 
 PARTIAL: list = []  # the section's partial-results file (one JSON line per case)
+DRY: list = []      # [True] under --dry-run: compile only
+
+
+def _build_info(cm) -> dict:
+    """Compile-side facts of a CUDA model: kernels, tensor-core kernels, worst registers and
+    spills over its kernels (ptxas, per arch)."""
+    out = {"num_kernels": cm.info.get("num_kernels"),
+           "tensor_core_kernels": cm.info.get("tensor_core_kernels"),
+           "compile_s": round(cm.info.get("compile_s", 0.0), 2)}
+    for arch, res in cm.binary.resources.items():
+        out[f"{arch}_max_registers"] = max((r.registers for r in res.values()), default=0)
+        out[f"{arch}_max_spill_bytes"] = max((r.spill_bytes for r in res.values()), default=0)
+    return out
 
 
 def _record(results: list, name: str, fn) -> None:
@@ -96,14 +119,24 @@ def section_ops(target: str, quick: bool) -> dict:
             @given(data=st.data())
             def check(data):
                 case = CASES[op](data.draw)
-                assert_matches_reference(op, case.inputs, case.attrs, rtol=case.rtol,
-                                         atol=case.atol, target=target)
+                if DRY:
+                    from ember.testing import op_module
+                    ember_compile_module(op_module(op, case.inputs, case.attrs), target)
+                else:
+                    assert_matches_reference(op, case.inputs, case.attrs, rtol=case.rtol,
+                                             atol=case.atol, target=target)
                 n["examples"] += 1
             check()
             return n
         _record(results, op, one)
     return {"target": target, "results": results,
             "passed": sum(r["ok"] for r in results), "total": len(results)}
+
+
+def ember_compile_module(mod, target):
+    """``ember.build`` of a graph module (the ops section's dry run)."""
+    import ember
+    return ember.build(mod, target)
 
 
 def _models(quick: bool):
@@ -114,10 +147,12 @@ def _models(quick: bool):
     rng = np.random.default_rng(0)
     img = lambda m, s=224: {m.graph.input[0].name: rng.standard_normal(  # noqa: E731
         (1, 3, s, s)).astype(np.float32)}
-    out = [("bert_layer", lambda: M.bert_encoder(num_layers=1, hidden=256, heads=4, seq=128),
-            lambda m: M.bert_inputs(m)),
-           ("gpt2_layer", lambda: gpt2_layer(seq=64, hidden=256, heads=4),
-            lambda m: {"x": rng.standard_normal((1, 64, 256)).astype(np.float32)}),
+    bert = (lambda: M.bert_encoder(num_layers=1, hidden=256, heads=4, seq=128),
+            lambda m: M.bert_inputs(m))
+    gpt2 = (lambda: gpt2_layer(seq=64, hidden=256, heads=4),
+            lambda m: {"x": rng.standard_normal((1, 64, 256)).astype(np.float32)})
+    out = [("bert_layer", *bert), ("gpt2_layer", *gpt2),
+           ("bert_layer/fp16", *bert), ("gpt2_layer/fp16", *gpt2),
            ("mobilenet_v2", lambda: M.mobilenet_v2(), img),
            ("resnet18", lambda: M.resnet18(), img)]
     if not quick:
@@ -133,21 +168,25 @@ def section_models(target: str, quick: bool) -> dict:
     import ember
     results = []
     for name, make, feeds_of in _models(quick):
-        def one(make=make, feeds_of=feeds_of):
+        def one(make=make, feeds_of=feeds_of, fp16=name.endswith("/fp16")):
             m = make()
+            cm = ember.compile(m, target=target, quantize="fp16" if fp16 else None)
+            info = _build_info(cm)
+            if DRY:
+                return info
             feeds = feeds_of(m)
             sess = ort.InferenceSession(m.SerializeToString(),
                                         providers=["CPUExecutionProvider"])
             want = sess.run(None, feeds)
-            t0 = time.perf_counter()
-            cm = ember.compile(m, target=target)
-            compile_s = time.perf_counter() - t0
             got = cm.run(feeds)
-            errs = []
+            errs, rel = [], []
+            tol = (5e-2, 5e-2) if fp16 else (1e-3, 1e-4)
             for g, w in zip(got, want):
-                np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
-                errs.append(float(np.max(np.abs(g.astype(np.float64) - w))) if g.size else 0.0)
-            return {"compile_s": round(compile_s, 2), "max_abs_err": errs,
+                np.testing.assert_allclose(g, w, rtol=tol[0], atol=tol[1])
+                d = np.abs(g.astype(np.float64) - w)
+                errs.append(float(d.max()) if g.size else 0.0)
+                rel.append(float(np.linalg.norm(d) / max(np.linalg.norm(w), 1e-30)))
+            return {**info, "max_abs_err": errs, "rel_l2_err": rel,
                     "num_launches": cm.info.get("num_launches")}
         _record(results, name, one)
     return {"target": target, "results": results,
@@ -204,17 +243,24 @@ def section_latency(target: str, quick: bool) -> dict:
     }
     results = []
     for name, (make, shapes, shape) in cases.items():
-        def ember_row(make=make, shapes=shapes):
-            m = make()
-            t0 = time.perf_counter()
-            cm = ember.compile(m, target=target, shapes=shapes)
-            compile_s = time.perf_counter() - t0
-            feeds = M.bert_inputs(m) if "input_ids" in cm.input_names else \
-                {n: rng.standard_normal(s).astype(np.float32) for n, s in cm.input_shapes.items()}
-            stats = cm.benchmark(feeds, number=number, warmup=3)
-            return {"compile_s": round(compile_s, 2), "median_ms": stats["median_ms"],
-                    "min_ms": stats["min_ms"], "dtype": "float32"}
-        _record(results, f"{name}/ember/fp32", ember_row)
+        for fp16 in (False, True):
+            def ember_row(make=make, shapes=shapes, fp16=fp16):
+                m = make()
+                cm = ember.compile(m, target=target, shapes=shapes,
+                                   quantize="fp16" if fp16 else None)
+                info = {**_build_info(cm), "dtype": "float16" if fp16 else "float32"}
+                if DRY:
+                    return info
+                feeds = M.bert_inputs(m) if "input_ids" in cm.input_names else \
+                    {n: rng.standard_normal(s).astype(np.float32)
+                     for n, s in cm.input_shapes.items()}
+                stats = cm.benchmark(feeds, number=number, warmup=3)
+                from ember.runtime.profiler import profile
+                top = profile(cm, feeds, repeat=5, warmup=1).top(5)
+                return {**info, "median_ms": stats["median_ms"], "min_ms": stats["min_ms"],
+                        "top_kernels": [{"name": k.name, "op": k.op, "ms": k.ms}
+                                        for k in top]}
+            _record(results, f"{name}/ember/{'fp16' if fp16 else 'fp32'}", ember_row)
     return {"target": target, "results": results, "device": _device_name()}
 
 
@@ -222,6 +268,8 @@ def section_torch(target: str, quick: bool) -> dict:
     """torch eager (cuDNN) and torch.compile(mode="max-autotune") on the same GPU, fp32 and fp16;
     eager rows first (torch.compile's autotuning may run into the section's time limit)."""
     import torch
+    if DRY:
+        return {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "results": []}
     if not torch.cuda.is_available():
         raise RuntimeError("torch has no CUDA device here")
     number = 10 if quick else 50
@@ -325,8 +373,12 @@ def _device_name() -> str:
 
 # driver -----------------------------------------------------------------------------------------
 
-def run_section(name: str, out: Path, quick: bool, target: str | None = None) -> None:
+def run_section(name: str, out: Path, quick: bool, target: str | None = None,
+                dry: bool = False) -> None:
     PARTIAL[:] = [out / f"{name}.partial.jsonl"]
+    DRY[:] = [True] if dry else []
+    if dry:
+        target = target or "nvidia/h200"
     fn = {"ops": section_ops, "models": section_models, "latency": section_latency,
           "torch": section_torch, "nccl": section_nccl}[name]
     try:
@@ -344,12 +396,14 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer operators, models and runs")
     ap.add_argument("--target", help="ember target (default: the tag of GPU 0); with no GPU "
                                      "the compiles still run, every run fails with DeviceError")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="compile everything (PTX, cubins) and run nothing: no GPU needed")
     ap.add_argument("--section", help=argparse.SUPPRESS)  # a child process: one section
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.section:
-        run_section(args.section, out, args.quick, args.target)
+        run_section(args.section, out, args.quick, args.target, args.dry_run)
         return 0
     summary = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
@@ -358,9 +412,11 @@ def main(argv=None) -> int:
     for name in args.sections.split(","):
         t0 = time.perf_counter()
         cmd = [sys.executable, __file__, str(out), "--section", name] + \
-            (["--quick"] if args.quick else []) + (["--target", args.target] if args.target else [])
+            (["--quick"] if args.quick else []) + \
+            (["--target", args.target] if args.target else []) + \
+            (["--dry-run"] if args.dry_run else [])
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECTIONS[name],
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECTIONS[name] * (3 if args.dry_run else 1),
                                env=env)
             res = out / f"{name}.json"
             status = "ok" if r.returncode == 0 and res.exists() and \

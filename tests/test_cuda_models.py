@@ -77,10 +77,10 @@ def gpt2_layer(seq: int = 16, hidden: int = 64, heads: int = 2, seed: int = 0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def check_builds_everywhere(model, shapes=None):
-    """Compile for the H200, rebuild its module for sm_80 too, check every kernel's resources
-    on both."""
-    cm = ember.compile(model, target="nvidia/h200", shapes=shapes)
+def check_builds_everywhere(model, shapes=None, quantize=None):
+    """Compile for the H200 (``quantize="fp16"``: mixed precision, tensor-core GEMMs), rebuild
+    its module for sm_80 too, check every kernel's resources on both."""
+    cm = ember.compile(model, target="nvidia/h200", shapes=shapes, quantize=quantize)
     assert cm.info["archs"] == ["sm_90"]
     names = {k["name"] for st in cm.steps for k in st["kernels"]}
     threads = {k["name"]: int(np.prod(k["block"])) for st in cm.steps for k in st["kernels"]}
@@ -98,12 +98,15 @@ def test_bert_layer_builds_for_sm90_and_sm80():
     assert cm.info["num_kernels"] > 5
 
 
-def test_gpt2_layer_builds_for_sm90_and_sm80():
+@pytest.mark.parametrize("quantize", [None, "fp16"])
+def test_gpt2_layer_builds_for_sm90_and_sm80(quantize):
     m = gpt2_layer()
     import onnxruntime  # the reference graph is valid ONNX
     sess = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     assert sess.run(None, {"x": np.zeros((1, 16, 64), np.float32)})[0].shape == (1, 16, 64)
-    check_builds_everywhere(m)
+    cm = check_builds_everywhere(m, quantize=quantize)
+    # fp16: the QKV, projection and MLP GEMMs and the attention batch matmuls on tensor cores
+    assert (cm.info["tensor_core_kernels"] >= 4) == (quantize == "fp16")
 
 
 def test_mobilenet_v2_at_32px_builds_for_sm90_and_sm80():
@@ -111,15 +114,19 @@ def test_mobilenet_v2_at_32px_builds_for_sm90_and_sm80():
 
 
 @pytest.mark.slow(reason="whole models through NVRTC and nvJitLink twice (10-30 s each)")
+@pytest.mark.parametrize("quantize", [None, "fp16"])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_light_model_builds_for_sm90_and_sm80(name):
-    check_builds_everywhere(randomized_light_model(name))
+def test_light_model_builds_for_sm90_and_sm80(name, quantize):
+    check_builds_everywhere(randomized_light_model(name), quantize=quantize)
 
 
 @pytest.mark.slow(reason="MobileNetV2 at 224x224 and a BERT-base layer (hidden 768, seq 128)")
+@pytest.mark.parametrize("quantize", [None, "fp16"])
 @pytest.mark.parametrize("which", ["mobilenet_v2", "bert_base_layer"])
-def test_full_size_models_build_for_sm90_and_sm80(which):
+def test_full_size_models_build_for_sm90_and_sm80(which, quantize):
     if which == "mobilenet_v2":
-        check_builds_everywhere(M.mobilenet_v2())
+        check_builds_everywhere(M.mobilenet_v2(), quantize=quantize)
     else:
-        check_builds_everywhere(M.bert_encoder(num_layers=1, hidden=768, heads=12, seq=128))
+        cm = check_builds_everywhere(M.bert_encoder(num_layers=1, hidden=768, heads=12,
+                                                    seq=128), quantize=quantize)
+        assert (cm.info["tensor_core_kernels"] >= 6) == (quantize == "fp16")

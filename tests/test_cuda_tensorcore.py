@@ -54,7 +54,42 @@ B1 = rng.standard_normal(32).astype(np.float32)
 W2 = rng.standard_normal((48, 64)).astype(np.float32)  # Gemm transB: (N, K)
 Y3 = rng.standard_normal((2, 32, 16)).astype(np.float32)
 
+W4 = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+B4 = B1  # (32,): the test feeds weights by shape
+W5 = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+
+
+def _conv_ref(x, w, stride, pad):
+    """NCHW convolution of float16-rounded operands (float64 sums)."""
+    x = np.pad(_r16(x).astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    w = _r16(w).astype(np.float64)
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
+    return out
+
+
 CASES = {
+    # implicit GEMM through im2col: 3x3 stride 2 zero-padded, bias, ReLU (N = 7x7 = 49 padded)
+    "conv3x3_s2_bias_relu": (
+        lambda: _model([helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1],
+                                         strides=[2, 2]),
+                        helper.make_node("Relu", ["y"], ["o"])],
+                       [("x", [1, 16, 14, 14])], ("o", [1, 32, 7, 7]), {"W": W4, "B": B4}),
+        [(1, 16, 14, 14)],
+        lambda x: np.maximum(_r16(_conv_ref(x, W4, 2, 0 + 1) + _r16(B4)[None, :, None, None]),
+                             0)),
+    # 1x1 convolution, batch 2, 5x5 columns (N = 25: not a multiple of 16, im2col pads it)
+    "conv1x1_batch2": (
+        lambda: _model([helper.make_node("Conv", ["x", "W"], ["o"])],
+                       [("x", [2, 8, 5, 5])], ("o", [2, 16, 5, 5]), {"W": W5}),
+        [(2, 8, 5, 5)],
+        lambda x: _conv_ref(x, W5, 1, 0)),
     # x (2, 32, 40) @ W (40, 32) + b, ReLU: K = 40 is not a multiple of 16
     "matmul_bias_relu": (
         lambda: _model([helper.make_node("MatMul", ["x", "W"], ["y"]),
@@ -140,7 +175,8 @@ def test_tensorcore_schedule_computes_the_gemm(monkeypatch, case):
         if tuple(p.shape) == tuple(shapes[0]) and p.dtype == "float32":
             args.append(x16)
         else:  # the float16 weights / bias the graph bound (by shape)
-            w = {W1.shape: W1, W2.shape: W2, Y3.shape: Y3, B1.shape: B1}[tuple(p.shape)]
+            w = {W1.shape: W1, W2.shape: W2, Y3.shape: Y3, B1.shape: B1, W4.shape: W4,
+                 W5.shape: W5}[tuple(p.shape)]
             args.append(w.astype(np.float16) if p.dtype == "float16" else _r16(w))
     got = compile_prim_func(cpu, "llvm").run(args)[0].astype(np.float32)
     want = ref(x)
@@ -151,7 +187,12 @@ def test_rule_needs_sm80_low_precision_and_divisible_tiles(monkeypatch):
     make = CASES["matmul_bias_relu"][0]
     _, kernels = _scheduled_kernels(monkeypatch, make())
     k = next(k for k in kernels if k.attrs.get("tensor_cores"))
-    assert k.attrs["tensor_cores"] == [{"m": 32, "n": 32, "k": 40, "dtype": "float16"}]
+    assert k.attrs["tensor_cores"] == [{"m": 32, "n": 32, "k": 40, "dtype": "float16",
+                                        "im2col": False}]
+    _, kc = _scheduled_kernels(monkeypatch, CASES["conv3x3_s2_bias_relu"][0]())
+    (conv,) = [k for k in kc if k.attrs.get("tensor_cores")]
+    assert conv.attrs["tensor_cores"] == [{"m": 32, "n": 49, "k": 144, "dtype": "float16",
+                                           "im2col": True}]
     # float32 compile: no tensor cores (no TF32), sm_75 (T4): none either
     _, f32 = _scheduled_kernels(monkeypatch, make(), quantize=None)
     assert not any(k.attrs.get("tensor_cores") for k in f32)

@@ -38,8 +38,9 @@ from __future__ import annotations
 from ....errors import ScheduleError
 from ....target import Target
 from ...arith import flat_index, map_accesses, simplify, substitute, substitute_stmt
-from ...expr import AddressOf, BinOp, Call, Cast, Const, Load, Var, binop
-from ...stmt import Allocate, Block, Buffer, For, KernelCall, PrimFunc, Seq, Stmt, Store, seq
+from ...expr import AddressOf, BinOp, Call, Cast, Const, Load, Select, Var, binop
+from ...stmt import (Allocate, Block, Buffer, For, IfThenElse, KernelCall, PrimFunc, Seq, Stmt,
+                     Store, seq)
 from ..schedule import Schedule
 from ..tensorize import affine_coeffs
 from .generic import _top_nests
@@ -106,7 +107,7 @@ def _match(nest: For, mixed: str | None):
     while isinstance(rest, For) and rest.kind == "serial":
         red.append(rest)
         rest = rest.body
-    if len(red) != 1 or not isinstance(rest, Block) or rest.init is None \
+    if not red or not isinstance(rest, Block) or rest.init is None \
             or rest.predicate is not None:
         return None
     blk = rest
@@ -124,6 +125,11 @@ def _match(nest: For, mixed: str | None):
         return None
     while isinstance(b, Cast) and b.dtype == "float32":
         b = b.value
+    cond = None
+    if isinstance(b, Select) and isinstance(b.f, Const) and b.f.value == 0:
+        cond, b = b.cond, b.t  # a guarded (zero-padded) product: convolutions
+        while isinstance(b, Cast) and b.dtype == "float32":
+            b = b.value
     if not (isinstance(b, BinOp) and b.op == "mul"):
         return None
     oa, ob = _operand(b.a, mixed), _operand(b.b, mixed)
@@ -134,6 +140,20 @@ def _match(nest: For, mixed: str | None):
     if acc is None and st.buffer.scope != "global":
         return None
     vmap = {iv.var: bd for iv, bd in zip(blk.iter_vars, blk.bindings)}
+    parts = dict(spatial=spatial, blk=blk, store=st, acc=acc, tail=tail, low=oa[1], vmap=vmap,
+                 cols=None)
+    if cond is None and len(red) == 1:
+        g = _direct_roles(parts, red, oa[0], ob[0])
+        if g is not None and g["N"] % F == 0:
+            return g
+    return _im2col_roles(parts, red, (b.a, oa[0]), (b.b, ob[0]), cond)
+
+
+def _direct_roles(parts: dict, red: list, la, lb):
+    """A GEMM whose operands are both affine in its loops: ``A[m, k]``, ``B[k, n]`` read in
+    place by the tile function."""
+    spatial, vmap, blk = parts["spatial"], parts["vmap"], parts["blk"]
+    oa, ob = (la,), (lb,)
     loops = spatial + red
     ids = {id(lp.var) for lp in loops}
     where = f"cuda_tensorcore_rule ({blk.name})"
@@ -155,23 +175,95 @@ def _match(nest: For, mixed: str | None):
     if nl is not spatial[-1] and ml is spatial[-1]:  # A's rows innermost: swap the operands
         oa, ob, ca, cb, ml, nl = ob, oa, cb, ca, nl, ml
     batch = [lp for lp in spatial if lp is not ml and lp is not nl]
-    return dict(spatial=spatial, red=k, blk=blk, store=st, acc=acc, tail=tail, a=oa[0],
-                b=ob[0], low=oa[1], ca=ca, cb=cb, m=ml, n=nl, batch=batch, vmap=vmap)
+    return dict(parts, red=k, a=oa[0], b=ob[0], ca=ca, cb=cb, m=ml, n=nl, batch=batch,
+                M=ml.extent, N=nl.extent, K=k.extent)
+
+
+def _loop_vars(e) -> set:
+    from ...arith import collect
+    return {id(v) for v in collect(e, lambda n: isinstance(n, Var))}
+
+
+def _im2col_roles(parts: dict, red: list, ea: tuple, eb: tuple, cond):
+    """A GEMM with several column loops or reduction loops, or a zero-padded operand (a
+    convolution: ``A`` the weights, affine in ``m`` and the flattened reduction ``k``; ``B``
+    any expression of the column and reduction loops): ``B`` is materialized as the column
+    matrix ``col[batch.., k, j]`` (``j``: the column loops flattened, padded to the warp tile)
+    in the low dtype by a GPU loop nest before the GEMM (im2col; Chellapilla et al. 2006)."""
+    spatial, vmap, blk = parts["spatial"], parts["vmap"], parts["blk"]
+    vs = {}
+    for key, (e, _) in (("a", ea), ("b", eb)):
+        vs[key] = _loop_vars(substitute(e, vmap))
+    cvars = _loop_vars(substitute(cond, vmap)) if cond is not None else set()
+    red_ids = {id(lp.var) for lp in red}
+    for swap in (False, True):
+        (xa, la), (xb, lb) = (eb, ea) if swap else (ea, eb)
+        va, vb = (vs["b"], vs["a"]) if swap else (vs["a"], vs["b"])
+        m_c = [lp for lp in spatial if id(lp.var) in va and id(lp.var) not in vb]
+        n_c = [lp for lp in spatial if id(lp.var) in vb and id(lp.var) not in va]
+        if len(m_c) != 1 or not n_c or any(id(lp.var) in cvars for lp in m_c):
+            continue
+        if not red_ids <= (va | set()) or not (va - red_ids) <= {id(m_c[0].var)} | \
+                {id(lp.var) for lp in spatial if id(lp.var) in vb}:
+            continue
+        ml = m_c[0]
+        batch = [lp for lp in spatial if lp is not ml and lp not in n_c]
+        ids = {id(lp.var) for lp in spatial + red}
+        try:
+            ca = affine_coeffs(flat_index(la.src, [substitute(i, vmap) for i in la.indices]),
+                               ids, f"cuda_tensorcore_rule ({blk.name})", "operand A")
+        except ScheduleError:
+            continue
+        sak = ca.get(id(red[-1].var), 0)
+        stride, ok = sak, sak != 0
+        for lp in reversed(red):  # the reduction loops must flatten into one k of stride sak
+            ok = ok and ca.get(id(lp.var), 0) == stride
+            stride *= lp.extent
+        if not ok or not ca.get(id(ml.var)) or any(ca.get(id(lp.var)) for lp in n_c):
+            continue
+        bval = xb if cond is None else Select(cond, xb, Const(0.0, xb.dtype))
+        N = 1
+        for lp in n_c:
+            N *= lp.extent
+        K = 1
+        for lp in red:
+            K *= lp.extent
+        return dict(parts, red=red[-1], reds=red, a=la, b=None, ca={id(ml.var): ca[id(ml.var)],
+                    id(red[-1].var): sak}, cb={}, m=ml, n=None, batch=batch, M=ml.extent,
+                    N=N, K=K, cols={"n_loops": n_c, "value": bval})
+    return None
+
+
+def _mixed_radix(flat, loops: list) -> dict:
+    """``{loop var: digit}`` of ``flat`` in the mixed radix of ``loops``' extents (last
+    fastest)."""
+    out, rest = {}, flat
+    for lp in reversed(loops):
+        out[lp.var] = binop("floormod", rest, Const(lp.extent, "int64"))
+        rest = binop("floordiv", rest, Const(lp.extent, "int64"))
+    return out
+
+
+def _ncols(g: dict, fn: int) -> int:
+    """Columns of the GEMM as tiled: ``N``, or for an im2col GEMM ``N`` padded to the warp
+    tile."""
+    tn = F * fn
+    return -(-g["N"] // tn) * tn if g["cols"] is not None else g["N"]
 
 
 def _tiles(g: dict, fm: int, fn: int) -> int:
     nb = 1
     for lp in g["batch"]:
         nb *= lp.extent
-    return nb * (g["m"].extent // (F * fm)) * (g["n"].extent // (F * fn))
+    return nb * (g["M"] // (F * fm)) * (_ncols(g, fn) // (F * fn))
 
 
 def default_decision(g: dict) -> dict:
     """The rule's untuned choice for GEMM ``g``: ``warp_tile`` ``[fm, fn]`` (2 where the
     extent is a multiple of 32), ``warps`` per block (the most of 4, 2, 1 dividing the warp
     tiles), ``unroll`` 0."""
-    fm = 2 if g["m"].extent % (2 * F) == 0 else 1
-    fn = 2 if g["n"].extent % (2 * F) == 0 else 1
+    fm = 2 if g["M"] % (2 * F) == 0 else 1
+    fn = 2 if (g["N"] % (2 * F) == 0 or (g["cols"] is not None and g["N"] > 2 * F)) else 1
     tiles = _tiles(g, fm, fn)
     return {"warp_tile": [fm, fn], "warps": next(w for w in (WARPS, 2, 1) if tiles % w == 0),
             "unroll": 0}
@@ -186,9 +278,10 @@ def _tile(g: dict, nest: For, d: dict) -> Stmt:
     """The tensor-core loop nest replacing ``nest`` with decisions ``d`` (see
     ``default_decision``)."""
     ml, nl, k = g["m"], g["n"], g["red"]
-    M, N, K = ml.extent, nl.extent, k.extent
+    M, K = g["M"], g["K"]
     fm, fn = (int(x) for x in d["warp_tile"])
     tm, tn = F * fm, F * fn
+    N = _ncols(g, fn)
     mt, nt = M // tm, N // tn
     tiles = _tiles(g, fm, fn)
     warps = int(d["warps"])
@@ -207,22 +300,39 @@ def _tile(g: dict, nest: For, d: dict) -> Stmt:
     sa = Buffer(f"{g['blk'].name}_sa_tc", (warps, tm * F), low, scope="shared")
     sb = Buffer(f"{g['blk'].name}_sb_tc", (warps, F * tn), low, scope="shared")
     vm = g["vmap"]
-    origin = {**vals, ml.var: i0, nl.var: j0, k.var: i64(0)}
+    cols = g["cols"]
+    origin = {**vals, ml.var: i0, k.var: i64(0)}
+    if cols is None:
+        origin[nl.var] = j0
+    else:
+        origin.update({lp.var: i64(0) for lp in g["reds"]})
 
     def addr(load):
         return AddressOf(load.src, [simplify(substitute(substitute(i, vm), origin))
                                     for i in load.indices])
     a, b = g["a"], g["b"]
     ca, cb = g["ca"], g["cb"]
+    if cols is None:
+        b_addr, b_dtype, sbk, sbn = addr(b), b.src.dtype, cb[id(k.var)], cb.get(id(nl.var), 0)
+    else:
+        col = Buffer(f"{g['blk'].name}_col", tuple(lp.extent for lp in g["batch"]) + (K, N),
+                     low)
+        b_addr = AddressOf(col, [vals[lp.var] for lp in g["batch"]] + [i64(0), j0])
+        b_dtype, sbk, sbn = low, N, 1
     call = KernelCall(
-        wmma_name(low, a.src.dtype, b.src.dtype, fm, fn),
+        wmma_name(low, a.src.dtype, b_dtype, fm, fn),
         [AddressOf(ct, [ty, i64(0)]), addr(a), i64(ca.get(id(ml.var), 0)),
-         i64(ca[id(k.var)]), addr(b), i64(cb[id(k.var)]), i64(cb.get(id(nl.var), 0)),
+         i64(ca[id(k.var)]), b_addr, i64(sbk), i64(sbn),
          i64(K), AddressOf(sa, [ty, i64(0)]), AddressOf(sb, [ty, i64(0)])],
-        ("wmma", low, a.src.dtype, b.src.dtype, fm, fn), reads=[a.src, b.src], writes=[ct])
+        ("wmma", low, a.src.dtype, b_dtype, fm, fn),
+        reads=[a.src, b.src if cols is None else col], writes=[ct])
     flat = binop("add", binop("mul", e, i64(LANES)), tx)
-    point = {**vals, ml.var: binop("add", i0, binop("floordiv", flat, i64(tn))),
-             nl.var: binop("add", j0, binop("floormod", flat, i64(tn)))}
+    jcol = binop("add", j0, binop("floormod", flat, i64(tn)))
+    point = {**vals, ml.var: binop("add", i0, binop("floordiv", flat, i64(tn)))}
+    if cols is None:
+        point[nl.var] = jcol
+    else:
+        point.update(_mixed_radix(jcol, cols["n_loops"]))
     tile_val = Load(ct, (ty, flat))
     if g["acc"] is not None:  # the fused epilogue, reading the tile instead of the accumulator
         acc = g["acc"]
@@ -234,12 +344,45 @@ def _tile(g: dict, nest: For, d: dict) -> Stmt:
         st = g["store"]
         epi = Store(st.buffer, tuple(simplify(substitute(substitute(i, vm), point))
                                      for i in st.indices), tile_val)
+    if cols is not None and N != g["N"]:  # padded columns: nothing to store
+        epi = IfThenElse(binop("lt", jcol, i64(g["N"])), epi)
     body = seq([call, For(e, tm * tn // LANES, epi, "unrolled" if d.get("unroll") else "serial")])
     lanes = For(tx, LANES, body, "thread_binding", {"thread_tag": "threadIdx.x"})
     inner = Allocate(ct, Allocate(sa, Allocate(sb, lanes)))
-    return For(bx, tiles // warps,
+    gemm = For(bx, tiles // warps,
                For(ty, warps, inner, "thread_binding", {"thread_tag": "threadIdx.y"}),
                "thread_binding", {"thread_tag": "blockIdx.x"})
+    if cols is None:
+        return gemm
+    return Allocate(col, seq([_im2col_nest(g, col, N), gemm]))
+
+
+def _im2col_nest(g: dict, col: Buffer, n_pad: int) -> Stmt:
+    """``col[batch.., k, j] = low(B value at (batch.., reduction digits of k, column digits of
+    j))`` (0 for the padding columns ``j >= N``), a serial nest of one spatial block (the GPU
+    fallback binds it)."""
+    from ...expr import IterVar
+    i64 = lambda v: Const(v, "int64")  # noqa: E731
+    cols = g["cols"]
+    bl = [Var(f"tc_cb{i}", "int64") for i, _ in enumerate(g["batch"])]
+    kk, jj = Var("tc_ck", "int64"), Var("tc_cj", "int64")
+    ivs = [IterVar(lp.extent, f"tc_vb{i}") for i, lp in enumerate(g["batch"])] + \
+        [IterVar(g["K"], "tc_vk"), IterVar(n_pad, "tc_vj")]
+    iv_b, iv_k, iv_j = [iv.var for iv in ivs[:-2]], ivs[-2].var, ivs[-1].var
+    inside = Select(binop("lt", iv_j, i64(g["N"])), iv_j, i64(0))  # a valid column index
+    sub = {lp.var: v for lp, v in zip(g["batch"], iv_b)}
+    sub.update(_mixed_radix(iv_k, g["reds"]))
+    sub.update(_mixed_radix(inside, cols["n_loops"]))
+    val = simplify(substitute(substitute(cols["value"], g["vmap"]), sub))
+    if n_pad != g["N"]:
+        val = Select(binop("lt", iv_j, i64(g["N"])), val, Const(0.0, val.dtype))
+    blk = Block(f"{g['blk'].name}_im2col", ivs, bl + [kk, jj],
+                Store(col, tuple(iv_b) + (iv_k, iv_j), val))
+    s = blk
+    for v, ext in reversed(list(zip(bl + [kk, jj], [lp.extent for lp in g["batch"]]
+                                    + [g["K"], n_pad]))):
+        s = For(v, ext, s)
+    return s
 
 
 SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -258,7 +401,7 @@ def tensorcore_gemm(func: PrimFunc) -> list:
     out = []
     for nest in _top_nests(func.body):
         g = _match(nest, mixed)
-        if g is not None and g["m"].extent % F == 0 and g["n"].extent % F == 0:
+        if g is not None and g["M"] % F == 0 and (g["cols"] is not None or g["N"] % F == 0):
             out.append((nest, g))
     return out
 
@@ -267,11 +410,11 @@ def _check(g: dict, d: dict, target: Target) -> None:
     fm, fn = (int(x) for x in d["warp_tile"])
     w = int(d["warps"])
     if fm not in (1, 2, 4) or fn not in (1, 2, 4) or fm * fn > MAX_FRAGMENTS \
-            or g["m"].extent % (F * fm) or g["n"].extent % (F * fn) \
+            or g["M"] % (F * fm) or _ncols(g, fn) % (F * fn) \
             or w < 1 or _tiles(g, fm, fn) % w or w * LANES > target.max_threads_per_block \
             or _shared_bytes(g, fm, fn, w) > target.max_shared_memory_per_block:
         raise ScheduleError(f"cuda_tensorcore_rule: configuration {d} does not fit the "
-                            f"{g['m'].extent}x{g['n'].extent} GEMM on {target}")
+                            f"{g['M']}x{g['N']} GEMM on {target}")
 
 
 def tensorcore_knobs(func: PrimFunc, target: Target) -> dict | None:
@@ -328,7 +471,8 @@ def cuda_tensorcore_rule(func: PrimFunc, target: Target, cfg: dict | None = None
         if nest.kind == "serial" and id(nest) not in done:
             bind_spatial(sch, nest, block)
     sch.func.attrs["tensor_cores"] = [
-        {"m": g["m"].extent, "n": g["n"].extent, "k": g["red"].extent, "dtype": g["low"]}
+        {"m": g["M"], "n": g["N"], "k": g["K"], "dtype": g["low"],
+         "im2col": g["cols"] is not None}
         for _, g in found]
     return sch
 

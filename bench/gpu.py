@@ -16,7 +16,7 @@ does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and th
 - ``latency``: batch-1 latency (median of ``run``, inputs and outputs copied each run, through
   ``CUDAModel.benchmark``; plus the per-kernel CUDA-event profile's top kernels) of ResNet-50,
   BERT-base (seq 128) and a 6-camera ResNet-18 backbone (6x3x256x704), float32 and float16
-  (``quantize="fp16"``; convolutions get float16 storage but no tensor cores yet).
+  (``quantize="fp16"``: GEMMs and convolutions on tensor cores, convolutions through im2col).
 - ``torch``: the same three in torch eager (cuDNN) and ``torch.compile(mode="max-autotune")``
   (torchvision / torch.nn equivalents: same architecture, random weights), fp32 and fp16,
   when torch with CUDA is importable (else the section fails, the others stand).

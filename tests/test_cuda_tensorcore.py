@@ -237,3 +237,20 @@ def test_golden_tensorcore_kernel(monkeypatch):
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; run with EMBER_UPDATE_GOLDEN=1"
     assert text == path.read_text(), f"the tensor-core CUDA C changed (see {path})"
+
+
+def test_bfloat16_model_saves_and_loads_without_a_gpu(tmp_path):
+    cm = ember.compile(CASES["gemm_transb"][0](), target="nvidia/h200", quantize="bf16")
+    assert cm.info["tensor_core_kernels"] == 1 and "ember_wmma_bf16_" in cm.source
+    (w,) = [v for v in cm.params.values() if v.ndim == 2]
+    assert str(w.dtype) == "bfloat16"
+    np.testing.assert_array_equal(w.astype(np.float32), W2.astype(w.dtype).astype(np.float32))
+    cm.save(tmp_path / "m.ember")
+    m = ember.load(tmp_path / "m.ember")
+    for k, v in cm.params.items():  # same dtype and bits after the round trip
+        assert m.params[k].dtype == v.dtype
+        np.testing.assert_array_equal(m.params[k].view(np.uint16 if v.itemsize == 2 else
+                                                       v.dtype), v.view(np.uint16 if
+                                                                        v.itemsize == 2
+                                                                        else v.dtype))
+    assert m.binary.cubins["sm_90"] == cm.binary.cubins["sm_90"]

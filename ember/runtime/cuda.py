@@ -408,6 +408,12 @@ def load_cuda_artifact(path) -> CUDAModel:
             binary = CUDABinary.from_bytes(z.read("binary.json"))
             params = {n: np.load(io.BytesIO(z.read(f"params/p{k}.npy")), allow_pickle=False)
                       for k, n in enumerate(m["param_names"])}
+            # .npy stores ml_dtypes arrays (bfloat16 weights) as raw bytes ("V2"): view them
+            # with the plan's dtype again
+            kinds = {sl["param"]: sl["dtype"] for sl in m["plan"]["slots"]
+                     if sl["kind"] == "param"}
+            params = {n: (a.view(_np_dtype(kinds[n])) if a.dtype.kind == "V" and n in kinds
+                          else a) for n, a in params.items()}
             return CUDAModel(m["plan"], params, m["steps"], binary, z.read("kernels.cu").decode(),
                              z.read("graph.txt").decode(), m["target"], m["info"])
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError) as e:
@@ -427,7 +433,8 @@ def _nvtx_range(message: str):
 
 
 def _np_dtype(dtype: str):
-    return np.dtype(dtype)
+    from ..dtypes import np_dtype
+    return np_dtype(dtype)
 
 
 def _nbytes(slot: dict) -> int:

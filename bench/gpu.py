@@ -17,6 +17,10 @@ does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and th
   ``CUDAModel.benchmark``; plus the per-kernel CUDA-event profile's top kernels) of ResNet-50,
   BERT-base (seq 128) and a 6-camera ResNet-18 backbone (6x3x256x704), float32 and float16
   (``quantize="fp16"``: GEMMs and convolutions on tensor cores, convolutions through im2col).
+- ``tune``: every configuration of the tensor-core rule's tuning space for three float16
+  workloads (a BERT-base FFN GEMM, ResNet 3x3 and 1x1 convolutions) built through NVRTC and
+  measured with CUDA events, each checked against the CPU reference; records in
+  ``OUT_DIR/tune.jsonl``.
 - ``torch``: the same three in torch eager (cuDNN) and ``torch.compile(mode="max-autotune")``
   (torchvision / torch.nn equivalents: same architecture, random weights), fp32 and fp16,
   when torch with CUDA is importable (else the section fails, the others stand).
@@ -50,7 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-SECTIONS = {"ops": 300, "models": 420, "latency": 480, "torch": 900,
+SECTIONS = {"ops": 300, "models": 420, "tune": 240, "latency": 480, "torch": 900,
             "nccl": 300}  # time limits (s)
 
 
@@ -193,6 +197,86 @@ def section_models(target: str, quick: bool) -> dict:
             "passed": sum(r["ok"] for r in results), "total": len(results)}
 
 
+def _tune_kernels():
+    """``(name, scheduled-kernel spy model)``: float16 GEMM and convolution workloads of the
+    latency models (a BERT-base FFN GEMM, a ResNet 3x3 convolution, a 1x1 convolution)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+
+    def one(op_nodes, x_shape, y_shape, inits):
+        g = helper.make_graph(op_nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    w = lambda *s: (rng.standard_normal(s) * 0.05).astype(np.float32)  # noqa: E731
+    return [
+        ("bert_ffn_128x768x3072", one([helper.make_node("MatMul", ["x", "W"], ["y"])],
+                                      [1, 128, 768], [1, 128, 3072], {"W": w(768, 3072)})),
+        ("resnet_conv3x3_64_56", one([helper.make_node("Conv", ["x", "W"], ["y"],
+                                                       pads=[1, 1, 1, 1])],
+                                     [1, 64, 56, 56], [1, 64, 56, 56], {"W": w(64, 64, 3, 3)})),
+        ("resnet_conv1x1_256_14", one([helper.make_node("Conv", ["x", "W"], ["y"])],
+                                      [1, 1024, 14, 14], [1, 256, 14, 14],
+                                      {"W": w(256, 1024, 1, 1)})),
+    ]
+
+
+def section_tune(target: str, quick: bool) -> dict:
+    """Every configuration of the tensor-core rule's tuning space (``rule`` tasks) for a few
+    float16 workloads, built with ``CUDABuilder`` and measured with ``CUDARunner`` (CUDA
+    events; each output checked against the CPU reference kernel): checks every warp tile /
+    warp count on the GPU and reports the best against the default (configuration 0). The
+    records go to ``OUT_DIR/tune.jsonl`` (the usual format, for ``apply_history_best``)."""
+    import ember
+    import ember.driver as driver
+    from ember.target import Target
+    from ember.tune.cuda_measure import CUDABuilder, CUDARunner
+    from ember.tune.extract import register_workload
+    from ember.tune.measure import MeasureInput
+    from ember.tune.records import encode
+    from ember.tune.task import Task
+    os.environ["EMBER_NO_MODEL_CACHE"] = "1"
+    results = []
+    rec_path = Path(PARTIAL[0]).with_name("tune.jsonl")
+    for name, model in _tune_kernels()[: 1 if quick else None]:
+        def one(model=model):
+            seen = []
+            orig = driver.schedule_kernels
+            driver.schedule_kernels = lambda k, t, lv: (seen.extend(k), orig(k, t, lv))[1]
+            try:
+                ember.compile(model, target=target, quantize="fp16")
+            finally:
+                driver.schedule_kernels = orig
+            kern = max(seen, key=lambda k: k.attrs.get("flops", 0) or 0)
+            task = Task("rule", [register_workload(kern), str(Target(target))], target)
+            # every warp tile x warp count without unrolling, and the default's unrolled twin
+            cfgs = [c for i, c in enumerate(task.config_space)
+                    if c.values()["unroll"] == 0 or i == 0 or
+                    {**c.values(), "unroll": 0} == task.config_space.get(0).values()]
+            inputs = [MeasureInput(task.target, task, c) for c in cfgs]
+            builds = CUDABuilder().build(inputs)
+            row = {"configs": len(inputs), "built": sum(b.error_no == 0 for b in builds)}
+            if DRY:
+                return row
+            res = CUDARunner().run(inputs, builds)
+            with open(rec_path, "a") as f:
+                for i, r in zip(inputs, res):
+                    f.write(encode(i, r) + "\n")
+            ok = [(r.mean, i.config.values()) for i, r in zip(inputs, res) if r.ok]
+            bad = [(i.config.values(), r.error_msg[:200]) for i, r in zip(inputs, res)
+                   if not r.ok and builds[inputs.index(i)].error_no == 0]
+            default = res[0].mean if res[0].ok else None
+            best = min(ok, key=lambda t: t[0]) if ok else None
+            return {**row, "measured_ok": len(ok), "failed_on_gpu": bad[:10],
+                    "default_us": default and default * 1e6,
+                    "best_us": best and best[0] * 1e6, "best_config": best and best[1],
+                    "speedup_vs_default": (default / best[0]) if default and best else None}
+        _record(results, name, one)
+    return {"target": target, "results": results}
+
+
 def _torch_latency(make_module, shape_or_inputs, fp16: bool, mode: str, number: int) -> float:
     """Median ms of a torch module on CUDA (eager or torch.compile), synchronized."""
     import torch
@@ -302,6 +386,8 @@ def section_torch(target: str, quick: bool) -> dict:
 
 
 def section_nccl(target: str, quick: bool) -> dict:
+    if DRY:  # collectives on the GPU: nothing to compile
+        return {"results": [], "dry_run": "skipped: NCCL collectives need the GPU"}
     import numpy as np
     from mpi4py import MPI
 
@@ -379,8 +465,8 @@ def run_section(name: str, out: Path, quick: bool, target: str | None = None,
     DRY[:] = [True] if dry else []
     if dry:
         target = target or "nvidia/h200"
-    fn = {"ops": section_ops, "models": section_models, "latency": section_latency,
-          "torch": section_torch, "nccl": section_nccl}[name]
+    fn = {"ops": section_ops, "models": section_models, "tune": section_tune,
+          "latency": section_latency, "torch": section_torch, "nccl": section_nccl}[name]
     try:
         target = target or gpu_target()
         res = fn(target, quick)

@@ -15,7 +15,9 @@ cached) and refuses kernels over the target's registers, spills or shared memory
 JSON file with the CUDA C, the cubin, the launches and the kernel's parameter specs.
 
 ``CUDARunner.run`` loads each cubin on GPU 0, fills the parameters with seeded random data,
-launches the kernels ``number`` times between two CUDA events per repeat, and checks the
+launches the kernels ``number`` times between two CUDA events per repeat (float32 inputs of a
+mixed-precision kernel rounded to its low dtype first, as ToMixedPrecision's producers
+guarantee), and checks the
 output against the task's reference kernel run on the CPU (``WRONG_ANSWER`` beyond
 ``rtol`` / ``atol``). The results are ``MeasureResult``s, so the tuners, ``log_to_file`` and
 ``apply_history_best`` handle CUDA records exactly as CPU ones (the record's ``target`` is the
@@ -69,7 +71,7 @@ class CUDABuilder:
                                time_cost=time.perf_counter() - t0)
         src = module_source(kernels)
         doc = {"source": src, "binary": binary.to_bytes().decode(), "specs": [[list(s), d] for s, d in specs],
-               "num_inputs": n_in,
+               "num_inputs": n_in, "mixed_precision": func.attrs.get("mixed_precision"),
                "workspace": [b.alloc_size * itemsize(b.dtype) for b in ws],
                "kernels": [{"name": k.name, "args": [list(a) for a in k.args],
                             "grid": list(k.grid), "block": list(k.block)} for k in kernels]}
@@ -154,9 +156,15 @@ class CUDARunner:
         module = _ok(cu, cu.cuModuleLoadData(image), f"loading the candidate on {arch}")
         rng = np.random.default_rng(self.seed)
         arrays = []
+        from ..dtypes import np_dtype
+        low = doc.get("mixed_precision")
         for shape, dtype in doc["specs"][:doc["num_inputs"]]:
-            arrays.append(rng.standard_normal(shape).astype(np.float32).astype(dtype))
+            a = rng.standard_normal(shape).astype(np.float32)
+            if low and dtype == "float32":  # a mixed-precision kernel's inputs hold low values
+                a = a.astype(np_dtype(low)).astype(np.float32)
+            arrays.append(a.astype(np_dtype(dtype)))
         oshape, odtype = doc["specs"][-1]
+        odtype = np_dtype(odtype)
         host = arrays + [np.zeros(oshape, odtype)]
         ptrs, allocs = [], []
         try:

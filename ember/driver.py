@@ -295,10 +295,12 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     t_passes = time.perf_counter()
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
+    from .graph.passes.to_mixed_precision import active_dtype
+    low = active_dtype(target)  # ToMixedPrecision ran: rules/cuda_tensorcore.py reads it
     for k, b in zip(kernels, func.bindings):  # what a schedule may pack at compile time
         k.attrs["constant_params"] = constant_args(b, params)
-        if func.attrs.get("mixed_precision"):  # ToMixedPrecision ran (rules/cuda_tensorcore)
-            k.attrs["mixed_precision"] = func.attrs["mixed_precision"]
+        if low:
+            k.attrs["mixed_precision"] = low
     keys = [structural_key(k) for k in kernels]  # equal programs: counted and scheduled once
     flop_of: dict[str, int] = {}
     flops = [None if k.attrs.get("symbols") else  # symbolic kernels: no static FLOP count

@@ -104,12 +104,23 @@ def ToMixedPrecision(mod: IRModule, ctx, dtype: str | None = None, allow=None,
     allow = frozenset(allow if allow is not None else ctx.get_config(ALLOW_KEY, ALLOW))
     deny = frozenset(deny if deny is not None else ctx.get_config(DENY_KEY, DENY))
     out = IRModule(mod.functions)
-    main = mixed_precision_function(mod.main, low, allow, deny)
-    # the float32 operands of the allowed operators now hold ``low`` values: GPU rules may
-    # compute them in ``low`` (rules/cuda_tensorcore.py reads it from the kernels' attrs)
-    main.attrs["mixed_precision"] = low
-    out["main"] = main
+    out["main"] = mixed_precision_function(mod.main, low, allow, deny)
     return out
 
 
-__all__ = ["ToMixedPrecision", "ALLOW", "DENY"]
+def active_dtype(target="llvm") -> str | None:
+    """The low dtype ToMixedPrecision moves compute to when ``target``'s pipeline runs under the
+    current ``PassContext`` (``None``: it does not run). After it, the float32 operands of the
+    allowed operators hold values of that dtype, so a GPU rule may compute them in it (the
+    driver records it in the kernels' ``attrs["mixed_precision"]``,
+    ``rules/cuda_tensorcore.py``)."""
+    from .pass_manager import PassContext
+    from .pipeline import pipeline_names
+    ctx = PassContext.current()
+    if "ToMixedPrecision" not in pipeline_names(target) \
+            or not ctx.pass_enabled(ToMixedPrecision.info):
+        return None
+    return ctx.get_config(DTYPE, "float16")
+
+
+__all__ = ["ToMixedPrecision", "ALLOW", "DENY", "active_dtype"]

@@ -124,3 +124,22 @@ def test_a_cuda_record_is_replayed_by_apply_history_best(gemm_task, tmp_path):
     (step,) = [st for st in cm.steps if any("k_" in k["name"] for k in st["kernels"])]
     assert step["kernels"][-1]["block"] == [32, 2, 1]
     assert "ember_wmma_f16_f32f16_1x1" in cm.source and "#pragma unroll" in cm.source
+
+
+def test_runner_path_with_a_stand_in_driver(gemm_task, tmp_path, monkeypatch):
+    """``CUDARunner`` against the recording stand-in driver of ``test_cuda_profile``: the
+    candidate's kernels are launched with the configuration's block, timed between events,
+    and its output (the stand-in copies nothing back: zeros) is refused as a wrong answer
+    against the CPU reference."""
+    import ember.runtime.cuda as rcuda
+    from test_cuda_profile import FakeDriver
+    fake = FakeDriver()
+    monkeypatch.setattr(rcuda, "_driver", lambda: fake)
+    cfg = next(c for c in gemm_task.config_space if c.values()["warps"] == 2)
+    inp = MeasureInput(gemm_task.target, gemm_task, cfg)
+    (b,) = CUDABuilder(str(tmp_path)).build([inp])
+    (res,) = CUDARunner(number=4, repeat=2).run([inp], [b])
+    assert res.error_no == MeasureErrorNo.WRONG_ANSWER and "max abs error" in res.error_msg
+    launches = [e for e in fake.log if e[0] == "launch"]
+    assert len(launches) == 1 + 4 * 2  # the check run, then number x repeat
+    assert ("load", b"\x7fELF") in fake.log

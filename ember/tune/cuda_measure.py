@@ -101,7 +101,7 @@ class CUDARunner:
         from ..runtime.kernel import compile_prim_func
         if task.key not in self._refs:
             self._refs[task.key] = compile_prim_func(task.reference(), "llvm").run(
-                [a for a in arrays])[0]
+                list(arrays))[-1]
         return self._refs[task.key]
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]
@@ -165,7 +165,7 @@ class CUDARunner:
             arrays.append(a.astype(np_dtype(dtype)))
         oshape, odtype = doc["specs"][-1]
         odtype = np_dtype(odtype)
-        host = arrays + [np.zeros(oshape, odtype)]
+        host = arrays + [np.zeros(sh, np_dtype(dt)) for sh, dt in doc["specs"][doc["num_inputs"]:]]
         ptrs, allocs = [], []
         try:
             for a in host + [np.zeros(n, np.uint8) for n in doc["workspace"]] + \

@@ -244,7 +244,8 @@ def section_tune(target: str, quick: bool) -> dict:
         def one(model=model):
             seen = []
             orig = driver.schedule_kernels
-            driver.schedule_kernels = lambda k, t, lv: (seen.extend(k), orig(k, t, lv))[1]
+            driver.schedule_kernels = lambda k, t, lv, *r: (seen.extend(k),
+                                                            orig(k, t, lv, *r))[1]
             try:
                 ember.compile(model, target=target, quantize="fp16")
             finally:

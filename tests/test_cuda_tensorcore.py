@@ -145,8 +145,8 @@ def _scheduled_kernels(monkeypatch, model, quantize="fp16", target="nvidia/h200"
     seen = []
     orig = driver.schedule_kernels
 
-    def spy(kernels, tgt, level):
-        out = orig(kernels, tgt, level)
+    def spy(kernels, tgt, level, *rest):
+        out = orig(kernels, tgt, level, *rest)
         seen.extend(out)
         return out
     monkeypatch.setattr(driver, "schedule_kernels", spy)

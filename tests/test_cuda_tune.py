@@ -42,9 +42,9 @@ def gemm_task(monkeypatch):
     seen = []
     orig = driver.schedule_kernels
 
-    def spy(kernels, tgt, level):
+    def spy(kernels, tgt, level, *rest):
         seen.extend(kernels)
-        return orig(kernels, tgt, level)
+        return orig(kernels, tgt, level, *rest)
     monkeypatch.setattr(driver, "schedule_kernels", spy)
     monkeypatch.setenv("EMBER_NO_MODEL_CACHE", "1")  # compile for real: the spy sees kernels
     ember.compile(_model(), target=H200, quantize="fp16")

@@ -549,8 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--records", metavar="FILE", help="apply the best schedules of a tuning log")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after every pass")
     c.add_argument("--pass-times", action="store_true", help="print time spent in each pass")
-    c.add_argument("--quantize", choices=["int8"], help="post-training quantization first "
-                   "(needs --calibration; docs/quantization.md)")
+    c.add_argument("--quantize", choices=["int8", "fp16", "bf16"],
+                   help="int8: post-training quantization first (needs --calibration; "
+                   "docs/quantization.md); fp16 / bf16: mixed precision (tensor cores on CUDA "
+                   "sm_80+, docs/gpu.md)")
     _calibration_args(c, required=False)
     c.set_defaults(fn=cmd_compile)
 

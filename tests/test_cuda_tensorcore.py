@@ -254,3 +254,15 @@ def test_bfloat16_model_saves_and_loads_without_a_gpu(tmp_path):
                                                                         v.itemsize == 2
                                                                         else v.dtype))
     assert m.binary.cubins["sm_90"] == cm.binary.cubins["sm_90"]
+
+
+def test_cli_compile_fp16_for_h200(tmp_path, capsys):
+    import onnx
+    from ember.cli import main
+    src = tmp_path / "g.onnx"
+    onnx.save(CASES["gemm_transb"][0](), src)
+    out = tmp_path / "m.ember"
+    assert main(["compile", str(src), "--target", "nvidia/h200", "--quantize", "fp16",
+                 "-o", str(out)]) in (0, None)
+    m = ember.load(out)
+    assert m.info["tensor_core_kernels"] == 1 and "wmma::mma_sync" in m.source

@@ -266,3 +266,40 @@ def test_cli_compile_fp16_for_h200(tmp_path, capsys):
                  "-o", str(out)]) in (0, None)
     m = ember.load(out)
     assert m.info["tensor_core_kernels"] == 1 and "wmma::mma_sync" in m.source
+
+
+def test_mma_header_from_a_cuda_toolkit_when_the_wheel_has_none(monkeypatch, tmp_path):
+    """``crt/mma.h`` comes from the ``nvidia-cuda-crt`` wheel, else ``$CUDA_HOME/include``
+    (a GPU image with the toolkit but not the wheel); with neither, NVRTC's error says what to
+    install."""
+    import shutil
+
+    import ember.codegen.nvrtc as nv
+    from ember.errors import CodegenError
+    inc = nv.include_dir()
+    fake = tmp_path / "wheel" / "include"  # the runtime wheel's headers without crt/
+    shutil.copytree(inc, fake, ignore=shutil.ignore_patterns("crt"))
+    toolkit = tmp_path / "toolkit" / "include" / "crt"
+    toolkit.mkdir(parents=True)
+    shutil.copy(Path(inc) / "crt" / "mma.h", toolkit)
+    for name in ("mma.hpp",):
+        if (Path(inc) / "crt" / name).exists():
+            shutil.copy(Path(inc) / "crt" / name, toolkit)
+    monkeypatch.setattr(nv, "include_dir", lambda: str(fake))
+    nv.crt_include_dir.cache_clear()
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "toolkit"))
+    try:
+        assert nv.crt_include_dir() == str(tmp_path / "toolkit" / "include")
+        src = ("#include <cuda_fp16.h>\n#include <mma.h>\nextern \"C\" __global__ void k(float* c)"
+               " { nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> f; "
+               "nvcuda::wmma::fill_fragment(f, 1.0f); "
+               "nvcuda::wmma::store_matrix_sync(c, f, 16, nvcuda::wmma::mem_row_major); }\n")
+        assert "wmma" in nv.build_cuda(src, ["sm_90"], "crt_test").ptx
+        monkeypatch.setenv("CUDA_HOME", str(tmp_path / "none"))
+        monkeypatch.setattr(os.path, "exists", lambda p, _e=os.path.exists: False
+                            if p.endswith("crt/mma.h") else _e(p))
+        nv.crt_include_dir.cache_clear()
+        with pytest.raises(CodegenError, match="pip install nvidia-cuda-crt"):
+            nv.build_cuda(src + "// no header\n", ["sm_90"], "crt_test")
+    finally:
+        nv.crt_include_dir.cache_clear()

@@ -58,6 +58,22 @@ def include_dir() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
+def crt_include_dir() -> str | None:
+    """A folder holding ``crt/mma.h`` (what ``mma.h``, the tensor cores' ``wmma`` API,
+    includes): the ``nvidia-cuda-crt`` wheel's headers next to ``cuda_fp16.h``, else a CUDA
+    toolkit's (``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``); ``None`` when neither has
+    it."""
+    import os
+    cands = [include_dir()] + [os.path.join(os.environ[v], "include")
+                               for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)] + \
+        ["/usr/local/cuda/include"]
+    for c in cands:
+        if c and os.path.exists(os.path.join(c, "crt", "mma.h")):
+            return c
+    return None
+
+
+@functools.lru_cache(maxsize=None)
 def versions() -> str:
     """``"nvrtc X.Y, nvjitlink X.Y"`` (part of the cache key).
 
@@ -149,6 +165,9 @@ def _nvrtc_ptx(source: str, arch: str, name: str) -> tuple[str, str]:
     inc = include_dir()
     if inc:
         opts.append(f"--include-path={inc}")
+    crt = crt_include_dir() if "<mma.h>" in source else None
+    if crt and crt != inc:  # after the wheel's headers: only crt/ is looked up there
+        opts.append(f"--include-path={crt}")
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise CodegenError(f"NVRTC cannot create a program for {name}: {err}", source=source)
@@ -164,6 +183,8 @@ def _nvrtc_ptx(source: str, arch: str, name: str) -> tuple[str, str]:
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             hint = "" if inc or "cuda_fp16" not in source else \
                 " (cuda_fp16.h not found: pip install nvidia-cuda-runtime)"
+            if "<mma.h>" in source and crt is None:
+                hint += " (crt/mma.h not found: pip install nvidia-cuda-crt)"
             raise CodegenError(f"NVRTC rejected the CUDA C of {name}{hint}:\n{log[-4000:]}",
                                source=source, compiler_output=log)
         _, n = nvrtc.nvrtcGetPTXSize(prog)
@@ -220,7 +241,8 @@ def build_cuda(source: str, archs: list[str], name: str = "module") -> CUDABinar
         return CUDABinary(ptx, cubins, res, log).to_bytes()
 
     data = cached_build(
-        ["cuda", versions(), include_dir() or "", " ".join(archs), source], ".cubin.json", make)
+        ["cuda", versions(), include_dir() or "", " ".join(archs), source]
+        + ([crt_include_dir() or ""] if "<mma.h>" in source else []), ".cubin.json", make)
     return CUDABinary.from_bytes(data)
 
 
@@ -255,4 +277,4 @@ def check_resources(binary: CUDABinary, kernels: dict, target) -> None:
 
 
 __all__ = ["CUDABinary", "KernelResources", "MAX_REGISTERS", "MAX_SPILL_BYTES", "build_cuda",
-           "check_resources", "include_dir", "parse_ptxas_log", "versions"]
+           "check_resources", "crt_include_dir", "include_dir", "parse_ptxas_log", "versions"]

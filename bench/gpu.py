@@ -30,6 +30,12 @@ does not lose the others' results; each writes ``OUT_DIR/<section>.json`` and th
   and a 1-rank ``DeviceCluster(["gpu:0"])`` running a tensor-parallel GPT-2 layer built for the
   GPU's target against the single-device CPU model (needs ``pip install 'ember[nccl]'``).
 
+On this workplace's H200 machine (15 minutes of device time a session, everything included):
+its image has cuda-bindings, NVRTC, nvJitLink, the CUDA runtime headers and the toolkit's
+``crt/mma.h`` (found through ``/usr/local/cuda``), onnx, onnxruntime, ml-dtypes, hypothesis and
+CUDA torch; run ``PYTHONPATH=$PWD python3 bench/gpu.py $OUT --quick --sections
+models,tune,latency`` first (compiles dominate: a few minutes), then ``ops`` and ``torch``.
+
 The target is the tag matching the GPU (``nvidia/h200`` for compute capability 9.0,
 ``nvidia/a100`` for 8.0, else ``cuda -arch=sm_XX``).
 
@@ -378,7 +384,8 @@ def section_torch(target: str, quick: bool) -> dict:
     results = []
     for mode in ("eager", "compile"):
         for name, (mk, shape) in tcases.items():
-            for fp16 in (False, True):
+            # --quick: torch.compile (minutes of autotuning per model) in fp16 only
+            for fp16 in ((True,) if quick and mode == "compile" else (False, True)):
                 def row(mk=mk, shape=shape, fp16=fp16, mode=mode):
                     return {"median_ms": _torch_latency(mk, shape, fp16, mode, number),
                             "dtype": "float16" if fp16 else "float32"}

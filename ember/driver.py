@@ -428,7 +428,7 @@ MIXED_PRECISION = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16",
                    "bfloat16": "bfloat16"}
 
 
-def _compile_mixed(model, target, shapes, executor, dtype: str):
+def _compile_mixed(model, target, shapes, executor, dtype: str, dynamic=None):
     """``compile`` under the current ``PassContext`` with ToMixedPrecision required in
     ``dtype`` (its ``ToMixedPrecision.dtype``): GEMMs and convolutions store float16 /
     bfloat16 and accumulate in float32, sensitive operators stay float32
@@ -438,7 +438,7 @@ def _compile_mixed(model, target, shapes, executor, dtype: str):
     with PassContext(ctx.opt_level, ctx.disabled_pass - {"ToMixedPrecision"},
                      ctx.required_pass | {"ToMixedPrecision"}, ctx.instruments,
                      {**ctx.config, "ToMixedPrecision.dtype": dtype}):
-        return compile(model, target, shapes, executor)
+        return compile(model, target, shapes, executor, dynamic=dynamic)
 
 
 def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public verb
@@ -497,7 +497,8 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if quantize in MIXED_PRECISION:  # float16 / bfloat16 compute (ToMixedPrecision)
-        return _compile_mixed(model, target, shapes, executor, MIXED_PRECISION[quantize])
+        return _compile_mixed(model, target, shapes, executor, MIXED_PRECISION[quantize],
+                              dynamic)
     if quantize is not None:
         from .quant.onnx_qdq import compile_quantized
         return compile_quantized(model, target, shapes, quantize, calibration, calibrate,

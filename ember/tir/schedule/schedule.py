@@ -169,6 +169,15 @@ class Schedule:
         return self._do(T.CrossThreadReduce(self._ref(loop, "cross_thread_reduce"), threads),
                         cross_thread_reduce, loop, threads)
 
+    def tile_gemm(self, block: str, tm: int, tn: int, tk: int, rm: int, rn: int) -> None:
+        """Run GEMM-like reduction ``block`` (matmul, convolution as implicit GEMM) on GPU
+        blocks of ``tm x tn`` outputs staged through ``tk``-deep shared-memory tiles, each
+        thread accumulating ``rm x rn`` outputs in registers (see
+        ``ember.tir.schedule.gpu_tile.tile_gemm``)."""
+        from .gpu_tile import tile_gemm
+        return self._do(T.TileGemm(block, (tm, tn, tk, rm, rn)), tile_gemm, block, tm, tn, tk,
+                        rm, rn)
+
     # data movement ----------------------------------------------------------------------------
     def cache_read(self, block: str, read_buffer_index: int, scope: str = "local") -> str:
         """Copy ``block``'s ``read_buffer_index``-th read buffer into a new ``scope`` buffer that

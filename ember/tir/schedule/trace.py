@@ -182,10 +182,19 @@ class CrossThreadReduce:
     threads: int
 
 
+@dataclass(frozen=True)
+class TileGemm:
+    """Record of ``Schedule.tile_gemm``: GEMM-like ``block`` on shared/register tiles
+    ``(tm, tn, tk, rm, rn)``."""
+
+    block: str
+    tiles: tuple
+
+
 ACTIONS = {c.__name__: c for c in (Split, Fuse, Reorder, Parallel, Vectorize, Unroll, CacheRead,
                                     CacheWrite, ComputeAt, ReverseComputeAt, ComputeInline,
                                     ReverseComputeInline, DecomposeReduction, StorageAlign,
-                                    TransformLayout, Tensorize, Bind, CrossThreadReduce)}
+                                    TransformLayout, Tensorize, Bind, CrossThreadReduce, TileGemm)}
 
 
 def _loop(sch: "Schedule", ref: LoopRef):
@@ -235,6 +244,8 @@ def apply_action(sch: "Schedule", a) -> None:
         sch.bind(_loop(sch, a.loop), a.thread_tag)
     elif isinstance(a, CrossThreadReduce):
         sch.cross_thread_reduce(_loop(sch, a.loop), a.threads)
+    elif isinstance(a, TileGemm):
+        sch.tile_gemm(a.block, *a.tiles)
     else:  # pragma: no cover - closed set
         raise ScheduleError(f"unknown schedule action {a!r}")
 

@@ -21,7 +21,7 @@ from .cuda_tensorcore import cuda_tensorcore_rule, tensorcore_knobs
 from .depthwise import depthwise_rule
 from .gemm import gemm_knobs, gemm_rule
 from .generic import generic_rule
-from .gpu import gpu_fallback_rule, gpu_row_reduction_rule
+from .gpu import gpu_fallback_rule, gpu_gemm_rule, gpu_row_reduction_rule
 from .inverted_residual import inverted_residual_rule
 from .pooling import pooling_rule
 from .qnn import qnn_rule
@@ -34,8 +34,8 @@ RULES: dict[str, list] = {
     "llvm": [qnn_rule, attention_rule, inverted_residual_rule, winograd_rule, depthwise_rule, gemm_rule, pooling_rule,
              row_reduction_rule, generic_rule],
     # GPU targets: docs/gpu.md, "Writing a GPU rule"
-    "webgpu": [gpu_row_reduction_rule, gpu_fallback_rule],
-    "cuda": [cuda_tensorcore_rule, gpu_row_reduction_rule, gpu_fallback_rule],
+    "webgpu": [gpu_gemm_rule, gpu_row_reduction_rule, gpu_fallback_rule],
+    "cuda": [cuda_tensorcore_rule, gpu_gemm_rule, gpu_row_reduction_rule, gpu_fallback_rule],
 }
 
 
@@ -110,6 +110,6 @@ def schedule_config(func: PrimFunc, target: "Target | str", rule: str, cfg: dict
 
 
 __all__ = ["RULES", "attention_rule", "RULE_KNOBS", "rule_knobs", "schedule_config", "schedule_default",
-           "depthwise_rule", "gemm_knobs", "gemm_rule", "generic_rule", "gpu_fallback_rule",
+           "depthwise_rule", "gemm_knobs", "gemm_rule", "generic_rule", "gpu_fallback_rule", "gpu_gemm_rule",
            "gpu_row_reduction_rule", "pooling_rule",
            "row_reduction_rule", "winograd_rule"]

@@ -103,6 +103,75 @@ def gpu_row_reduction_rule(func: PrimFunc, target: Target) -> Schedule | None:
     return sch if done else None
 
 
+GEMM_MIN_OUTPUTS = 256  # M * N from which a GEMM-like nest is tiled (smaller: the fallback)
+GEMM_MIN_K = 8          # reduction length from which it is tiled
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def gemm_tiles(M: int, N: int, K: int, target: Target) -> tuple:
+    """``(tm, tn, tk, rm, rn)`` for a GEMM of ``M x N`` outputs over ``K``: up to 64 x 64
+    outputs per block in 4 x 4 register tiles (256 threads), 16-deep shared tiles, shrunk to
+    the target's ``max_threads_per_block`` and ``max_shared_memory_per_block``; small sides get
+    smaller register tiles so that a block keeps at least 64 threads where it can."""
+    tm, tn = min(64, _pow2_at_least(M)), min(64, _pow2_at_least(N))
+    tk = min(16, K)
+    rm, rn = min(4, tm), min(4, tn)
+
+    def threads():
+        return (tm // rm) * (tn // rn)
+    while threads() < 64 and (rm > 1 or rn > 1):
+        if rm >= rn:
+            rm //= 2
+        else:
+            rn //= 2
+    while threads() > target.max_threads_per_block or \
+            4 * tk * (tm + tn) > target.max_shared_memory_per_block:
+        if tm >= tn and tm > rm:
+            tm //= 2
+        elif tn > rn:
+            tn //= 2
+        elif tk > 1:
+            tk //= 2
+        else:
+            break
+    return tm, tn, tk, rm, rn
+
+
+def gpu_gemm_rule(func: PrimFunc, target: Target) -> Schedule | None:
+    """GEMM-like nests (matmul, batched matmul, dense, convolution as implicit GEMM; see
+    ``ember.tir.schedule.gpu_tile``) of at least ``GEMM_MIN_OUTPUTS`` outputs and
+    ``GEMM_MIN_K`` reduction steps run on shared-memory and register tiles
+    (``Schedule.tile_gemm`` with ``gemm_tiles``); the kernel's other nests get the fallback's
+    binding. ``None`` when no nest is tiled."""
+    from ..analysis import blocks_in
+    from ..gpu_tile import _gemm_parts, _prod
+    sch = Schedule(func)
+    cap = min(DEFAULT_BLOCK, target.max_threads_per_block)
+    done = False
+    for nest in _top_nests(sch.body):
+        red = [b for b in blocks_in(nest) if b.init is not None]
+        s = red[0] if len(red) == 1 else None
+        tiled = False
+        if s is not None:
+            try:
+                _, _, ms, ns, _, red, _, _ = _gemm_parts(s, "gpu_gemm_rule")
+                M, N, K = _prod(ms), _prod(ns), _prod(red)
+                if M * N >= GEMM_MIN_OUTPUTS and K >= GEMM_MIN_K:
+                    sch.tile_gemm(s.name, *gemm_tiles(M, N, K, target))
+                    tiled = done = True
+            except ScheduleError:
+                pass
+        if not tiled:
+            bind_spatial(sch, nest, cap)
+    return sch if done else None
+
+
 def gpu_fallback_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """Every nest's spatial loops bound to blocks and threads (see the module doc); applies to
     every kernel."""
@@ -113,4 +182,4 @@ def gpu_fallback_rule(func: PrimFunc, target: Target) -> Schedule | None:
     return sch
 
 
-__all__ = ["bind_spatial", "gpu_fallback_rule", "gpu_row_reduction_rule"]
+__all__ = ["bind_spatial", "gemm_tiles", "gpu_fallback_rule", "gpu_gemm_rule", "gpu_row_reduction_rule"]

@@ -191,15 +191,20 @@ GOLDEN_CASES = {
     "softmax_2x64_cooperative": ("nn.softmax", [f32(2, 64)], {"axis": -1}),
     "matmul_8x16x4": ("matmul", [f32(8, 16), f32(16, 4)], {}),
     "conv_1x2x5x5_k3": ("nn.conv", [f32(1, 2, 5, 5), f32(3, 2, 3, 3)], {"pads": [1, 1, 1, 1]}),
+    # shared-memory + register tiles (gpu_gemm_rule): tails on every side, a fused bias
+    "matmul_tiled_33x20x45": ("matmul", [f32(33, 20), f32(20, 45)], {}),
+    "conv_bias_tiled_2x8x7x7_k3s2": ("nn.conv", [f32(2, 8, 7, 7), f32(12, 8, 3, 3), f32(12)],
+                                     {"strides": [2, 2], "pads": [1, 0, 1, 0]}),
 }
+RULE_OF = {"cooperative": "gpu_row_reduction_rule", "tiled": "gpu_gemm_rule"}
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
 def test_golden_schedule_and_wgsl(name):
     op, inputs, attrs = GOLDEN_CASES[name]
     k = schedule_default(kernel(op, inputs, attrs), "webgpu")
-    assert k.attrs["schedule_rule"] == ("gpu_row_reduction_rule" if "cooperative" in name
-                                        else "gpu_fallback_rule")
+    assert k.attrs["schedule_rule"] == next(
+        (r for key, r in RULE_OF.items() if key in name), "gpu_fallback_rule")
     _, wks = emit_wgsl(k, "webgpu")
     text = (func_text(k) + "\n" + "\n".join(
         f"// device kernel {n}: dispatch {w.dispatch}, workgroup {w.workgroup_size}, "
@@ -209,3 +214,46 @@ def test_golden_schedule_and_wgsl(name):
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; run with EMBER_UPDATE_GOLDEN=1"
     assert text == path.read_text(), f"{name}: the schedule or WGSL changed (see {path})"
+
+
+# tile_gemm -----------------------------------------------------------------------------------
+
+def test_tile_gemm_replays_and_fits_the_target():
+    from ember.tir.schedule.rules.gpu import gemm_tiles
+    func = kernel("matmul", [f32(3, 17, 40), f32(3, 40, 19)])
+    k = schedule_default(func, "webgpu")
+    assert k.attrs["schedule_rule"] == "gpu_gemm_rule"
+    again = Trace.from_json(k.attrs["schedule_trace"]).apply_to(
+        kernel("matmul", [f32(3, 17, 40), f32(3, 40, 19)]))
+    assert func_text(again.func) == func_text(k)
+    text = func_text(k)
+    assert "blockIdx.z" in text and text.count("barrier") == 2  # the batch, one k-step's pair
+    for tgt in ("webgpu", "webgpu -max_threads_per_block=64", "nvidia/h200"):
+        t = Target(tgt)
+        for M, N, K in [(1, 1000, 512), (4096, 64, 9), (33, 45, 20), (5, 7, 300)]:
+            tm, tn, tk, rm, rn = gemm_tiles(M, N, K, t)
+            assert tm % rm == 0 and tn % rn == 0 and 1 <= tk <= K
+            assert (tm // rm) * (tn // rn) <= t.max_threads_per_block
+            assert 4 * tk * (tm + tn) <= t.max_shared_memory_per_block
+    small = schedule_default(kernel("matmul", [f32(3, 17, 40), f32(3, 40, 19)]),
+                             "webgpu -max_threads_per_block=64")
+    _, wks = emit_wgsl(small, "webgpu -max_threads_per_block=64")
+    assert wks[0].workgroup_size[0] <= 64
+
+
+def test_tile_gemm_refuses_what_is_not_a_gemm():
+    sch = Schedule(kernel("nn.softmax", [f32(4, 64)], {"axis": -1}))
+    red = [b for b in sch.block_names() if "max" in b][0]
+    with pytest.raises(ScheduleError, match="is not a sum of its own output and a product"):
+        sch.tile_gemm(red, 32, 32, 8, 4, 4)
+    # a grouped convolution's output channel is read by both operands: no column iterator
+    sch = Schedule(kernel("nn.conv", [f32(1, 4, 6, 6), f32(8, 2, 3, 3)],
+                          {"pads": [1, 1, 1, 1], "group": 2}))
+    with pytest.raises(ScheduleError, match="no row/column/reduction structure"):
+        sch.tile_gemm("conv", 32, 32, 8, 4, 4)
+    sch = Schedule(kernel("matmul", [f32(33, 20), f32(20, 45)]))
+    with pytest.raises(ScheduleError, match="do not divide"):
+        sch.tile_gemm("matmul", 32, 30, 8, 4, 4)
+    sch.bind(sch.get_loops("matmul")[0], "blockIdx.x")
+    with pytest.raises(ScheduleError, match="serial"):
+        sch.tile_gemm("matmul", 32, 32, 8, 4, 4)

@@ -8,6 +8,8 @@ Usage::
 
     python bench/webgpu.py               # writes bench/results/gpu_<adapter>.json
     python bench/webgpu.py --repeat 5 --no-write
+    python bench/webgpu.py --gemm-ab     # tiled GEMM/conv rule vs the fallback schedule:
+                                         # bench/results/webgpu_gemm_ab_<adapter>.json
 """
 
 from __future__ import annotations
@@ -37,11 +39,75 @@ def _feeds(name, model, compiled):
     return M.bert_inputs(model) if name.startswith("bert") else compiled.random_inputs()
 
 
+def _single_op(op: str):
+    """A one-node ONNX model: ``MatMul`` 256x256 @ 256x256, or ``Conv`` 1x32x32x32 with a
+    32x32x3x3 weight (pads 1) and a bias, then ``Relu``."""
+    from onnx import TensorProto, helper, numpy_helper
+    r = np.random.default_rng(0)
+    if op == "matmul":
+        w = numpy_helper.from_array(r.standard_normal((256, 256)).astype(np.float32), "w")
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+        x, y, inits = [1, 256, 256], [1, 256, 256], [w]
+    else:
+        w = numpy_helper.from_array(r.standard_normal((32, 32, 3, 3)).astype(np.float32), "w")
+        b = numpy_helper.from_array(r.standard_normal(32).astype(np.float32), "b")
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["c"], ["y"])]
+        x, y, inits = [1, 32, 32, 32], [1, 32, 32, 32], [w, b]
+    g = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def gemm_ab(repeat: int, write: bool) -> int:
+    """The GEMM/conv rule (``gpu_gemm_rule``) against the fallback schedule it replaces, on a
+    matmul and a conv+relu, interleaved; the "fallback" build removes the rule from the webgpu
+    rule list of this process only."""
+    from ember.tir.schedule.rules import RULES
+    os.environ["EMBER_NO_MODEL_CACHE"] = "1"
+    info = adapter_info()
+    out = {"adapter": info.get("device"), "repeat": repeat, "cases": {}}
+    default = list(RULES["webgpu"])
+    for op in ("matmul", "conv"):
+        model = _single_op(op)
+        tiled = ember.compile(model, target="webgpu")
+        RULES["webgpu"] = [r for r in default if r.__name__ != "gpu_gemm_rule"]
+        try:
+            fallback = ember.compile(model, target="webgpu")
+        finally:
+            RULES["webgpu"] = default
+        feeds = tiled.random_inputs()
+        a, b = tiled.run(feeds), fallback.run(feeds)
+        err = max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+        ts = {"tiled": [], "fallback": []}
+        for _ in range(repeat):
+            for key, m in (("tiled", tiled), ("fallback", fallback)):
+                t = time.perf_counter()
+                m.run(feeds)
+                ts[key].append((time.perf_counter() - t) * 1e3)
+        med = {k: float(np.median(v)) for k, v in ts.items()}
+        out["cases"][op] = {"tiled_median_ms": med["tiled"], "fallback_median_ms": med["fallback"],
+                            "speedup": med["fallback"] / med["tiled"], "max_abs_diff": err}
+        print(f"{op}: tiled {med['tiled']:.2f} ms, fallback {med['fallback']:.2f} ms "
+              f"(x{med['fallback'] / med['tiled']:.2f}), max |diff| {err:.2e}", flush=True)
+    if write:
+        tag = re.sub(r"[^a-z0-9]+", "_", str(out["adapter"]).lower()).strip("_")[:40]
+        path = os.path.join(os.path.dirname(__file__), "results", f"webgpu_gemm_ab_{tag}.json")
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+        print("wrote", path)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=10, help="interleaved rounds per model")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--gemm-ab", action="store_true",
+                    help="time the tiled GEMM/conv rule against the fallback schedule")
     args = ap.parse_args(argv)
+    if args.gemm_ab:
+        return gemm_ab(args.repeat, not args.no_write)
     info = adapter_info()
     out = {"adapter": info.get("device"), "adapter_type": info.get("adapter_type"),
            "backend": info.get("backend_type"), "repeat": args.repeat, "models": {}}

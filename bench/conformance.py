@@ -20,6 +20,9 @@ Usage::
     python bench/conformance.py                    # everything, 2 workers
     python bench/conformance.py -k 'test_resize'   # cases whose name matches a regex
     python bench/conformance.py --cases bench/results/conformance_passing.txt --no-write
+    nice python bench/conformance.py --target webgpu   # through WebGPU (lavapipe in CI):
+        # conformance_webgpu.{json,md}, conformance_webgpu_passing.txt; the markdown lists
+        # every case the CPU passes and this target does not, with its reason
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ RESULTS = ROOT / "bench" / "results"
 CATEGORIES = ("node", "node-expanded", "simple", "pytorch-converted", "pytorch-operator", "light")
 DEFAULT_TIMEOUT = {"light": 900.0}
 TIMEOUT = 180.0
+TARGET = "llvm"  # the target every worker compiles for (set by --target before the pool forks)
 
 
 @dataclass
@@ -236,7 +240,8 @@ def run_case(case: Case) -> Result:
         return res
     import ember
     try:
-        compiled = ember.compile(model)
+        compiled = ember.compile(model) if TARGET == "llvm" else ember.compile(model,
+                                                                                target=TARGET)
         outputs = []
         with np.errstate(all="ignore"):
             for ins, _ in sets:
@@ -459,17 +464,41 @@ def markdown(sb: dict) -> str:
                   ", ".join(f"{k} ({v})" for k, v in sb["host_ops_in_passing_cases"].items())]
     fully = [op for op, c in sb["by_operator"].items() if c["passed"] == c["total"]]
     lines += ["", f"## Operators fully passing ({len(fully)})", "", ", ".join(fully), ""]
+    if sb.get("cpu_passing_failing_here") is not None:
+        lost = sb["cpu_passing_failing_here"]
+        lines += [f"## Cases the CPU target passes and {sb['target']} does not ({len(lost)})", "",
+                  "| case | status | reason |", "|---|---|---|"]
+        for name, c in sorted(lost.items()):
+            msg = c["message"].splitlines()[0][:160].replace("|", "/") if c["message"] else ""
+            lines.append(f"| {name} | {c['status']} | {c['kind'].replace('|', '/')}: {msg} |")
+        lines.append("")
     return "\n".join(lines)
 
 
+def _against_cpu(sb: dict, out: Path) -> None:
+    """For a non-CPU target: the cases of this run that the CPU's last scoreboard
+    (``conformance_passing.txt``) passes and this target does not."""
+    cpu = out / "conformance_passing.txt"
+    if TARGET == "llvm" or not cpu.exists():
+        return
+    passing = set(cpu.read_text().split())
+    sb["target"] = TARGET
+    sb["cpu_passing_in_run"] = sum(1 for n in sb["cases"] if n in passing)
+    sb["cpu_passing_failing_here"] = {n: c for n, c in sb["cases"].items()
+                                      if n in passing and c["status"] != "passed"}
+
+
 def write_results(results: list[Result], out: Path = RESULTS) -> dict:
-    """Write ``conformance.json``, ``conformance.md`` and ``conformance_passing.txt``."""
+    """Write ``conformance.json``, ``conformance.md`` and ``conformance_passing.txt``
+    (``conformance_<target>*`` for a target other than the CPU)."""
     out.mkdir(parents=True, exist_ok=True)
     sb = scoreboard(results)
-    (out / "conformance.json").write_text(json.dumps(sb, indent=1, sort_keys=False) + "\n")
-    (out / "conformance.md").write_text(markdown(sb))
+    _against_cpu(sb, out)
+    stem = "conformance" if TARGET == "llvm" else "conformance_" + re.sub(r"\W+", "_", TARGET)
+    (out / f"{stem}.json").write_text(json.dumps(sb, indent=1, sort_keys=False) + "\n")
+    (out / f"{stem}.md").write_text(markdown(sb))
     passing = sorted(r.name for r in results if r.status == "passed")
-    (out / "conformance_passing.txt").write_text("\n".join(passing) + "\n")
+    (out / f"{stem}_passing.txt").write_text("\n".join(passing) + "\n")
     return sb
 
 
@@ -487,7 +516,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(RESULTS), help="results folder (default bench/results)")
     p.add_argument("--no-write", action="store_true", help="print only, write no results")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-case progress lines")
+    p.add_argument("--target", default="llvm",
+                   help="compile for this target (default llvm; e.g. webgpu)")
     a = p.parse_args(argv)
+    global TARGET
+    TARGET = a.target
     cases = collect(tuple(a.category) if a.category else CATEGORIES)
     if a.filter:
         rx = re.compile(a.filter)

@@ -148,3 +148,52 @@ def test_profile_reports_device_time_per_kernel(tmp_path, capsys):
     onnx.save(small_cnn(), path)
     assert main(["profile", str(path), "--target", "webgpu", "--repeat", "2"]) in (0, None)
     assert "nn.conv" in capsys.readouterr().out
+
+
+@needs_adapter
+def test_save_load_and_cli_compile_run(tmp_path, capsys):
+    from ember.cli import main
+    from ember.runtime.webgpu import WebGPUModel
+    x = {"x": np.random.default_rng(2).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    cm = ember.compile(small_cnn(), target="webgpu")
+    want = ort_run(small_cnn(), x)[0]
+    cm.save(tmp_path / "m.ember")
+    back = ember.load(tmp_path / "m.ember")
+    assert isinstance(back, WebGPUModel) and back.target == cm.target
+    assert_close(back.run(x)[0], want, 1e-4, 1e-5, "loaded model")
+    # the command line: compile to an artifact, run it (no --target: the artifact knows)
+    onnx.save(small_cnn(), tmp_path / "cnn.onnx")
+    out = tmp_path / "cli.ember"
+    assert main(["compile", str(tmp_path / "cnn.onnx"), "--target", "webgpu", "-o",
+                 str(out)]) in (0, None)
+    assert "wrote" in capsys.readouterr().out
+    assert main(["run", str(out)]) in (0, None)
+    assert "y" in capsys.readouterr().out
+    np.testing.assert_array_equal(ember.load(out).run(x)[0], back.run(x)[0])
+
+
+def test_truncated_webgpu_artifact_is_an_artifact_error(tmp_path):
+    import zipfile
+    from ember.errors import ArtifactError
+    from ember.runtime.webgpu import ARTIFACT_FORMAT
+    p = tmp_path / "bad.ember"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("manifest.json", '{"format": "%s", "version": 1}' % ARTIFACT_FORMAT)
+    with pytest.raises(ArtifactError, match="not a readable ember WebGPU artifact"):
+        ember.load(p)
+
+
+@needs_adapter
+def test_tensor_beyond_the_adapters_binding_size_names_the_node(monkeypatch):
+    from ember.runtime import webgpu as rt
+    adapter, device = rt.get_device()
+
+    class SmallDevice:  # the real device with a smaller max-storage-buffer-binding-size
+        limits = dict(device.limits, **{"max-storage-buffer-binding-size": 4096})
+
+        def __getattr__(self, name):
+            return getattr(device, name)
+    monkeypatch.setattr(rt, "get_device", lambda: (adapter, SmallDevice()))
+    with pytest.raises(DeviceError, match=r"of node .*nn.conv.* above the adapter's "
+                                          r"max-storage-buffer-binding-size=4096"):
+        ember.compile(small_cnn(), target="webgpu")

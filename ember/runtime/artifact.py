@@ -166,6 +166,9 @@ def load_artifact(path, num_threads: int | None = None):
             from .cuda import is_cuda_artifact, load_cuda_artifact
             if is_cuda_artifact(manifest):  # cubins + PTX (runtime.cuda)
                 return load_cuda_artifact(path)
+            from .webgpu import is_webgpu_artifact, load_webgpu_artifact
+            if is_webgpu_artifact(manifest):  # WGSL + plan + weights (runtime.webgpu)
+                return load_webgpu_artifact(path)
             if manifest.get("format") != "ember-artifact":
                 raise ArtifactError(f"{path} is not an ember artifact")
             if manifest.get("version") not in READABLE_VERSIONS:

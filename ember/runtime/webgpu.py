@@ -130,12 +130,16 @@ class WebGPUModel:
         lim = self.device.limits
         max_bind = lim["max-storage-buffer-binding-size"]
         slots = self.plan["slots"]
-        for s in slots:
+        for k, s in enumerate(slots):
             if s["kind"] != "unused" and storage_nbytes(s) > max_bind:
-                raise DeviceError(f"tensor of shape {s['shape']} {s['dtype']} takes "
-                                  f"{storage_nbytes(s)} bytes, above the adapter's "
+                users = [f"node {st['name']} ({st['op']})" for st in self.plan["steps"]
+                         if k in st["args"]][:2]
+                raise DeviceError(f"tensor of shape {s['shape']} {s['dtype']}"
+                                  + (f" of {' and '.join(users)}" if users else "")
+                                  + f" takes {storage_nbytes(s)} bytes, above the adapter's "
                                   f"max-storage-buffer-binding-size={max_bind} "
-                                  f"({self.info['adapter']})")
+                                  f"({self.info['adapter']}); use smaller shapes or the CPU "
+                                  f"target")
         usage = (wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
                  | wgpu.BufferUsage.COPY_SRC)
         self.where: dict[int, tuple] = {}  # slot -> (buffer name, offset)
@@ -387,13 +391,84 @@ class WebGPUModel:
         return benchmark(lambda: self.run(inputs), number, warmup)
 
     def save(self, path) -> None:
-        """Not available yet for WebGPU models.
+        """Write the model to ``path`` (a zip, atomically): the WGSL of every kernel with its
+        launch and bindings, the plan (arena layout, steps), the weights and the graph text.
+        ``ember.load(path)`` (or ``load_webgpu_artifact``) rebuilds the pipelines on this
+        machine's adapter, without compiling again.
 
         Raises:
-            ArtifactError: always (compile again; the compiled-model cache is CPU-only)."""
+            ArtifactError: the path cannot be written."""
+        import io
+        import json
+        import os
+        import zipfile
+        from dataclasses import asdict
+        from pathlib import Path
         from ..errors import ArtifactError
-        raise ArtifactError("saving a model compiled for webgpu is not supported yet; compile "
-                            "it again with ember.compile(..., target='webgpu')")
+        path = Path(path)
+        steps = [[list(ws), [asdict(k) for k in kernels]] for ws, kernels in self.steps]
+        info = {k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))}
+        manifest = {"format": ARTIFACT_FORMAT, "version": ARTIFACT_VERSION,
+                    "target": self.target, "plan": self.plan, "steps": steps, "info": info,
+                    "param_names": list(self.params)}
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+                z.writestr("manifest.json", json.dumps(manifest))
+                z.writestr("graph.txt", self.graph_text)
+                for k, v in enumerate(self.params.values()):
+                    buf = io.BytesIO()
+                    np.save(buf, np.ascontiguousarray(v), allow_pickle=False)
+                    z.writestr(f"params/p{k}.npy", buf.getvalue())
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise ArtifactError(f"cannot save the artifact to {str(path)!r}: "
+                                f"{e.strerror or e}") from None
+
+
+ARTIFACT_FORMAT = "ember-webgpu-artifact"
+ARTIFACT_VERSION = 1
+
+
+def is_webgpu_artifact(manifest: dict) -> bool:
+    """True for the manifest of an artifact ``WebGPUModel.save`` wrote."""
+    return manifest.get("format") == ARTIFACT_FORMAT
+
+
+def load_webgpu_artifact(path) -> WebGPUModel:
+    """A ``WebGPUModel`` from an artifact ``WebGPUModel.save`` wrote: its WGSL, plan and
+    weights go to this machine's adapter (pipelines are created, nothing is compiled again).
+
+    Raises:
+        ArtifactError: missing, truncated, or of another version.
+        DeviceError: no adapter, or a kernel or tensor beyond this adapter's limits."""
+    import io
+    import json
+    import zipfile
+    from ..codegen.wgsl import WGSLKernel
+    from ..errors import ArtifactError
+    try:
+        with zipfile.ZipFile(path) as z:
+            m = json.loads(z.read("manifest.json"))
+            if m.get("version") != ARTIFACT_VERSION:
+                raise ArtifactError(f"{path}: WebGPU artifact version {m.get('version')}, this "
+                                    f"ember reads {ARTIFACT_VERSION}: recompile the model")
+            steps = [(list(ws), [WGSLKernel(k["source"], [tuple(b) for b in k["bindings"]],
+                                            tuple(k["dispatch"]), tuple(k["workgroup_size"]),
+                                            list(k["uniform"]), int(k["shared_bytes"]))
+                                 for k in kernels]) for ws, kernels in m["steps"]]
+            params = {n: np.load(io.BytesIO(z.read(f"params/p{k}.npy")), allow_pickle=False)
+                      for k, n in enumerate(m["param_names"])}
+            graph = z.read("graph.txt").decode()
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError,
+            TypeError) as e:
+        raise ArtifactError(f"{path} is not a readable ember WebGPU artifact: "
+                            f"{type(e).__name__}: {e}") from None
+    return WebGPUModel(m["plan"], params, steps, graph, m["target"], dict(m["info"]))
 
 
 def _round(n: int) -> int:
@@ -428,4 +503,5 @@ def _from_storage(words: np.ndarray, dtype: str) -> np.ndarray:
     return words.astype(dtype)
 
 
-__all__ = ["NO_ADAPTER", "WebGPUModel", "adapter_info", "get_device", "storage_nbytes"]
+__all__ = ["ARTIFACT_FORMAT", "NO_ADAPTER", "WebGPUModel", "adapter_info", "get_device",
+           "is_webgpu_artifact", "load_webgpu_artifact", "storage_nbytes"]

@@ -10,6 +10,8 @@ Usage::
     python bench/webgpu.py --repeat 5 --no-write
     python bench/webgpu.py --gemm-ab     # tiled GEMM/conv rule vs the fallback schedule:
                                          # bench/results/webgpu_gemm_ab_<adapter>.json
+    nice python bench/webgpu.py --accuracy [NAME ...]   # whole models vs onnxruntime (CPU) at
+        # rtol 1e-4 / atol 1e-5: bench/results/webgpu_models_<adapter>.json
 """
 
 from __future__ import annotations
@@ -99,13 +101,84 @@ def gemm_ab(repeat: int, write: bool) -> int:
     return 0
 
 
+# the nine light models at the smallest resolution they accept (their classifiers follow a
+# fixed-size flatten or a fixed 7x7 average pool, except DenseNet-121 and SqueezeNet), and
+# ember's built-in transformer and image models
+ACCURACY = {
+    **{n: (lambda n=n: _light(n, 64 if n in ("densenet121", "squeezenet") else 224))
+       for n in ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+                 "shufflenet", "squeezenet", "vgg19", "zfnet512")},
+    "mobilenet_v2_32px": lambda: M.mobilenet_v2(image_size=32, num_classes=10),
+    "resnet18_32px": lambda: M.resnet18(image_size=32, num_classes=10),
+    "bert_2x64_seq16": lambda: M.bert_encoder(num_layers=2, hidden=64, heads=2, seq=16),
+    "gpt2_2x64_seq16": lambda: M.gpt2_decoder(num_layers=2, hidden=64, heads=4, seq=16),
+}
+
+
+def _light(name: str, size: int):
+    from ember.zoo import at_resolution, randomized_light_model
+    return at_resolution(randomized_light_model(name), size)
+
+
+def _accuracy_feeds(name, model):
+    from ember.zoo import default_model_input
+    if name.startswith("bert"):
+        return M.bert_inputs(model)
+    if name.startswith("gpt2"):
+        return {"input_ids": np.random.default_rng(0).integers(0, 256, (1, 16)).astype(np.int64)}
+    return {k: np.random.default_rng(0).standard_normal(v.shape).astype(np.float32)
+            for k, v in default_model_input(model).items()}
+
+
+def accuracy(names, write: bool) -> int:
+    """Each model compiled for webgpu, run, and compared with onnxruntime (CPU) at rtol 1e-4 /
+    atol 1e-5 (``|got - want| <= atol + rtol * |want|`` everywhere)."""
+    import onnxruntime as ort
+    info = adapter_info()
+    out = {"adapter": info.get("device"), "rtol": 1e-4, "atol": 1e-5, "models": {}}
+    for name in names:
+        model = ACCURACY[name]()
+        feeds = _accuracy_feeds(name, model)
+        rec = {"inputs": {k: list(v.shape) for k, v in feeds.items()}}
+        try:
+            t0 = time.perf_counter()
+            cm = ember.compile(model, target="webgpu")
+            rec["compile_s"] = time.perf_counter() - t0
+            got = cm.run(feeds)
+            t0 = time.perf_counter()
+            cm.run(feeds)
+            rec["run_ms"] = (time.perf_counter() - t0) * 1e3
+            sess = ort.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+            want = sess.run(None, feeds)
+            rec["max_abs_err"] = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+            rec["passed"] = all(bool(np.all(np.abs(g - w) <= 1e-5 + 1e-4 * np.abs(w)))
+                                for g, w in zip(got, want))
+            rec["dispatches"] = cm.info["num_dispatches"]
+        except Exception as e:  # noqa: BLE001 - every model gets a line
+            rec["passed"], rec["error"] = False, f"{type(e).__name__}: {str(e)[:300]}"
+        out["models"][name] = rec
+        print(name, json.dumps(rec), flush=True)
+    if write:
+        tag = re.sub(r"[^a-z0-9]+", "_", str(out["adapter"]).lower()).strip("_")[:40]
+        path = os.path.join(os.path.dirname(__file__), "results", f"webgpu_models_{tag}.json")
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+        print("wrote", path)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=10, help="interleaved rounds per model")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--gemm-ab", action="store_true",
                     help="time the tiled GEMM/conv rule against the fallback schedule")
+    ap.add_argument("--accuracy", nargs="*", metavar="NAME", default=None,
+                    help=f"whole models vs onnxruntime (default all: {', '.join(ACCURACY)})")
     args = ap.parse_args(argv)
+    if args.accuracy is not None:
+        return accuracy(args.accuracy or list(ACCURACY), not args.no_write)
     if args.gemm_ab:
         return gemm_ab(args.repeat, not args.no_write)
     info = adapter_info()

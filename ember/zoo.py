@@ -91,6 +91,25 @@ def randomized_light_model(name: str = "resnet50", seed: int = 0) -> onnx.ModelP
     return model
 
 
+def at_resolution(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
+    """A copy of image model ``model`` whose first graph input (not an initializer) ``(N, C, H, W)`` is declared
+    ``(N, C, size, size)`` (stale ``value_info`` shapes dropped), to run a model at a reduced
+    resolution where a slow device (lavapipe) would take minutes at full size. Models whose
+    classifier follows a fixed-size flatten (AlexNet, VGG, ZFNet) or a fixed-window average
+    pool accept only the original size; onnxruntime and ember both refuse them elsewhere."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {t.name for t in m.graph.initializer}
+    vi = next(v for v in m.graph.input if v.name not in inits)
+    dims = vi.type.tensor_type.shape.dim
+    if len(dims) != 4:
+        raise ModelLoadError(f"at_resolution: input {vi.name} has {len(dims)} dimensions, not "
+                             f"(N, C, H, W)")
+    dims[2].dim_value = dims[3].dim_value = int(size)
+    del m.graph.value_info[:]
+    return m
+
+
 def default_model_input(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded standard-normal float32 inputs for every non-initializer graph input."""
     rng = np.random.default_rng(seed)

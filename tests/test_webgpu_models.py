@@ -197,3 +197,29 @@ def test_tensor_beyond_the_adapters_binding_size_names_the_node(monkeypatch):
     with pytest.raises(DeviceError, match=r"of node .*nn.conv.* above the adapter's "
                                           r"max-storage-buffer-binding-size=4096"):
         ember.compile(small_cnn(), target="webgpu")
+
+
+@needs_adapter
+def test_gpt2_decoder_matches_onnxruntime():
+    m = M.gpt2_decoder(num_layers=2, hidden=64, heads=4, seq=16)
+    ids = np.random.default_rng(3).integers(0, 256, (1, 16)).astype(np.int64)
+    check_model(m, {"input_ids": ids})
+
+
+# the smallest resolution each light model accepts (a fixed-size flatten before the classifier,
+# or a fixed 7x7 average pool, pins the others to 224)
+LIGHT_SIZE = {"densenet121": 64, "squeezenet": 64}
+
+
+@needs_adapter
+@pytest.mark.slow(reason="the nine ONNX light models on lavapipe (seconds to minutes each; "
+                         "seven only run at 224x224)")
+@pytest.mark.parametrize("name", ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2",
+                                  "resnet50", "shufflenet", "squeezenet", "vgg19", "zfnet512"])
+def test_light_models_match_onnxruntime(name):
+    from ember.zoo import at_resolution, default_model_input, randomized_light_model
+    m = at_resolution(randomized_light_model(name), LIGHT_SIZE.get(name, 224))
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.standard_normal(v.shape).astype(np.float32)
+             for k, v in default_model_input(m).items()}
+    check_model(m, feeds)

@@ -41,6 +41,26 @@ def _feeds(name, model, compiled):
     return M.bert_inputs(model) if name.startswith("bert") else compiled.random_inputs()
 
 
+def _write(out: dict, prefix: str) -> None:
+    """``out`` as ``bench/results/<prefix>_<adapter>.json``."""
+    tag = re.sub(r"[^a-z0-9]+", "_", str(out["adapter"]).lower()).strip("_")[:40]
+    path = os.path.join(os.path.dirname(__file__), "results", f"{prefix}_{tag}.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    print("wrote", path)
+
+
+def _interleaved(models: dict, feeds, repeat: int) -> dict:
+    """Median ms of ``m.run(feeds)`` per ``{key: model}``, the models run in turn each round."""
+    ts = {k: [] for k in models}
+    for _ in range(repeat):
+        for key, m in models.items():
+            t = time.perf_counter()
+            m.run(feeds)
+            ts[key].append((time.perf_counter() - t) * 1e3)
+    return {k: float(np.median(v)) for k, v in ts.items()}
+
+
 def _single_op(op: str):
     """A one-node ONNX model: ``MatMul`` 256x256 @ 256x256, or ``Conv`` 1x32x32x32 with a
     32x32x3x3 weight (pads 1) and a bias, then ``Relu``."""
@@ -81,23 +101,13 @@ def gemm_ab(repeat: int, write: bool) -> int:
         feeds = tiled.random_inputs()
         a, b = tiled.run(feeds), fallback.run(feeds)
         err = max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
-        ts = {"tiled": [], "fallback": []}
-        for _ in range(repeat):
-            for key, m in (("tiled", tiled), ("fallback", fallback)):
-                t = time.perf_counter()
-                m.run(feeds)
-                ts[key].append((time.perf_counter() - t) * 1e3)
-        med = {k: float(np.median(v)) for k, v in ts.items()}
+        med = _interleaved({"tiled": tiled, "fallback": fallback}, feeds, repeat)
         out["cases"][op] = {"tiled_median_ms": med["tiled"], "fallback_median_ms": med["fallback"],
                             "speedup": med["fallback"] / med["tiled"], "max_abs_diff": err}
         print(f"{op}: tiled {med['tiled']:.2f} ms, fallback {med['fallback']:.2f} ms "
               f"(x{med['fallback'] / med['tiled']:.2f}), max |diff| {err:.2e}", flush=True)
     if write:
-        tag = re.sub(r"[^a-z0-9]+", "_", str(out["adapter"]).lower()).strip("_")[:40]
-        path = os.path.join(os.path.dirname(__file__), "results", f"webgpu_gemm_ab_{tag}.json")
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
-        print("wrote", path)
+        _write(out, "webgpu_gemm_ab")
     return 0
 
 
@@ -160,11 +170,7 @@ def accuracy(names, write: bool) -> int:
         out["models"][name] = rec
         print(name, json.dumps(rec), flush=True)
     if write:
-        tag = re.sub(r"[^a-z0-9]+", "_", str(out["adapter"]).lower()).strip("_")[:40]
-        path = os.path.join(os.path.dirname(__file__), "results", f"webgpu_models_{tag}.json")
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
-        print("wrote", path)
+        _write(out, "webgpu_models")
     return 0
 
 
@@ -193,13 +199,7 @@ def main(argv=None) -> int:
         feeds = _feeds(name, model, gpu)
         for m in (gpu, cpu):  # warm-up
             m.run(feeds)
-        ts = {"webgpu": [], "llvm": []}
-        for _ in range(args.repeat):
-            for key, m in (("webgpu", gpu), ("llvm", cpu)):
-                t = time.perf_counter()
-                m.run(feeds)
-                ts[key].append((time.perf_counter() - t) * 1e3)
-        med = {k: float(np.median(v)) for k, v in ts.items()}
+        med = _interleaved({"webgpu": gpu, "llvm": cpu}, feeds, args.repeat)
         out["models"][name] = {"webgpu_median_ms": med["webgpu"], "llvm_median_ms": med["llvm"],
                                "webgpu/llvm": med["webgpu"] / med["llvm"],
                                "webgpu_compile_s": compile_s,
@@ -208,11 +208,7 @@ def main(argv=None) -> int:
               f"(ratio {med['webgpu'] / med['llvm']:.1f}), {gpu.info['num_dispatches']} "
               f"dispatches, webgpu compile {compile_s:.1f} s", flush=True)
     if not args.no_write:
-        tag = re.sub(r"[^a-z0-9]+", "_", str(out["adapter"]).lower()).strip("_")[:40]
-        path = os.path.join(os.path.dirname(__file__), "results", f"gpu_{tag}.json")
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
-        print("wrote", path)
+        _write(out, "gpu")
     return 0
 
 

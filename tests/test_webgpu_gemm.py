@@ -5,7 +5,6 @@ convolutions with padding, strides, dilations and a fused bias. Each case assert
 tiled rule scheduled it, so the fallback cannot pass in its place."""
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -26,6 +26,64 @@ READABLE_VERSIONS = (1, 2)
 READ_CHUNK = 1 << 20
 
 
+def write_device_artifact(path, manifest: dict, members: dict, params: dict) -> None:
+    """Write a device model's artifact (``WebGPUModel`` / ``CUDAModel``) to ``path``
+    atomically: a stored zip of ``manifest.json``, the text/bytes ``members`` (name -> str or
+    bytes) and one ``params/p<k>.npy`` per weight, in ``params`` order.
+
+    Raises:
+        ArtifactError: the path cannot be written."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("manifest.json", json.dumps(manifest))
+            for name, data in members.items():
+                z.writestr(name, data)
+            for k, v in enumerate(params.values()):
+                buf = io.BytesIO()
+                np.save(buf, np.ascontiguousarray(v), allow_pickle=False)
+                z.writestr(f"params/p{k}.npy", buf.getvalue())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise ArtifactError(f"cannot save the artifact to {str(path)!r}: "
+                            f"{e.strerror or e}") from None
+
+
+def read_device_artifact(path, version: int, what: str, members: tuple) -> tuple:
+    """``(manifest, {member: bytes}, params)`` of a device artifact that
+    ``write_device_artifact`` wrote, whose manifest ``version`` must match.
+
+    Raises:
+        ArtifactError: missing, truncated or unreadable (naming ``what``, e.g. "WebGPU"), or
+            of another version."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            m = json.loads(z.read("manifest.json"))
+            if m.get("version") != version:
+                raise ArtifactError(f"{path}: {what} artifact version {m.get('version')}, this "
+                                    f"ember reads {version}: recompile the model")
+            data = {n: z.read(n) for n in members}
+            params = {n: np.load(io.BytesIO(z.read(f"params/p{k}.npy")), allow_pickle=False)
+                      for k, n in enumerate(m["param_names"])}
+            # .npy stores ml_dtypes arrays (bfloat16 weights) as raw bytes ("V2"): view them
+            # with the plan's dtype again
+            from ..dtypes import np_dtype
+            kinds = {sl["param"]: sl["dtype"] for sl in m["plan"]["slots"]
+                     if sl["kind"] == "param"}
+            params = {n: (a.view(np_dtype(kinds[n])) if a.dtype.kind == "V" and n in kinds
+                          else a) for n, a in params.items()}
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError,
+            TypeError) as e:
+        raise ArtifactError(f"{path} is not a readable ember {what} artifact: "
+                            f"{type(e).__name__}: {e}") from None
+    return m, data, params
+
+
 def save_artifact(model, path) -> None:
     """Save a ``CompiledModel`` to ``path``: written to a temporary file in the same folder,
     then renamed over ``path``, so ``path`` never holds a half-written artifact (a previous

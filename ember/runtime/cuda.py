@@ -25,10 +25,8 @@ the CUDA Driver API (CUDA 13) and the cuda-python ``cuda.bindings`` documentatio
 from __future__ import annotations
 
 import ctypes
-import io
 import json
 import os
-import zipfile
 from pathlib import Path
 from typing import Mapping
 
@@ -366,26 +364,10 @@ class CUDAModel:
         manifest = {"format": ARTIFACT_FORMAT, "version": ARTIFACT_VERSION,
                     "target": self.target, "plan": self.plan, "steps": self.steps,
                     "info": self.info, "param_names": list(self.params)}
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
-                z.writestr("manifest.json", json.dumps(manifest))
-                z.writestr("graph.txt", self.graph_text)
-                z.writestr("kernels.cu", self.source)
-                z.writestr("kernels.ptx", self.binary.ptx)
-                z.writestr("binary.json", self.binary.to_bytes())
-                for k, v in enumerate(self.params.values()):
-                    buf = io.BytesIO()
-                    np.save(buf, np.ascontiguousarray(v), allow_pickle=False)
-                    z.writestr(f"params/p{k}.npy", buf.getvalue())
-            os.replace(tmp, path)
-        except OSError as e:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise ArtifactError(f"cannot save the artifact to {str(path)!r}: "
-                                f"{e.strerror or e}") from None
+        from .artifact import write_device_artifact
+        write_device_artifact(path, manifest, {
+            "graph.txt": self.graph_text, "kernels.cu": self.source,
+            "kernels.ptx": self.binary.ptx, "binary.json": self.binary.to_bytes()}, self.params)
 
 
 def is_cuda_artifact(manifest: dict) -> bool:
@@ -399,26 +381,16 @@ def load_cuda_artifact(path) -> CUDAModel:
     Raises:
         ArtifactError: missing, truncated, or of another version."""
     from ..codegen.nvrtc import CUDABinary
+    from .artifact import read_device_artifact
+    m, data, params = read_device_artifact(path, ARTIFACT_VERSION, "CUDA", (
+        "binary.json", "kernels.cu", "graph.txt"))
     try:
-        with zipfile.ZipFile(path) as z:
-            m = json.loads(z.read("manifest.json"))
-            if m.get("version") != ARTIFACT_VERSION:
-                raise ArtifactError(f"{path}: CUDA artifact version {m.get('version')}, this "
-                                    f"ember reads {ARTIFACT_VERSION}: recompile the model")
-            binary = CUDABinary.from_bytes(z.read("binary.json"))
-            params = {n: np.load(io.BytesIO(z.read(f"params/p{k}.npy")), allow_pickle=False)
-                      for k, n in enumerate(m["param_names"])}
-            # .npy stores ml_dtypes arrays (bfloat16 weights) as raw bytes ("V2"): view them
-            # with the plan's dtype again
-            kinds = {sl["param"]: sl["dtype"] for sl in m["plan"]["slots"]
-                     if sl["kind"] == "param"}
-            params = {n: (a.view(_np_dtype(kinds[n])) if a.dtype.kind == "V" and n in kinds
-                          else a) for n, a in params.items()}
-            return CUDAModel(m["plan"], params, m["steps"], binary, z.read("kernels.cu").decode(),
-                             z.read("graph.txt").decode(), m["target"], m["info"])
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError) as e:
+        binary = CUDABinary.from_bytes(data["binary.json"])
+    except (KeyError, json.JSONDecodeError, ValueError) as e:
         raise ArtifactError(f"{path} is not a readable ember CUDA artifact: "
                             f"{type(e).__name__}: {e}") from None
+    return CUDAModel(m["plan"], params, m["steps"], binary, data["kernels.cu"].decode(),
+                     data["graph.txt"].decode(), m["target"], m["info"])
 
 
 def _nvtx_range(message: str):

@@ -398,36 +398,14 @@ class WebGPUModel:
 
         Raises:
             ArtifactError: the path cannot be written."""
-        import io
-        import json
-        import os
-        import zipfile
         from dataclasses import asdict
-        from pathlib import Path
-        from ..errors import ArtifactError
-        path = Path(path)
+        from .artifact import write_device_artifact
         steps = [[list(ws), [asdict(k) for k in kernels]] for ws, kernels in self.steps]
         info = {k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))}
         manifest = {"format": ARTIFACT_FORMAT, "version": ARTIFACT_VERSION,
                     "target": self.target, "plan": self.plan, "steps": steps, "info": info,
                     "param_names": list(self.params)}
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
-                z.writestr("manifest.json", json.dumps(manifest))
-                z.writestr("graph.txt", self.graph_text)
-                for k, v in enumerate(self.params.values()):
-                    buf = io.BytesIO()
-                    np.save(buf, np.ascontiguousarray(v), allow_pickle=False)
-                    z.writestr(f"params/p{k}.npy", buf.getvalue())
-            os.replace(tmp, path)
-        except OSError as e:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise ArtifactError(f"cannot save the artifact to {str(path)!r}: "
-                                f"{e.strerror or e}") from None
+        write_device_artifact(path, manifest, {"graph.txt": self.graph_text}, self.params)
 
 
 ARTIFACT_FORMAT = "ember-webgpu-artifact"
@@ -446,26 +424,17 @@ def load_webgpu_artifact(path) -> WebGPUModel:
     Raises:
         ArtifactError: missing, truncated, or of another version.
         DeviceError: no adapter, or a kernel or tensor beyond this adapter's limits."""
-    import io
-    import json
-    import zipfile
     from ..codegen.wgsl import WGSLKernel
     from ..errors import ArtifactError
+    from .artifact import read_device_artifact
+    m, data, params = read_device_artifact(path, ARTIFACT_VERSION, "WebGPU", ("graph.txt",))
     try:
-        with zipfile.ZipFile(path) as z:
-            m = json.loads(z.read("manifest.json"))
-            if m.get("version") != ARTIFACT_VERSION:
-                raise ArtifactError(f"{path}: WebGPU artifact version {m.get('version')}, this "
-                                    f"ember reads {ARTIFACT_VERSION}: recompile the model")
-            steps = [(list(ws), [WGSLKernel(k["source"], [tuple(b) for b in k["bindings"]],
-                                            tuple(k["dispatch"]), tuple(k["workgroup_size"]),
-                                            list(k["uniform"]), int(k["shared_bytes"]))
-                                 for k in kernels]) for ws, kernels in m["steps"]]
-            params = {n: np.load(io.BytesIO(z.read(f"params/p{k}.npy")), allow_pickle=False)
-                      for k, n in enumerate(m["param_names"])}
-            graph = z.read("graph.txt").decode()
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError,
-            TypeError) as e:
+        steps = [(list(ws), [WGSLKernel(k["source"], [tuple(b) for b in k["bindings"]],
+                                        tuple(k["dispatch"]), tuple(k["workgroup_size"]),
+                                        list(k["uniform"]), int(k["shared_bytes"]))
+                             for k in kernels]) for ws, kernels in m["steps"]]
+        graph = data["graph.txt"].decode()
+    except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{path} is not a readable ember WebGPU artifact: "
                             f"{type(e).__name__}: {e}") from None
     return WebGPUModel(m["plan"], params, steps, graph, m["target"], dict(m["info"]))

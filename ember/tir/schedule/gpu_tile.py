@@ -81,6 +81,9 @@ def _gemm_parts(b: Block, where: str):
     if parts is None or parts[0] != "add" or b.init is None or b.predicate is not None:
         raise ScheduleError(f"{where}: block {b.name!r} is not a sum of its own output and a "
                             f"product")
+    if not isinstance(b.init, Store) or not isinstance(b.init.value, Const):
+        raise ScheduleError(f"{where}: block {b.name!r} starts from a computed value, not a "
+                            f"constant")
     value, cond = parts[1], None
     if isinstance(value, Select) and isinstance(value.f, Const) and value.f.value == 0:
         cond, value = value.cond, value.t

@@ -466,8 +466,11 @@ def markdown(sb: dict) -> str:
     lines += ["", f"## Operators fully passing ({len(fully)})", "", ", ".join(fully), ""]
     if sb.get("cpu_passing_failing_here") is not None:
         lost = sb["cpu_passing_failing_here"]
-        lines += [f"## Cases the CPU target passes and {sb['target']} does not ({len(lost)})", "",
-                  "| case | status | reason |", "|---|---|---|"]
+        lines += [f"## Cases the CPU target passes and {sb['target']} does not ({len(lost)} of "
+                  f"{sb['cpu_passing_in_run']})", "", "| count | reason |", "|---:|---|"]
+        for k, n in sb["cpu_passing_failing_here_by_reason"].items():
+            lines.append(f"| {n} | {k.replace('|', '/')} |")
+        lines += ["", "| case | status | reason |", "|---|---|---|"]
         for name, c in sorted(lost.items()):
             msg = c["message"].splitlines()[0][:160].replace("|", "/") if c["message"] else ""
             lines.append(f"| {name} | {c['status']} | {c['kind'].replace('|', '/')}: {msg} |")
@@ -484,8 +487,25 @@ def _against_cpu(sb: dict, out: Path) -> None:
     passing = set(cpu.read_text().split())
     sb["target"] = TARGET
     sb["cpu_passing_in_run"] = sum(1 for n in sb["cases"] if n in passing)
-    sb["cpu_passing_failing_here"] = {n: c for n, c in sb["cases"].items()
-                                      if n in passing and c["status"] != "passed"}
+    sb["cpu_passing_failing_here"] = lost = {n: c for n, c in sb["cases"].items()
+                                             if n in passing and c["status"] != "passed"}
+    reasons = collections.Counter(_reason(c) for c in lost.values())
+    sb["cpu_passing_failing_here_by_reason"] = dict(reasons.most_common())
+
+
+_DTYPE = re.compile(r"dtype (\w+) has no WGSL form")
+
+
+def _reason(c: dict) -> str:
+    """A lost case's reason group: the dtype the target cannot represent, the operator without a
+    GPU kernel, or the failure kind."""
+    m = _DTYPE.search(c["message"])
+    if m:
+        return f"dtype {m.group(1)} (no WGSL form)"
+    m = re.search(r"kernel \w+ \(([\w.]+)\): micro-kernel call", c["message"])
+    if m:
+        return f"{m.group(1)}: CPU micro-kernel composite, no GPU kernel"
+    return f"{c['status']}: {c['kind']}"
 
 
 def write_results(results: list[Result], out: Path = RESULTS) -> dict:
@@ -518,9 +538,18 @@ def main(argv=None) -> int:
     p.add_argument("-q", "--quiet", action="store_true", help="no per-case progress lines")
     p.add_argument("--target", default="llvm",
                    help="compile for this target (default llvm; e.g. webgpu)")
+    p.add_argument("--rescore", metavar="JSON",
+                   help="rewrite the scoreboard files from a results JSON this script wrote "
+                        "(no cases run)")
     a = p.parse_args(argv)
     global TARGET
     TARGET = a.target
+    if a.rescore:
+        sb = json.loads(Path(a.rescore).read_text())
+        results = [Result(n, c["category"], c["op"], c["status"], c["kind"], c["message"],
+                          c["seconds"]) for n, c in sb["cases"].items()]
+        write_results(results, Path(a.out))
+        return 0
     cases = collect(tuple(a.category) if a.category else CATEGORIES)
     if a.filter:
         rx = re.compile(a.filter)

@@ -472,7 +472,8 @@ def markdown(sb: dict) -> str:
             lines.append(f"| {n} | {k.replace('|', '/')} |")
         lines += ["", "| case | status | reason |", "|---|---|---|"]
         for name, c in sorted(lost.items()):
-            msg = c["message"].splitlines()[0][:160].replace("|", "/") if c["message"] else ""
+            msg = next((ln.strip() for ln in c["message"].splitlines() if ln.strip()), "")
+            msg = msg[:160].replace("|", "/")
             lines.append(f"| {name} | {c['status']} | {c['kind'].replace('|', '/')}: {msg} |")
         lines.append("")
     return "\n".join(lines)
@@ -508,11 +509,17 @@ def _reason(c: dict) -> str:
     return f"{c['status']}: {c['kind']}"
 
 
-def write_results(results: list[Result], out: Path = RESULTS) -> dict:
+def write_results(results: list[Result], out: Path = RESULTS, keep_from: dict | None = None) -> dict:
     """Write ``conformance.json``, ``conformance.md`` and ``conformance_passing.txt``
-    (``conformance_<target>*`` for a target other than the CPU)."""
+    (``conformance_<target>*`` for a target other than the CPU). ``keep_from``: an earlier
+    scoreboard of the same results (``--rescore``) whose native-segment counts are kept (the
+    per-case JSON does not hold them)."""
     out.mkdir(parents=True, exist_ok=True)
     sb = scoreboard(results)
+    if keep_from is not None:
+        sb["totals"]["native"] = keep_from["totals"]["native"]
+        for cat, c in sb["by_category"].items():
+            c["native"] = keep_from["by_category"].get(cat, c)["native"]
     _against_cpu(sb, out)
     stem = "conformance" if TARGET == "llvm" else "conformance_" + re.sub(r"\W+", "_", TARGET)
     (out / f"{stem}.json").write_text(json.dumps(sb, indent=1, sort_keys=False) + "\n")
@@ -548,7 +555,7 @@ def main(argv=None) -> int:
         sb = json.loads(Path(a.rescore).read_text())
         results = [Result(n, c["category"], c["op"], c["status"], c["kind"], c["message"],
                           c["seconds"]) for n, c in sb["cases"].items()]
-        write_results(results, Path(a.out))
+        write_results(results, Path(a.out), keep_from=sb)
         return 0
     cases = collect(tuple(a.category) if a.category else CATEGORIES)
     if a.filter:

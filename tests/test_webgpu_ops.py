@@ -21,16 +21,14 @@ from webgpu_util import needs_adapter
 EXAMPLES = 4
 # CPU-only operators the webgpu graph pipeline never produces: the Winograd transforms (their
 # per-position select chains take lavapipe minutes to compile) and the inverted-residual
-# composite (built of CPU micro-kernel calls); nn.attention, built of micro-kernel calls too,
-# has no GPU kernel yet (a model with ONNX Attention gets a CodegenError on webgpu)
+# composite (built of CPU micro-kernel calls); nn.attention runs decomposed into graph
+# operators (the DecomposeAttention pass of the GPU pipelines)
 NOT_ON_WEBGPU = {"nn.winograd_input": "Winograd transforms are CPU-only (the webgpu pipeline "
                                       "has no WinogradConv pass)",
                  "nn.winograd_output": "Winograd transforms are CPU-only (the webgpu pipeline "
                                        "has no WinogradConv pass)",
                  "nn.inverted_residual": "a CPU composite of micro-kernel calls (the webgpu "
                                          "pipeline has no FuseInvertedResidual pass)",
-                 "nn.attention": "its compute is a loop of CPU micro-kernel calls (a streaming "
-                                 "online softmax); no GPU attention kernel yet",
                  "qnn.conv2d": "its compute is a loop of CPU int8 micro-kernel calls (qconv); no "
                                "GPU int8 kernel yet (the webgpu pipeline keeps QDQ in float)"}
 REFUSED = re.compile(r"dtype (\w+) has no WGSL form|int64 values in .* do not fit the int32"

@@ -55,6 +55,10 @@ PIPELINES["webgpu"] = [n for n in PIPELINES["llvm"] if n not in (
 # the tensor-core rule (``rules/cuda_tensorcore.py``) computes with wmma
 PIPELINES["cuda"] = [n for n in PIPELINES["llvm"] if n not in (
     "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "RealizeQnn")]
+# both: ONNX Attention as matmul / softmax-like graph operators (its CPU kernel is built of
+# micro-kernel calls): ember/graph/passes/decompose_attention.py
+for _kind in ("webgpu", "cuda"):
+    PIPELINES[_kind].insert(PIPELINES[_kind].index("SimplifyInference"), "DecomposeAttention")
 
 
 def pipeline_names(target="llvm") -> list[str]:

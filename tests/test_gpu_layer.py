@@ -257,3 +257,17 @@ def test_tile_gemm_refuses_what_is_not_a_gemm():
     sch.bind(sch.get_loops("matmul")[0], "blockIdx.x")
     with pytest.raises(ScheduleError, match="serial"):
         sch.tile_gemm("matmul", 32, 32, 8, 4, 4)
+
+
+def test_gpu_pipelines_decompose_attention():
+    from ember.graph.passes.pipeline import optimize
+    q, kv = f32(1, 4, 3, 8), f32(1, 2, 5, 8)
+
+    def text(target):
+        mod, _ = optimize(op_module("nn.attention", [q, kv, kv], {"causal": 1}), Target(target))
+        return mod.text()
+    assert "nn.attention" in text("llvm")  # the CPU keeps its streaming kernel
+    for t in ("webgpu", "nvidia/h200"):
+        gpu = text(t)
+        assert "nn.attention" not in gpu and "matmul" in gpu and "exp" in gpu
+        assert "take(" in gpu  # the two key/value heads repeated for the four query heads

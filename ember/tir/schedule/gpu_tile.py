@@ -93,6 +93,9 @@ def _gemm_parts(b: Block, where: str):
     if b.body.buffer.dtype != "float32":
         raise ScheduleError(f"{where}: block {b.name!r} accumulates {b.body.buffer.dtype}; "
                             f"tiling is for float32")
+    if any(not isinstance(iv.extent, int) for iv in b.iter_vars):
+        raise ScheduleError(f"{where}: block {b.name!r} has symbolic extents; tiles need "
+                            f"static shapes")
     x, y = value.a, value.b
     sp = [iv for iv in b.iter_vars if iv.kind != "reduce"]
     red = [iv for iv in b.iter_vars if iv.kind == "reduce"]

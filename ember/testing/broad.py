@@ -45,46 +45,9 @@ def _torch():
 # model definitions (built lazily: torch is imported only when a model is not cached)
 
 def _resnext26(seed: int):
-    torch, nn, F = _torch()
-    from .torch_models import _seeded
-
-    class Block(nn.Module):
-        """ResNeXt bottleneck: 1x1 -> grouped 3x3 (cardinality 32) -> 1x1, projection shortcut."""
-
-        def __init__(self, cin, width, cout, stride, groups=32):
-            super().__init__()
-            self.body = nn.Sequential(
-                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True),
-                nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False),
-                nn.BatchNorm2d(width), nn.ReLU(True),
-                nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
-            self.down = None
-            if stride != 1 or cin != cout:
-                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                          nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            idt = x if self.down is None else self.down(x)
-            return F.relu(self.body(x) + idt)
-
-    class ResNeXt(nn.Module):
-        def __init__(self, layers=(2, 2, 2, 2), classes=1000):
-            super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                                      nn.ReLU(True), nn.MaxPool2d(3, 2, 1))
-            blocks, cin = [], 64
-            for i, n in enumerate(layers):
-                width, cout = 128 * 2 ** i, 256 * 2 ** i  # 32x4d
-                for j in range(n):
-                    blocks.append(Block(cin, width, cout, 2 if j == 0 and i > 0 else 1))
-                    cin = cout
-            self.blocks = nn.Sequential(*blocks)
-            self.fc = nn.Linear(cin, classes)
-
-        def forward(self, x):
-            return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1), 1))
-
-    return _seeded(ResNeXt, seed), (torch.randn(1, 3, 224, 224),)
+    from .torch_models import resnet
+    return resnet(layers=(2, 2, 2, 2), width=64, image=224, classes=1000, seed=seed, groups=32,
+                  expansion=2, mid=128)
 
 
 def _mobilenet_v3(seed: int):

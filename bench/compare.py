@@ -12,7 +12,13 @@ Models (seeded random weights, no downloads): resnet50 (the onnx package's light
 (4 layers, hidden 256, seq 128) from ``ember.testing.models``; ``--models`` also takes any of the
 onnx package's light models by name (``ember.zoo.LIGHT_MODELS``: bvlc_alexnet, shufflenet, ...).
 
-Usage: python bench/compare.py [--models resnet50,resnet18,...] [--threads 2] [--repeat 20]
+``--set broad`` measures the broad set instead: the nine light models plus the torch-written
+models of ``ember.testing.broad.BROAD_MODELS`` (ResNeXt, MobileNetV3, UNet, ViT, GPT-2,
+DistilBERT, LSTM, GRU, a detection head; exported to ONNX once and cached on disk), and ends
+with the geometric mean and the worst of ember / best peer.
+
+Usage: python bench/compare.py [--models resnet50,resnet18,...] [--set five|broad]
+                               [--threads 2] [--repeat 20]
                                [--no-compile-times] [--json out.json] [--ablation resnet50]
                                [--config winograd.tile=-1 ...]
 
@@ -37,6 +43,18 @@ sys.path.insert(0, ROOT)
 MODELS = ["resnet50", "resnet18", "mobilenet_v2", "bert_base", "bert_4l256"]
 
 
+def model_set(name: str) -> list:
+    """The model names of ``--set``: ``five`` (``MODELS``) or ``broad`` (the onnx package's
+    light models, then ``ember.testing.broad.BROAD_MODELS``)."""
+    if name == "five":
+        return list(MODELS)
+    if name == "broad":
+        from ember import zoo
+        from ember.testing.broad import BROAD_MODELS
+        return list(zoo.LIGHT_MODELS) + list(BROAD_MODELS)
+    raise SystemExit(f"unknown --set {name!r}; choose five or broad")
+
+
 def build_model(name: str):
     """``(onnx.ModelProto, inputs)`` of a benchmark model."""
     from ember import zoo
@@ -59,7 +77,11 @@ def build_model(name: str):
     if name in zoo.LIGHT_MODELS:  # the onnx package's light models, seeded random weights
         m = zoo.randomized_light_model(name, seed=0)
         return m, zoo.default_model_input(m)
-    raise SystemExit(f"unknown model {name!r}; choose from {MODELS} or {zoo.LIGHT_MODELS}")
+    from ember.testing.broad import BROAD_MODELS, broad_model
+    if name in BROAD_MODELS:  # torch-written, exported once and cached on disk
+        return broad_model(name, seed=0)
+    raise SystemExit(f"unknown model {name!r}; choose from {MODELS}, {zoo.LIGHT_MODELS} or "
+                     f"{sorted(BROAD_MODELS)}")
 
 
 _CHILD = r"""
@@ -186,6 +208,9 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
            "-" * len(head)]
     for r in rows:
         line = f"{r['model']:14}"
+        if "error" in r:
+            out.append(line + f"  failed: {r['error']}")
+            continue
         for n in names:
             v = r["runtimes"].get(n)
             line += f"{v:{wid[n]}.2f}" if v is not None else f"{'-':>{wid[n]}}"
@@ -198,6 +223,12 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
         w, a = r.get("weights_mb"), r.get("arena_mb")
         line += f"{2 * (w + a):8.1f}" if isinstance(w, (int, float)) else f"{'-':>8}"
         out.append(line)
+    ratios = [r["ratio_vs_best_peer"] for r in rows if r.get("ratio_vs_best_peer")]
+    if ratios:
+        worst = max(rows, key=lambda r: r.get("ratio_vs_best_peer") or 0.0)
+        out.append(f"ember / best peer over {len(ratios)} models: geometric mean "
+                   f"{float(np.exp(np.mean(np.log(ratios)))):.2f}, worst "
+                   f"{worst['ratio_vs_best_peer']:.2f} ({worst['model']})")
     out.append("RSS: peak resident memory of a fresh process that loads the saved compiled "
                "model (ember.load) and runs it once; model: that peak minus the process's RSS "
                "after importing numpy and ember (the interpreter's own ~50-60 MB); 2(W+A): twice "
@@ -207,7 +238,11 @@ def format_rows(rows: list, threads: int, repeat: int) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=None, help="comma-separated model names (default: "
+                    "those of --set)")
+    ap.add_argument("--set", default="five", choices=["five", "broad"],
+                    help="five: the five benchmark models; broad: the onnx package's light "
+                         "models and ember.testing.broad's torch-written models")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-compile-times", action="store_true")
@@ -232,15 +267,20 @@ def main(argv=None) -> int:
                 json.dump([vars(s) for s in steps], f, indent=1)
         return 0
     rows = []
-    for name in args.models.split(","):
-        rows.append(bench_model(name, args.threads, args.repeat, not args.no_compile_times,
-                                args.config))
+    names = args.models.split(",") if args.models else model_set(args.set)
+    for name in names:
+        try:
+            rows.append(bench_model(name, args.threads, args.repeat, not args.no_compile_times,
+                                    args.config))
+        except Exception as e:  # noqa: BLE001 - one model that fails is reported, not fatal
+            rows.append({"model": name, "error": f"{type(e).__name__}: {e}"[:300]})
         print(f"{name}: {rows[-1]}", file=sys.stderr, flush=True)
     print(format_rows(rows, args.threads, args.repeat))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    return 0 if all(r.get("matches_onnxruntime") is not False for r in rows) else 1
+    return 0 if all(r.get("matches_onnxruntime") is not False and "error" not in r
+                    for r in rows) else 1
 
 
 if __name__ == "__main__":

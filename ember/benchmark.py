@@ -68,6 +68,15 @@ def _timeit(fn: Callable, warmup: int = 2) -> Callable[[], float]:
     return one
 
 
+ORT_LOG_ERROR = 3  # onnxruntime's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+
+
+def quiet_onnxruntime(ort) -> None:
+    """Show only onnxruntime's errors: its warnings (unused initializers removed, ...) are
+    printed in ANSI colour on stderr and bury the benchmark's table (``ember bench``)."""
+    ort.set_default_logger_severity(ORT_LOG_ERROR)
+
+
 def peer_runners(onnx_model, inputs: dict, threads: int) -> dict[str, Callable]:
     """``{name: run()}`` for the peer runtimes importable here (each returns its outputs)."""
     out = {}
@@ -82,7 +91,9 @@ def peer_runners(onnx_model, inputs: dict, threads: int) -> dict[str, Callable]:
 
     def _onnxruntime():
         import onnxruntime as ort
+        quiet_onnxruntime(ort)
         so = ort.SessionOptions()
+        so.log_severity_level = ORT_LOG_ERROR
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])

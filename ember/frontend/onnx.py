@@ -184,7 +184,11 @@ class ImportContext:
         self.fb = FunctionBuilder("main")
         self.opsets = opsets
         self.params: dict[str, np.ndarray] = {}
-        self._param_of_const: dict[int, Var] = {}
+        # id(constant) -> (constant, param): the constant is kept alive with its param, so its
+        # id is never reused by a later constant (a folded temporary, e.g. a recurrent weight's
+        # transposed slice, freed and another one allocated at its address got the first one's
+        # param: a GRU's second layer read a (256, 768) weight as its (256, 256) one)
+        self._param_of_const: dict[int, tuple[Constant, Var]] = {}
         self.const_names: dict[int, str] = {}  # id(Constant) -> the ONNX value name it came from
         self.node: NodeView | None = None
         self.symbol_bounds: dict[str, tuple] = {}  # declared (lo, hi) of symbolic dims
@@ -221,8 +225,8 @@ class ImportContext:
             if key not in self._param_of_const:
                 p = self.fb.param(hint, v.type)
                 self.params[p.name] = np.ascontiguousarray(v.data).reshape(v.data.shape)
-                self._param_of_const[key] = p
-            return self._param_of_const[key]
+                self._param_of_const[key] = (v, p)
+            return self._param_of_const[key][1]
         return v
 
     def call(self, op: str, args: Sequence[Value], attrs: dict | None = None, fold: bool = True):

@@ -56,8 +56,16 @@ class KernelStat:
 
     @property
     def stall_ms(self) -> float | None:
-        """In-model minus hot time (ms): waiting on data that earlier kernels evicted."""
-        return None if self.hot_ms is None else self.ms - self.hot_ms
+        """In-model minus hot time (ms), at least 0: waiting on data that earlier kernels
+        evicted. A kernel whose hot median comes out above its in-model one (timing noise on a
+        busy machine, or a pool woken differently) waits on nothing: 0, not a negative stall."""
+        return None if self.hot_ms is None else max(0.0, self.ms - self.hot_ms)
+
+    @property
+    def label(self) -> str:
+        """``op (output name)``, whole: the table never cuts it, so two kernels of one fused
+        op on different tensors stay distinguishable."""
+        return f"{self.op} ({self.name})"
 
 
 @dataclass
@@ -79,12 +87,12 @@ class ProfileReport:
         """A text table (heaviest first; all kernels when ``top`` is None)."""
         rows = self.top(top) if top else sorted(self.kernels, key=lambda k: -k.ms)
         hot = any(k.hot_ms is not None for k in self.kernels)
-        head = (f"{'#':>3} {'kernel':34} {'time ms':>9} {'%':>6} {'GFLOP/s':>9} "
+        w = max([34] + [len(k.label) for k in rows])
+        head = (f"{'#':>3} {'kernel':{w}} {'time ms':>9} {'%':>6} {'GFLOP/s':>9} "
                 f"{'% peak':>7} {'GB/s':>7}" + (f" {'hot ms':>8} {'stall %':>7}" if hot else ""))
         out = [head, "-" * len(head)]
         for k in rows:
-            label = f"{k.op} ({k.name})"
-            line = (f"{k.index:>3} {label[:34]:34} {k.ms:9.3f} {k.percent:6.1f} "
+            line = (f"{k.index:>3} {k.label:{w}} {k.ms:9.3f} {k.percent:6.1f} "
                     f"{k.gflops:9.1f} {k.peak_percent:7.1f} {k.gbps:7.1f}")
             if hot and k.hot_ms is not None:
                 line += f" {k.hot_ms:8.3f} {100 * k.stall_ms / k.ms if k.ms else 0.0:7.1f}"
@@ -97,7 +105,7 @@ class ProfileReport:
                    f"{self.peak_gflops:.0f} GFLOP/s on {self.threads} thread(s)")
         if hot:
             hot_total = sum(k.hot_ms for k in self.kernels if k.hot_ms is not None)
-            stall = self.total_ms - hot_total
+            stall = sum(k.stall_ms for k in self.kernels if k.stall_ms is not None)
             out.append(f"hot (each kernel back to back) {hot_total:.3f} ms: {stall:.3f} ms "
                        f"({100 * stall / max(self.total_ms, 1e-9):.1f}%) of the in-model time "
                        f"waits on data earlier kernels evicted")
@@ -116,7 +124,7 @@ class ProfileReport:
         run = self.samples[len(self.samples) // 2]
         ev = []
         for k, (start, dur) in zip(self.kernels, run):
-            ev.append({"name": f"{k.op} ({k.name})", "cat": "kernel", "ph": "X", "ts": start,
+            ev.append({"name": k.label, "cat": "kernel", "ph": "X", "ts": start,
                        "dur": dur, "pid": 0, "tid": 0,
                        "args": {"symbol": k.symbol, "flops": k.flops, "bytes": k.bytes}})
         return {"traceEvents": ev, "displayTimeUnit": "ms"}

@@ -41,14 +41,15 @@ def _seeded(build, seed: int):
 
 
 class Bottleneck(nn.Module):
-    """1x1 -> 3x3 (stride) -> 1x1 with batch norm, ReLU (in place) and a projection shortcut."""
+    """1x1 -> 3x3 (stride, ``groups``: ResNeXt's cardinality) -> 1x1 (``mid * expansion``
+    channels) with batch norm, ReLU (in place) and a projection shortcut."""
 
-    def __init__(self, cin: int, mid: int, stride: int):
+    def __init__(self, cin: int, mid: int, stride: int, groups: int = 1, expansion: int = 4):
         super().__init__()
-        cout = mid * 4
+        cout = mid * expansion
         self.conv1 = nn.Conv2d(cin, mid, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(mid)
-        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
+        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, groups=groups, bias=False)
         self.bn2 = nn.BatchNorm2d(mid)
         self.conv3 = nn.Conv2d(mid, cout, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(cout)
@@ -68,16 +69,18 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, layers, width: int, classes: int):
+    def __init__(self, layers, width: int, classes: int, groups: int = 1, expansion: int = 4,
+                 mid: int | None = None):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width),
                                   nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
         blocks, cin = [], width
         for i, n in enumerate(layers):
-            mid = width * 2 ** i
+            m = (mid or width) * 2 ** i
             for j in range(n):
-                blocks.append(Bottleneck(cin, mid, 2 if (j == 0 and i > 0) else 1))
-                cin = mid * 4
+                blocks.append(Bottleneck(cin, m, 2 if (j == 0 and i > 0) else 1, groups,
+                                         expansion))
+                cin = m * expansion
         self.blocks = nn.Sequential(*blocks)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(cin, classes)
@@ -87,9 +90,11 @@ class ResNet(nn.Module):
 
 
 def resnet(layers=(1, 1), width: int = 8, image: int = 32, classes: int = 10, batch: int = 1,
-           seed: int = 0):
-    """ResNet-style CNN; ``x`` float32 ``(batch, 3, image, image)`` -> logits ``(batch, classes)``."""
-    m = _seeded(lambda: ResNet(layers, width, classes), seed)
+           seed: int = 0, groups: int = 1, expansion: int = 4, mid: int | None = None):
+    """ResNet-style CNN; ``x`` float32 ``(batch, 3, image, image)`` -> logits ``(batch, classes)``.
+    ``groups``/``expansion``/``mid`` (first stage's bottleneck width, default ``width``) make it
+    a ResNeXt (Xie et al. 2017): ``groups=32, expansion=2, mid=128`` is 32x4d."""
+    m = _seeded(lambda: ResNet(layers, width, classes, groups, expansion, mid), seed)
     return m, (torch.randn(batch, 3, image, image),)
 
 

@@ -7,7 +7,9 @@
 - ``matmul(x, w)`` with 2-D ``x`` and 2-D ``w`` => ``nn.gemm(x, w)`` (one dense form for
   CombineParallelDense, FuseOps and the schedules);
 - ``clip(x, min=0, max=None)`` and ``maximum(x, 0)`` => ``nn.relu(x)``;
-- ``x - c`` with a constant ``c`` => ``x + (-c)`` (adds fold into biases).
+- ``x - c`` with a constant ``c`` => ``x + (-c)`` (adds fold into biases);
+- a 2-D ``nn.conv_transpose`` with constant weights and dilation 1 => one ``nn.conv`` over its
+  stride phases and a depth-to-space interleave (``conv_transpose_phases``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from ..ir import Constant, Function
 from ..mutator import rewrite_function, users
+from .conv_transpose_phases import conv_transpose_as_conv
 from .pass_manager import function_pass
 
 
@@ -66,6 +69,10 @@ def canonicalize_function(func: Function) -> Function:
                 if isinstance(c, Constant) and c.data.size == 1 and float(c.data.reshape(())) \
                         == 0.0 and args[xi].type == b.outputs[0].type:
                     return [rw.emit("nn.relu", [args[xi]])]
+        elif op == "nn.conv_transpose":
+            y = conv_transpose_as_conv(rw, args[0], args[1], args[2] if len(args) == 3 else None,
+                                       attrs)
+            return None if y is None else [y]
         elif op == "subtract" and isinstance(args[1], Constant) and \
                 args[1].type.dtype.startswith("float"):
             return [rw.emit("add", [args[0], Constant(-args[1].data)])]

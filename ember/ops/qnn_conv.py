@@ -232,6 +232,18 @@ def unpack_weight_blocked(wb: np.ndarray, cout: int) -> np.ndarray:
                                 ).reshape(coutp, kp)[:cout]
 
 
+def blocked_form(w: np.ndarray, bias: np.ndarray, mult: np.ndarray, attrs: dict,
+                 layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """The constants and attributes of a ``w_layout="tap"`` ``qnn.conv2d`` (``w`` ``(Cout,
+    KP)``, ``bias``/``mult`` ``(Cout,)``) as the channels-last kernel's ``layout`` (``nhwc``,
+    ``nchw_nhwc`` or ``rows``): blocked weights, bias and mult zero-padded to ``COUTP``."""
+    cout = w.shape[0]
+    coutp = -(-cout // 16) * 16
+    pad = lambda a: np.concatenate([a, np.zeros(coutp - cout, a.dtype)])  # noqa: E731
+    return (pack_weight_blocked(w), pad(np.asarray(bias)), pad(np.asarray(mult)),
+            {**attrs, "layout": layout, "w_layout": "blocked", "cout": cout})
+
+
 MR_CL, NV_CL, MAX_TILE_PIXELS_CL = 6, 4, 96
 
 

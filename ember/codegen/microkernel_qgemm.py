@@ -71,8 +71,7 @@ def _head(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
     x_zp_u = g["x_zp"] + (128 if qd == "int8" else 0)
     sk = CT.get(skip_dtype, "void")
     xt = "float" if fq else CT[in_dtype]
-    L = ["typedef int32_t __attribute__((aligned(1), may_alias)) qg_i32u;",
-         f"static {ATTR} void {name}({CT[g['out_dtype']]}* restrict Y, "
+    L = [f"static {ATTR} void {name}({CT[g['out_dtype']]}* restrict Y, "
          f"const {xt}* restrict X, const int8_t* restrict W, "
          f"const int32_t* restrict bias, const float* restrict mult, "
          f"const {sk}* restrict S, int64_t task) {{",
@@ -184,20 +183,26 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
     """One ``mr x 16*nv`` register block at pixel ``q``, channel ``cb`` of the tile."""
     K4 = g["kp"] // 4
     acc = [[f"a{i}_{j}" for j in range(nv)] for i in range(mr)]
+    # the accumulators pinned to zmm8..zmm31 and vpdpbusd as inline asm: with the intrinsic
+    # (GCC 12) every accumulator was copied around each vpdpbusd and half of them spilled
+    assert mr * nv <= 24, "at most 24 accumulators (zmm8..zmm31)"
     L = ["    {",
-         "      __m512i " + ", ".join(f"{a} = _mm512_setzero_si512()" for r in acc for a in r) + ";",
-         f"      const int8_t* wb = W + (cb / 16) * {K4 * 64};",
-         f"      for (int64_t k4 = 0; k4 < {K4}; ++k4) {{"]
+         "      " + " ".join(f'register __m512i {a} __asm__("zmm{8 + k}") = _mm512_setzero_si512();'
+                           for k, a in enumerate(x for r in acc for x in r)),
+         f"      const int8_t* wb = W + (cb / 16) * {K4 * 64};"]
+    L += [f"      const uint8_t* const r{i} = arow[q + {i}];" for i in range(mr)]
+    L += [f"      for (int64_t k4 = 0; k4 < {K4}; ++k4) {{"]
     for j in range(nv):
         L.append(f"        const __m512i w{j} = _mm512_load_si512((const void*)(wb + {j * K4 * 64} "
                  "+ k4 * 64));")
     for i in range(mr):
-        L.append(f"        {{ const __m512i x = _mm512_set1_epi32(*(const qg_i32u*)(arow[q + {i}] "
-                 "+ k4 * 4));")
+        L.append(f"        {{ const __m512i x = _mm512_set1_epi32(*(const qg_i32u*)(r{i} + k4 * 4));")
         for j in range(nv):
-            L.append(f"          {acc[i][j]} = _mm512_dpbusd_epi32({acc[i][j]}, x, w{j});")
+            L.append(f'          __asm__("vpdpbusd %2, %1, %0" : "+v"({acc[i][j]}) : "v"(x), '
+                     f'"vm"(w{j}));')
         L.append("        }")
     L.append("      }")
+    L += _vnni_consts(g)  # after the reduction: the accumulators need the registers there
     for j in range(nv):
         L += [f"      const __m512i bi{j} = _mm512_loadu_si512((const void*)(bias + cb + {16 * j}));",
               f"      const __m512 mu{j} = _mm512_loadu_ps(mult + cb + {16 * j});",
@@ -239,9 +244,7 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
     return L
 
 
-def _vnni_body(g: dict, skip_dtype: str) -> list[str]:
-    mr, nv = g["mr"], g["nv"]
-    sk_signed = skip_dtype == "int8"
+def _vnni_consts(g: dict) -> list[str]:
     L = [f"  const __m512 vfl = _mm512_set1_ps(-{FMAX}f), vfh = _mm512_set1_ps({FMAX}f);",
          f"  const __m512i vzp = _mm512_set1_epi32({g['y_zp']}), vlo = _mm512_set1_epi32({g['lo']}),"
          f" vhi = _mm512_set1_epi32({g['hi']});",
@@ -253,18 +256,39 @@ def _vnni_body(g: dict, skip_dtype: str) -> list[str]:
               f"{_f(g['s_scale'])}), vos = _mm512_set1_ps({_f(g['o_scale'])});",
               f"  const __m512i voz = _mm512_set1_epi32({g['o_zp']}), volo = _mm512_set1_epi32("
               f"{g['o_lo']}), vohi = _mm512_set1_epi32({g['o_hi']});"]
-    L += ["  for (int64_t cb = c0; cb < c1; ) {",
-          "    const int64_t nvb = (c1 - cb) / 16 < " + str(nv) + " ? (c1 - cb) / 16 : " + str(nv) + ";",
-          "    switch (nvb) {"]
+    return L
+
+
+def _vnni_blocks(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
+    """One function per register block shape (``mr x nv`` and the tails): each is register-
+    allocated on its own (in one function with the tails, GCC spilled the accumulators)."""
+    sk = CT.get(skip_dtype, "void")
+    L = []
+    for v in range(g["nv"], 0, -1):
+        for mr in sorted({g["mr"], 1}, reverse=True):
+            L += [f"static {ATTR} void {name}_b{mr}x{v}({CT[g['out_dtype']]}* restrict Y, "
+                  "const uint8_t* const* arow, const int8_t* restrict W, "
+                  "const int32_t* restrict bias, const float* restrict mult, "
+                  f"const {sk}* restrict S, int64_t b, int64_t p0, int64_t q, int64_t cb) {{",
+                  "  (void)S;"]
+            L += _vnni_block(g, mr, v, skip_dtype == "int8")
+            L += ["}"]
+    return L
+
+
+def _vnni_body(name: str, g: dict) -> list[str]:
+    mr, nv = g["mr"], g["nv"]
+    args = "(Y, arow, W, bias, mult, S, b, p0, q, cb)"
+    L = ["  for (int64_t cb = c0; cb < c1; ) {",
+         f"    const int64_t nvb = (c1 - cb) / 16 < {nv} ? (c1 - cb) / 16 : {nv};",
+         "    switch (nvb) {"]
     for v in range(nv, 0, -1):
         L += [f"    case {v}: {{",
-              "    int64_t q = 0;",
-              f"    for (; q + {mr} <= np_; q += {mr})"]
-        L += _vnni_block(g, mr, v, sk_signed)
+              "      int64_t q = 0;",
+              f"      for (; q + {mr} <= np_; q += {mr}) {name}_b{mr}x{v}{args};"]
         if mr > 1:
-            L += ["    for (; q < np_; ++q)"]
-            L += _vnni_block(g, 1, v, sk_signed)
-        L += ["    break; }"]
+            L += [f"      for (; q < np_; ++q) {name}_b1x{v}{args};"]
+        L += ["      break; }"]
     L += ["    default: break;", "    }", "    cb += nvb * 16;", "  }"]
     return L
 
@@ -272,8 +296,11 @@ def _vnni_body(g: dict, skip_dtype: str) -> list[str]:
 def _gen(isa: str, in_dtype: str, skip_dtype: str):
     def gen(name: str, *key_tail) -> str:
         g = dict(zip(FIELDS, key_tail))
-        L = _head(name, in_dtype, skip_dtype, g)
-        L += _vnni_body(g, skip_dtype) if isa == "avx512vnni" else _scalar_body(g)
+        L = ["typedef int32_t __attribute__((aligned(1), may_alias)) qg_i32u;"]
+        if isa == "avx512vnni":
+            L += _vnni_blocks(name, in_dtype, skip_dtype, g)
+        L += _head(name, in_dtype, skip_dtype, g)
+        L += _vnni_body(name, g) if isa == "avx512vnni" else _scalar_body(g)
         L += ["}"]
         inc = "#include <immintrin.h>\n" if isa == "avx512vnni" else ""
         return inc + "#include <math.h>\n#include <stdint.h>\n" + "\n".join(L) + "\n"

@@ -1,6 +1,6 @@
 """The channels-last int8 kernel (``qnn.conv2d`` with ``w_layout="blocked"``: NHWC, the NCHW
 stem, dense rows; ``ember.codegen.microkernel_qgemm``) against the integer NumPy reference,
-bit-exact, on the scalar and the AVX-512 VNNI micro-kernels: per-channel and per-tensor
+bit-exact, on the scalar, the AVX2 (vpmaddwd) and the AVX-512 VNNI micro-kernels: per-channel and per-tensor
 scales, zero points, uint8/int8 activations, odd shapes (channel tails of the 16-lane vectors,
 pixel tails of the register block, K not a multiple of 4), strides, padding, dilation, ReLU,
 the integer requantization, and the fused residual add (dequantize, add, ReLU, quantize). The
@@ -21,7 +21,8 @@ from ember.tir.schedule.rules.qnn import qconv_isa
 from op_cases_qnn import qconv_case
 
 HAS_VNNI = qconv_isa(ember.Target("llvm")) == "avx512vnni"
-ISAS = ["scalar"] + (["native"] if HAS_VNNI else [])
+HAS_AVX2 = ember.Target("llvm").isa in ("avx512", "avx2")
+ISAS = ["scalar"] + (["avx2"] if HAS_AVX2 else []) + (["native"] if HAS_VNNI else [])
 
 
 def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, float_in=False, **kw):
@@ -63,7 +64,7 @@ def _run(ins, attrs, target):
     vs = [fb.param(nm, TensorType(a.shape, str(a.dtype))) for nm, a in zip(names, ins)]
     y = fb.call("qnn.conv2d", vs, attrs)
     mod = IRModule({"main": fb.finish([y])})
-    tgt = "llvm -isa=scalar" if target == "scalar" else "llvm"
+    tgt = "llvm" if target == "native" else f"llvm -isa={target}"
     consts = dict(zip(["w", "b", "m"], ins[1:4]))
     feeds = {"x": ins[0]}
     if len(ins) > 4:
@@ -126,3 +127,21 @@ def test_channels_last_reference_matches_nchw(case):
             h = np.maximum(h, 0)
         y = quantize_ref(h, np.float32(attrs["o_scale"]), np.array(attrs["o_zp"], np.uint8))
     np.testing.assert_array_equal(qconv_reference(*ins, attrs), y)
+
+
+def test_isa_selection_and_no_saturating_multiply():
+    """``-isa`` picks the qgemm micro-kernel; the AVX2 one multiplies with vpmaddwd on int16
+    (never vpmaddubsw, which saturates at int16)."""
+    from dataclasses import astuple
+    from ember.codegen.microkernel import microkernel_source
+    from ember.ops.qnn_conv import geometry
+    from ember.tir.schedule.rules.qnn import qgemm_isa
+    assert qgemm_isa(ember.Target("llvm -isa=scalar")) == "scalar"
+    if HAS_AVX2:
+        assert qgemm_isa(ember.Target("llvm -isa=avx2")) == "avx2"
+    ins, attrs, _, _ = channels_last_case(np.random.default_rng(0), **CASES[6])
+    _, g = geometry([TensorType(a.shape, str(a.dtype)) for a in ins], attrs)
+    src = microkernel_source("k", ("qgemm", "avx2", "int8:none") + astuple(g))
+    assert "_mm256_madd_epi16" in src and "maddubs" not in src
+    src = microkernel_source("k", ("qgemm", "avx512vnni", "int8:none") + astuple(g))
+    assert "vpdpbusd" in src

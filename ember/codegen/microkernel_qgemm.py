@@ -38,7 +38,8 @@ each operation rounded to float32 (no contraction into FMA: the kernels are comp
 ``fp-contract=off``), the ONNX DequantizeLinear / Add / QuantizeLinear arithmetic; a ReLU is
 ``o_lo = o_zp``. Accumulation is exact for ``K < 65793``.
 
-ISAs: ``avx512vnni`` and ``scalar`` (portable C, bit-identical). Key: ``("qgemm", isa,
+ISAs: ``avx512vnni``, ``avx2`` (no VNNI: ``vpmaddwd`` on widened int16, which cannot
+saturate; ``_avx2_body``) and ``scalar`` (portable C); all bit-identical. Key: ``("qgemm", isa,
 in_dtype, skip_dtype, *geometry)`` (``QConvGeometry`` fields, ``ember.ops.qnn_conv``); C
 signature ``void name(OUT_T* Y, const IN_T* X, const int8_t* W, const int32_t* bias, const
 float* mult, const SKIP_T* S, int64_t task)`` (``S`` unused without a residual).
@@ -144,35 +145,83 @@ def _out(g: dict, p: str, co: str) -> str:
 # --- scalar -------------------------------------------------------------------------------
 
 
-def _scalar_body(g: dict) -> list[str]:
-    K4 = g["kp"] // 4
-    L = ["  for (int64_t q = 0; q < np_; ++q)",
-         f"  for (int64_t co = c0; co < c1 && co < {g['cout']}; ++co) {{",
-         f"    const int8_t* wb = W + (co / 16) * {K4 * 64} + (co % 16) * 4;",
-         "    int32_t acc = 0;",
-         f"    for (int64_t k = 0; k < {g['kp']}; ++k) acc += (int32_t)arow[q][k] * "
-         "(int32_t)wb[(k / 4) * 64 + k % 4];"]
+def _scalar_epilogue(g: dict, q: str) -> list[str]:
+    """C lines: requantize ``int32_t acc`` of tile pixel ``q``, channel ``co`` and store it."""
     if g["requant"] == "fixed":
         s = int(g["rq_shift"])
         rnd = f"((pr >> {s - 1}) + 1) >> 1" if s > 0 else "pr"
-        L += ["    const int32_t pr = (int32_t)(((uint32_t)acc + (uint32_t)bias[co]) * "
-              f"(uint32_t)({int(g['rq_mult'])}));",
-              f"    int32_t v = ({rnd}) + {g['y_zp']};"]
+        L = ["    const int32_t pr = (int32_t)(((uint32_t)acc + (uint32_t)bias[co]) * "
+             f"(uint32_t)({int(g['rq_mult'])}));",
+             f"    int32_t v = ({rnd}) + {g['y_zp']};"]
     else:
-        L += ["    float f = (float)(acc + bias[co]) * mult[co];",
-              f"    f = f < -{FMAX}f ? -{FMAX}f : (f > {FMAX}f ? {FMAX}f : f);",
-              f"    int32_t v = (int32_t)nearbyintf(f) + {g['y_zp']};"]
+        L = ["    float f = (float)(acc + bias[co]) * mult[co];",
+             f"    f = f < -{FMAX}f ? -{FMAX}f : (f > {FMAX}f ? {FMAX}f : f);",
+             f"    int32_t v = (int32_t)nearbyintf(f) + {g['y_zp']};"]
     L.append(f"    v = v < {g['lo']} ? {g['lo']} : (v > {g['hi']} ? {g['hi']} : v);")
     if g["skip"]:
         L += [f"    float h = ((float)v - {_f(g['y_zp'])}) * {_f(g['c_scale'])};",
-              f"    const float hs = ((float)S[{_out(g, 'q', 'co')}] - {_f(g['s_zp'])}) * "
+              f"    const float hs = ((float)S[{_out(g, q, 'co')}] - {_f(g['s_zp'])}) * "
               f"{_f(g['s_scale'])};",
               "    h = h + hs;",
               f"    h = h / {_f(g['o_scale'])};",
               f"    h = h < -{FMAX}f ? -{FMAX}f : (h > {FMAX}f ? {FMAX}f : h);",
               f"    v = (int32_t)nearbyintf(h) + {g['o_zp']};",
               f"    v = v < {g['o_lo']} ? {g['o_lo']} : (v > {g['o_hi']} ? {g['o_hi']} : v);"]
-    L += [f"    Y[{_out(g, 'q', 'co')}] = ({CT[g['out_dtype']]})v;", "  }"]
+    return L + [f"    Y[{_out(g, q, 'co')}] = ({CT[g['out_dtype']]})v;"]
+
+
+def _scalar_body(g: dict) -> list[str]:
+    K4 = g["kp"] // 4
+    return ["  for (int64_t q = 0; q < np_; ++q)",
+            f"  for (int64_t co = c0; co < c1 && co < {g['cout']}; ++co) {{",
+            f"    const int8_t* wb = W + (co / 16) * {K4 * 64} + (co % 16) * 4;",
+            "    int32_t acc = 0;",
+            f"    for (int64_t k = 0; k < {g['kp']}; ++k) acc += (int32_t)arow[q][k] * "
+            "(int32_t)wb[(k / 4) * 64 + k % 4];"] + _scalar_epilogue(g, "q") + ["  }"]
+
+
+# --- AVX2 (no VNNI) -----------------------------------------------------------------------
+
+
+def _avx2_body(g: dict) -> list[str]:
+    """Two pixels x 16 channels per block. ``vpmaddwd`` on int16 (activations zero-extended,
+    weights sign-extended): each product pair sums to at most 2 * 255 * 128, no saturation
+    (``vpmaddubsw`` on the bytes would saturate at int16). A 16-byte weight chunk (4 channels x
+    4 reduction elements) widens to 16 int16; the pixel's 4 activations, widened, are
+    broadcast to every 64-bit lane; lane ``l`` of accumulator ``t`` sums channel ``4t + l/2``'s
+    reduction elements ``2(l%2), 2(l%2)+1``; the pairs are added and the epilogue is the
+    scalar one (bit-identical)."""
+    K4 = g["kp"] // 4
+    L = ["  for (int64_t cb = c0; cb < c1; cb += 16) {",
+         f"    const int8_t* wb = W + (cb / 16) * {K4 * 64};",
+         "    for (int64_t q0 = 0; q0 < np_; q0 += 2) {",
+         "      const int two = q0 + 1 < np_;",
+         "      const uint8_t* r0 = arow[q0]; const uint8_t* r1 = arow[two ? q0 + 1 : q0];",
+         "      __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, "
+         "c10 = c00, c11 = c00, c12 = c00, c13 = c00;",
+         f"      for (int64_t k4 = 0; k4 < {K4}; ++k4) {{",
+         "        const __m256i x0 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128("
+         "*(const qg_i32u*)(r0 + k4 * 4))));",
+         "        const __m256i x1 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128("
+         "*(const qg_i32u*)(r1 + k4 * 4))));",
+         "        const int8_t* wk = wb + k4 * 64;"]
+    for t in range(4):
+        L += [f"        {{ const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)"
+              f"(wk + {16 * t})));",
+              f"          c0{t} = _mm256_add_epi32(c0{t}, _mm256_madd_epi16(w, x0));",
+              f"          c1{t} = _mm256_add_epi32(c1{t}, _mm256_madd_epi16(w, x1)); }}"]
+    L += ["      }",
+          "      int32_t t0[32], t1[32];"]
+    for t in range(4):
+        L += [f"      _mm256_storeu_si256((__m256i*)(t0 + {8 * t}), c0{t});",
+              f"      _mm256_storeu_si256((__m256i*)(t1 + {8 * t}), c1{t});"]
+    L += ["      for (int i = 0; i <= two; ++i) {",
+          "        const int32_t* tt = i ? t1 : t0;",
+          "        const int64_t q = q0 + i;",
+          f"        for (int64_t co = cb; co < cb + 16 && co < {g['cout']}; ++co) {{",
+          "    const int32_t acc = tt[2 * (co - cb)] + tt[2 * (co - cb) + 1];"]
+    L += _scalar_epilogue(g, "q")
+    L += ["        }", "      }", "    }", "  }"]
     return L
 
 
@@ -300,15 +349,16 @@ def _gen(isa: str, in_dtype: str, skip_dtype: str):
         if isa == "avx512vnni":
             L += _vnni_blocks(name, in_dtype, skip_dtype, g)
         L += _head(name, in_dtype, skip_dtype, g)
-        L += _vnni_body(name, g) if isa == "avx512vnni" else _scalar_body(g)
+        L += {"avx512vnni": lambda: _vnni_body(name, g), "avx2": lambda: _avx2_body(g),
+              "scalar": lambda: _scalar_body(g)}[isa]()
         L += ["}"]
-        inc = "#include <immintrin.h>\n" if isa == "avx512vnni" else ""
+        inc = "#include <immintrin.h>\n" if isa != "scalar" else ""
         return inc + "#include <math.h>\n#include <stdint.h>\n" + "\n".join(L) + "\n"
     return gen
 
 
 SKIP_DTYPES = ("none", "uint8", "int8")
-for _isa in ("avx512vnni", "scalar"):
+for _isa in ("avx512vnni", "avx2", "scalar"):
     for _dt in ("uint8", "int8"):
         for _sk in SKIP_DTYPES:
             register_microkernel("qgemm", _isa, f"{_dt}:{_sk}")(_gen(_isa, _dt, _sk))

@@ -53,7 +53,7 @@ from .microkernel_qconv import CT, FMAX
 FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
           "oh", "ow", "kp", "x_zp", "y_zp", "lo", "hi", "out_dtype", "pt_pixels", "cc", "mr",
           "nv", "requant", "rq_mult", "rq_shift", "w_layout", "skip", "c_scale", "s_scale",
-          "s_zp", "in_scale", "in_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct")
+          "s_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct")
 ATTR = "__attribute__((noinline, optimize(\"fp-contract=off\")))"
 
 
@@ -67,13 +67,10 @@ def _head(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
     c4 = KP // (g["kh"] * g["kw"])
     coutp = -(-g["cout"] // 16) * 16
     n_pt, n_ct = -(-P // PT), -(-coutp // g["cc"])
-    fq = in_dtype.startswith("float32>")  # the input quantize fused into the packing
-    qd = in_dtype.split(">")[-1]
-    x_zp_u = g["x_zp"] + (128 if qd == "int8" else 0)
+    x_zp_u = g["x_zp"] + (128 if in_dtype == "int8" else 0)
     sk = CT.get(skip_dtype, "void")
-    xt = "float" if fq else CT[in_dtype]
     L = [f"static {ATTR} void {name}({CT[g['out_dtype']]}* restrict Y, "
-         f"const {xt}* restrict X, const int8_t* restrict W, "
+         f"const {CT[in_dtype]}* restrict X, const int8_t* restrict W, "
          f"const int32_t* restrict bias, const float* restrict mult, "
          f"const {sk}* restrict S, int64_t task) {{",
          f"  const int64_t b = task / {n_pt * n_ct}, rem = task % {n_pt * n_ct};",
@@ -114,17 +111,7 @@ def _head(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
           f"        for (int64_t c = 0; c < {c4}; ++c) d[c] = {x_zp_u};",
           "        continue;",
           "      }"]
-    if fq:  # q = saturate(round_half_even(x / scale) + zp), as qnn.quantize; unsigned in A
-        lo, hi = (0, 255) if qd == "uint8" else (-128, 127)
-        off = " + 128" if qd == "int8" else ""
-        L += [f"      const float* src = X + b * {C * g['h'] * g['w']} + ih * {g['w']} + iw;",
-              f"      for (int64_t c = 0; c < {C}; ++c) {{",
-              f"        float v = nearbyintf(src[c * {g['h'] * g['w']}] / {_f(g['in_scale'])}) + "
-              f"{_f(g['in_zp'])};",
-              f"        v = v < {_f(lo)} ? {_f(lo)} : (v > {_f(hi)} ? {_f(hi)} : v);",
-              f"        d[c] = (uint8_t)((int32_t)v{off});",
-              "      }"]
-    elif g["layout"] == "nchw_nhwc":
+    if g["layout"] == "nchw_nhwc":
         L += [f"      const uint8_t* src = xq + b * {C * g['h'] * g['w']} + ih * {g['w']} + iw;",
               f"      for (int64_t c = 0; c < {C}; ++c) d[c] = src[c * {g['h'] * g['w']}]{xor};"]
     else:
@@ -362,5 +349,3 @@ for _isa in ("avx512vnni", "avx2", "scalar"):
     for _dt in ("uint8", "int8"):
         for _sk in SKIP_DTYPES:
             register_microkernel("qgemm", _isa, f"{_dt}:{_sk}")(_gen(_isa, _dt, _sk))
-            register_microkernel("qgemm", _isa, f"float32>{_dt}:{_sk}")(
-                _gen(_isa, f"float32>{_dt}", _sk))

@@ -90,8 +90,6 @@ class QConvGeometry:
     c_scale: float = 0.0
     s_scale: float = 0.0
     s_zp: int = 0
-    in_scale: float = 0.0
-    in_zp: int = 0
     o_scale: float = 1.0
     o_zp: int = 0
     o_lo: int = 0
@@ -122,15 +120,9 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     skip = types[4] if len(types) > 4 else None
     layout = attrs["layout"]
     w_layout = attrs.get("w_layout", "tap")
-    fused_q = x.dtype == "float32" and float(attrs.get("in_scale") or 0) > 0
-    if (x.dtype not in QDTYPES and not fused_q) or w.dtype != "int8" or b.dtype != "int32" or \
-            m.dtype != "float32":
-        raise ShapeMismatchError(f"{OP}: x must be uint8/int8 (or float32 with in_scale), w int8, "
-                                 f"bias int32, mult float32; got {x.dtype}, {w.dtype}, "
-                                 f"{b.dtype}, {m.dtype}")
-    if fused_q and (layout != "nchw_nhwc" or attrs.get("in_qdtype") not in QDTYPES):
-        raise ShapeMismatchError(f"{OP}: a float32 input (the input quantize fused) needs layout "
-                                 f"nchw_nhwc and in_qdtype uint8/int8")
+    if x.dtype not in QDTYPES or w.dtype != "int8" or b.dtype != "int32" or m.dtype != "float32":
+        raise ShapeMismatchError(f"{OP}: x must be uint8/int8, w int8, bias int32, mult float32; "
+                                 f"got {x.dtype}, {w.dtype}, {b.dtype}, {m.dtype}")
     if layout not in LAYOUTS:
         raise ShapeMismatchError(f"{OP}: layout must be one of {LAYOUTS}, got {layout!r}")
     ok = {"nchw": ("tap",), "rows": ("tap", "blocked"), "nhwc": ("blocked",),
@@ -203,8 +195,6 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     direct = (w_layout == "blocked" and x.dtype == "uint8" and c % 4 == 0 and
               layout in ("nhwc", "rows") and (kh, kw) == (1, 1) and
               (pt, pl, pb, pr) == (0, 0, 0, 0))
-    if fused_q:
-        extra.update(in_scale=float(np.float32(attrs["in_scale"])), in_zp=int(attrs["in_zp"]))
     g = QConvGeometry(layout, c, h, wd, cout, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, kp,
                       int(attrs["x_zp"]), int(attrs["y_zp"]), lo, hi, out, requant=requant,
                       rq_mult=rq_mult, rq_shift=rq_shift, w_layout=w_layout, direct=direct,
@@ -342,10 +332,6 @@ def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.nda
     n, g = geometry([TensorType(a.shape, str(a.dtype)) for a in arrays], attrs)
     if g.w_layout == "blocked":
         w, bias, mult = unpack_weight_blocked(w, g.cout), bias[:g.cout], mult[:g.cout]
-    if x.dtype == np.float32:  # the fused input quantize
-        from .qnn import quantize_ref
-        qd = attrs["in_qdtype"]
-        x = quantize_ref(x, np.float32(g.in_scale), np.array(g.in_zp, qd), out_dtype=qd)
     if g.layout == "nhwc":
         x = x.transpose(0, 3, 1, 2)
     shift = 128 if x.dtype == np.int8 else 0
@@ -407,7 +393,7 @@ def qconv_body(n: int, g: QConvGeometry, in_dtype: str, params, isa: str):
         key = ("qconv", isa, in_dtype) + astuple(g)
         args = [zero(y), zero(x), zero(w), zero(b), zero(m), t]
         reads = [x, w, b, m]
-    name = f"{key[0]}_{isa}_{in_dtype.replace('>', '_')}_" + hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+    name = f"{key[0]}_{isa}_{in_dtype}_" + hashlib.sha1(repr(key).encode()).hexdigest()[:10]
     call = KernelCall(name, args, key, reads=reads, writes=[y])
     total = n * g.n_tasks_per_image
     return For(t, total, call, "parallel" if total > 1 else "serial")
@@ -416,14 +402,10 @@ def qconv_body(n: int, g: QConvGeometry, in_dtype: str, params, isa: str):
 def _compute(inputs, attrs, out_types):
     n, g = geometry([TensorType(tuple(t.shape), t.dtype) for t in inputs], attrs)
 
-    in_dtype = inputs[0].dtype
-    if in_dtype == "float32":  # the input quantize fused: float32 quantized to in_qdtype
-        in_dtype = f"float32>{attrs['in_qdtype']}"
-
     def body(k):
-        return qconv_body(n, g, in_dtype, k.params + k.outputs, "scalar")
+        return qconv_body(n, g, inputs[0].dtype, k.params + k.outputs, "scalar")
     f = imperative_kernel(inputs, out_types, body, "qconv")
-    f.attrs["qconv"] = {"n": n, "in_dtype": in_dtype,
+    f.attrs["qconv"] = {"n": n, "in_dtype": inputs[0].dtype,
                         **{fl.name: getattr(g, fl.name) for fl in fields(g)}}
     f.attrs["flops"] = 2 * n * g.oh * g.ow * g.cout * g.c * g.kh * g.kw
     return [f]
@@ -437,6 +419,6 @@ register_op(OP, infer_type=_infer,
                    "out_dtype": "uint8", "requant": "float", "rq_mult": 0, "rq_shift": 0,
                    "w_layout": "tap", "cout": 0, "mid_dtype": None, "c_scale": 0.0,
                    "s_scale": 0.0, "s_zp": 0, "o_scale": 1.0, "o_zp": 0, "o_lo": -128,
-                   "o_hi": 255, "in_scale": 0.0, "in_zp": 0, "in_qdtype": None},
+                   "o_hi": 255},
             doc="int8 convolution / dense layer u8|s8 x s8 -> s32 with the requantization "
                 "(bias, scale, round half even, ReLU, saturation) fused; see ember.ops.qnn_conv")

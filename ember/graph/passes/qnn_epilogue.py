@@ -10,9 +10,6 @@
   is ``max_pool(x)`` on the int8 data (dequantization is monotonic, the window's maximum
   commutes with it); the same holds for ``reshape`` / ``flatten`` / ``transpose`` between a
   dequantize and a quantize of equal parameters.
-- The network's input quantize, ``qnn.conv2d(quantize(x, s, z), ...)`` for a stem
-  (``layout="nchw_nhwc"``) read only there, is done by the convolution as it packs its input
-  (``in_scale``, ``in_zp``, ``in_qdtype``): one pass over the float image instead of two.
 - A dense ``qnn.conv2d`` (``layout="rows"``) gets the channels-last kernel's blocked weights
   (``qnn_conv.blocked_form``).
 """
@@ -132,34 +129,12 @@ class DenseBlockedCallback(PatternCallback):
                                      Constant(mult)], attrs)
 
 
-class StemQuantizeCallback(PatternCallback):
-    """``qnn.conv2d(quantize(x), ...)`` (``nchw_nhwc``) -> ``qnn.conv2d(x, ...)``."""
-
-    def __init__(self):
-        self.pattern = is_op("qnn.conv2d")(
-            is_op("qnn.quantize")(wildcard(), is_constant(), is_constant()), is_constant(),
-            is_constant(), is_constant())
-
-    def callback(self, m):
-        b = m.producer(m.root)
-        a = b.call.attrs
-        qv = b.call.args[0]
-        qb = m.producer(qv)
-        s, z = _scalar(qb.call.args[1]), _scalar(qb.call.args[2])
-        if a.get("layout") != "nchw_nhwc" or m.uses(qv) != 1 or s is None or z is None or \
-                not s > 0 or qb.call.args[0].type.dtype != "float32":
-            return None
-        attrs = {**a, "in_scale": float(s), "in_zp": int(z), "in_qdtype": qb.call.attrs["out_dtype"]}
-        return m.emit("qnn.conv2d", [m.rw.lookup(qb.call.args[0])] +
-                      [m.rw.lookup(v) for v in b.call.args[1:]], attrs)
-
-
 def qnn_epilogue_function(func):
     """``func`` with the rewrites of the module doc."""
     if not any(b.call.op == "qnn.conv2d" for b in func.bindings):
         return func
-    return rewrite_function([DenseBlockedCallback(), Int8LayoutCallback(), ResidualCallback(),
-                             StemQuantizeCallback()], func)
+    return rewrite_function([DenseBlockedCallback(), Int8LayoutCallback(), ResidualCallback()],
+                            func)
 
 
 @function_pass("QnnEpilogue", opt_level=2)

@@ -231,3 +231,68 @@ def test_cli_quantize_and_compile(tmp_path, capsys):
                  "-o", str(tmp_path / "m.ember")]) == 0
     assert main(["quantize", str(src), "--calibration", str(tmp_path / "none.npz")]) == 2
     assert "InputError" in capsys.readouterr().err
+
+
+def residual_cnn() -> onnx.ModelProto:
+    """conv+relu -> max pool -> conv+relu -> conv + residual add (the pooled tensor) + relu ->
+    1x1 conv -> global pool -> gemm: a ResNet block whose add feeds another convolution."""
+    rng = np.random.default_rng(3)
+
+    def init(name, a):
+        return numpy_helper.from_array(a.astype(np.float32), name)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c3", "p1"], ["a3"]),
+             helper.make_node("Relu", ["a3"], ["r3"]),
+             helper.make_node("Conv", ["r3", "w4", "b4"], ["c4"]),
+             helper.make_node("GlobalAveragePool", ["c4"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1)]
+    inits = [init("w1", rng.normal(0, .3, (16, 3, 3, 3))), init("b1", rng.normal(0, .1, 16)),
+             init("w2", rng.normal(0, .1, (16, 16, 3, 3))), init("b2", rng.normal(0, .1, 16)),
+             init("w3", rng.normal(0, .1, (16, 16, 3, 3))), init("b3", rng.normal(0, .1, 16)),
+             init("w4", rng.normal(0, .2, (20, 16, 1, 1))), init("b4", rng.normal(0, .1, 20)),
+             init("wf", rng.normal(0, .2, (10, 20))), init("bf", rng.normal(0, .1, 10))]
+    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                       list(SHAPE))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_residual_and_max_pool_stay_int8_and_match_onnxruntime(tmp_path):
+    """onnxruntime's QDQ model of a residual block: the add (dequantize, add, relu, quantize)
+    runs in the convolution's epilogue and the max pool on uint8, so no float tensor sits
+    between the convolutions; the output stays within one quantization step of onnxruntime's
+    int8 run, and the AVX2 and scalar kernels give the same bits as the native ones."""
+    q = quantization
+    src, dst = tmp_path / "r.onnx", tmp_path / "r.qdq.onnx"
+    onnx.save(residual_cnn(), src)
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds(8))
+
+        def get_next(self):
+            return next(self.it, None)
+    q.quantize_static(str(src), str(dst), Reader(), quant_format=q.QuantFormat.QDQ,
+                      per_channel=True, activation_type=q.QuantType.QUInt8,
+                      weight_type=q.QuantType.QInt8)
+    path = str(dst)
+    step = output_step(path)
+    native = ember.compile(path)
+    ops = [s.get("op", "") for s in native.plan["steps"]]
+    assert int8_steps(native) == 5  # 4 conv + gemm
+    assert not any("add" in o for o in ops), ops  # the residual add is in the epilogue
+    assert "nn.max_pool" in ops  # on uint8, not wrapped in dequantize/quantize
+    others = [ember.compile(path, target=f"llvm -isa={isa}") for isa in ("avx2", "scalar")]
+    for x in feeds(3, seed=9):
+        want = ort_run(path, x)
+        got = native.run(x)[0]
+        assert np.abs(got - want).max() <= step * 1.001
+        for o in others:
+            np.testing.assert_array_equal(o.run(x)[0], got)

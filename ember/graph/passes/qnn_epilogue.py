@@ -23,17 +23,9 @@ from ...ops.qnn_conv import blocked_form
 from ..ir import Constant
 from ..pattern import PatternCallback, is_constant, is_op, rewrite_function, wildcard
 from .pass_manager import function_pass
+from .realize_qnn import _dq, _scalar, quantize_root
 
 LAYOUT_FREE = ("nn.max_pool", "reshape", "transpose", "flatten", "squeeze", "expand_dims")
-
-
-def _dq(x):
-    return is_op("qnn.dequantize")(x, is_constant(), is_constant())
-
-
-def _scalar(c):
-    a = np.asarray(c.data)
-    return a.reshape(-1)[0].item() if a.size == 1 else None
 
 
 class ResidualCallback(PatternCallback):
@@ -47,11 +39,7 @@ class ResidualCallback(PatternCallback):
 
     def callback(self, m):
         P = m.producer
-        qb = P(m.root)
-        relu = False
-        ab = P(qb.call.args[0])
-        if ab.call.op == "nn.relu":
-            relu, ab = True, P(ab.call.args[0])
+        qb, ab, relu = quantize_root(m)
         so, zo = _scalar(qb.call.args[1]), _scalar(qb.call.args[2])
         out_dtype = qb.call.attrs["out_dtype"]
         if so is None or zo is None or not so > 0:
@@ -88,9 +76,6 @@ class Int8LayoutCallback(PatternCallback):
     layout operators (``LAYOUT_FREE``)."""
 
     def __init__(self):
-        self.x = wildcard()
-        inner = wildcard()
-        self.inner = inner
         self.pattern = is_op("qnn.quantize")(wildcard(), is_constant(), is_constant())
 
     def callback(self, m):

@@ -54,10 +54,10 @@ def feeds(n, seed=1):
     return [{"x": rng.normal(0, 1, SHAPE).astype(np.float32)} for _ in range(n)]
 
 
-def ort_qdq(tmp_path, activation="QUInt8", per_channel=True):
+def ort_qdq(tmp_path, activation="QUInt8", per_channel=True, model=None):
     q = quantization
     src, dst = tmp_path / "m.onnx", tmp_path / "m.qdq.onnx"
-    onnx.save(small_cnn(), src)
+    onnx.save(model if model is not None else small_cnn(), src)
 
     class Reader(q.CalibrationDataReader):
         def __init__(self):
@@ -234,34 +234,30 @@ def test_cli_quantize_and_compile(tmp_path, capsys):
 
 
 def residual_cnn() -> onnx.ModelProto:
-    """conv+relu -> max pool -> conv+relu -> conv + residual add (the pooled tensor) + relu ->
-    1x1 conv -> global pool -> gemm: a ResNet block whose add feeds another convolution."""
+    """``small_cnn`` with a max pool after the first convolution and the residual add reading
+    the pooled tensor and feeding a 1x1 convolution (a ResNet block) before the head."""
+    m = small_cnn()
+    g = m.graph
     rng = np.random.default_rng(3)
-
-    def init(name, a):
-        return numpy_helper.from_array(a.astype(np.float32), name)
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
-             helper.make_node("Add", ["c3", "p1"], ["a3"]),
-             helper.make_node("Relu", ["a3"], ["r3"]),
-             helper.make_node("Conv", ["r3", "w4", "b4"], ["c4"]),
-             helper.make_node("GlobalAveragePool", ["c4"], ["g"]),
-             helper.make_node("Flatten", ["g"], ["f"]),
-             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1)]
-    inits = [init("w1", rng.normal(0, .3, (16, 3, 3, 3))), init("b1", rng.normal(0, .1, 16)),
-             init("w2", rng.normal(0, .1, (16, 16, 3, 3))), init("b2", rng.normal(0, .1, 16)),
-             init("w3", rng.normal(0, .1, (16, 16, 3, 3))), init("b3", rng.normal(0, .1, 16)),
-             init("w4", rng.normal(0, .2, (20, 16, 1, 1))), init("b4", rng.normal(0, .1, 20)),
-             init("wf", rng.normal(0, .2, (10, 20))), init("bf", rng.normal(0, .1, 10))]
-    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                       list(SHAPE))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    nodes = list(g.node)
+    nodes[2].input[0] = "p1"  # conv 2 reads the pooled tensor, stride 1 (a ResNet block)
+    del nodes[2].attribute[:]
+    nodes[2].attribute.extend(helper.make_node("Conv", [], [], pads=[1, 1, 1, 1]).attribute)
+    nodes[5].input[1] = "p1"  # the residual is the pooled tensor
+    nodes[7].input[0] = "c4"  # global pool reads the 1x1 convolution
+    nodes.insert(2, helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3],
+                                     strides=[2, 2], pads=[1, 1, 1, 1]))
+    nodes.insert(8, helper.make_node("Conv", ["r3", "w4", "b4"], ["c4"]))
+    inits = {i.name: i for i in g.initializer}
+    for name, a in (("w2", rng.normal(0, .1, (16, 16, 3, 3))), ("b2", rng.normal(0, .1, 16)),
+                    ("w3", rng.normal(0, .1, (16, 16, 3, 3))), ("b3", rng.normal(0, .1, 16)),
+                    ("w4", rng.normal(0, .2, (24, 16, 1, 1))), ("b4", rng.normal(0, .1, 24))):
+        inits[name] = numpy_helper.from_array(a.astype(np.float32), name)
+    del g.node[:], g.initializer[:]
+    g.node.extend(nodes)
+    g.initializer.extend(inits.values())
+    onnx.checker.check_model(m)
+    return m
 
 
 def test_residual_and_max_pool_stay_int8_and_match_onnxruntime(tmp_path):
@@ -269,20 +265,7 @@ def test_residual_and_max_pool_stay_int8_and_match_onnxruntime(tmp_path):
     runs in the convolution's epilogue and the max pool on uint8, so no float tensor sits
     between the convolutions; the output stays within one quantization step of onnxruntime's
     int8 run, and the AVX2 and scalar kernels give the same bits as the native ones."""
-    q = quantization
-    src, dst = tmp_path / "r.onnx", tmp_path / "r.qdq.onnx"
-    onnx.save(residual_cnn(), src)
-
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(feeds(8))
-
-        def get_next(self):
-            return next(self.it, None)
-    q.quantize_static(str(src), str(dst), Reader(), quant_format=q.QuantFormat.QDQ,
-                      per_channel=True, activation_type=q.QuantType.QUInt8,
-                      weight_type=q.QuantType.QInt8)
-    path = str(dst)
+    path = ort_qdq(tmp_path, model=residual_cnn())
     step = output_step(path)
     native = ember.compile(path)
     ops = [s.get("op", "") for s in native.plan["steps"]]

@@ -1,7 +1,8 @@
 """int8 ResNet-50 in ember: onnxruntime's ``quantize_static`` QDQ model (per-channel, QInt8
 weights, QUInt8 activations) run by ember's int8 kernels, against onnxruntime's own int8 run
 (agreement in output quantization steps) and timed interleaved (2 threads, batch 1): ember
-int8 vs ember fp32 vs onnxruntime int8 (vs onnxruntime fp32 for reference).
+int8 vs ember fp32 vs onnxruntime int8 vs OpenVINO int8 on the same QDQ model (when the
+``openvino`` package is installed; the ``bench`` extra) (vs onnxruntime fp32 for reference).
 
 Usage: ``python bench/quant_speed.py [--threads 2] [--rounds 15] [--calibration 8]``; writes
 ``bench/results/quant_speed.json``. The model is ember.zoo's light ResNet-50 with seeded
@@ -103,6 +104,19 @@ def main(argv=None) -> int:
 
     runs = {"ember_int8": lambda: e_int8.run(x), "ember_fp32": lambda: e_fp32.run(x),
             "ort_int8": lambda: o_int8.run(None, x), "ort_fp32": lambda: o_fp32.run(None, x)}
+    ov_version = None
+    try:  # OpenVINO on the same QDQ model (its low-precision transformations run it in int8)
+        import openvino as ov
+        core = ov.Core()
+        core.set_property("CPU", {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1,
+                                  "PERFORMANCE_HINT": "LATENCY"})
+        ov_req = core.compile_model(core.read_model(qdq_path), "CPU").create_infer_request()
+        runs["openvino_int8"] = lambda: ov_req.infer(x)
+        ov_version = ov.__version__
+        agree["openvino_int8_max_diff_in_steps"] = float(
+            np.abs(next(iter(ov_req.infer(x).values())) - r8).max() / step) if step else None
+    except ImportError:
+        pass
     for f in runs.values():  # warm up
         f()
         f()
@@ -121,8 +135,12 @@ def main(argv=None) -> int:
            "median_ms": med,
            "ember_int8_over_ember_fp32_median_of_pairs": float(np.median(ratios)),
            "ember_int8_over_ort_int8": med["ember_int8"] / med["ort_int8"],
+           "ember_int8_over_best_peer_int8": med["ember_int8"] / min(
+               med[k] for k in ("ort_int8", "openvino_int8") if k in med),
+           "openvino": ov_version,
            "agreement_with_ort_int8": agree, "ort_quantize_s": t_q,
            "ember_int8_compile_s": t_c8, "onnxruntime": ort.__version__,
+           "load_average_1_5_15min": os.getloadavg(),
            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     write_result(res, args.out)
     return 0

@@ -54,10 +54,10 @@ def feeds(n, seed=1):
     return [{"x": rng.normal(0, 1, SHAPE).astype(np.float32)} for _ in range(n)]
 
 
-def ort_qdq(tmp_path, activation="QUInt8", per_channel=True):
+def ort_qdq(tmp_path, activation="QUInt8", per_channel=True, model=None):
     q = quantization
     src, dst = tmp_path / "m.onnx", tmp_path / "m.qdq.onnx"
-    onnx.save(small_cnn(), src)
+    onnx.save(model if model is not None else small_cnn(), src)
 
     class Reader(q.CalibrationDataReader):
         def __init__(self):
@@ -231,3 +231,51 @@ def test_cli_quantize_and_compile(tmp_path, capsys):
                  "-o", str(tmp_path / "m.ember")]) == 0
     assert main(["quantize", str(src), "--calibration", str(tmp_path / "none.npz")]) == 2
     assert "InputError" in capsys.readouterr().err
+
+
+def residual_cnn() -> onnx.ModelProto:
+    """``small_cnn`` with a max pool after the first convolution and the residual add reading
+    the pooled tensor and feeding a 1x1 convolution (a ResNet block) before the head."""
+    m = small_cnn()
+    g = m.graph
+    rng = np.random.default_rng(3)
+    nodes = list(g.node)
+    nodes[2].input[0] = "p1"  # conv 2 reads the pooled tensor, stride 1 (a ResNet block)
+    del nodes[2].attribute[:]
+    nodes[2].attribute.extend(helper.make_node("Conv", [], [], pads=[1, 1, 1, 1]).attribute)
+    nodes[5].input[1] = "p1"  # the residual is the pooled tensor
+    nodes[7].input[0] = "c4"  # global pool reads the 1x1 convolution
+    nodes.insert(2, helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3],
+                                     strides=[2, 2], pads=[1, 1, 1, 1]))
+    nodes.insert(8, helper.make_node("Conv", ["r3", "w4", "b4"], ["c4"]))
+    inits = {i.name: i for i in g.initializer}
+    for name, a in (("w2", rng.normal(0, .1, (16, 16, 3, 3))), ("b2", rng.normal(0, .1, 16)),
+                    ("w3", rng.normal(0, .1, (16, 16, 3, 3))), ("b3", rng.normal(0, .1, 16)),
+                    ("w4", rng.normal(0, .2, (24, 16, 1, 1))), ("b4", rng.normal(0, .1, 24))):
+        inits[name] = numpy_helper.from_array(a.astype(np.float32), name)
+    del g.node[:], g.initializer[:]
+    g.node.extend(nodes)
+    g.initializer.extend(inits.values())
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_residual_and_max_pool_stay_int8_and_match_onnxruntime(tmp_path):
+    """onnxruntime's QDQ model of a residual block: the add (dequantize, add, relu, quantize)
+    runs in the convolution's epilogue and the max pool on uint8, so no float tensor sits
+    between the convolutions; the output stays within one quantization step of onnxruntime's
+    int8 run, and the AVX2 and scalar kernels give the same bits as the native ones."""
+    path = ort_qdq(tmp_path, model=residual_cnn())
+    step = output_step(path)
+    native = ember.compile(path)
+    ops = [s.get("op", "") for s in native.plan["steps"]]
+    assert int8_steps(native) == 5  # 4 conv + gemm
+    assert not any("add" in o for o in ops), ops  # the residual add is in the epilogue
+    assert "nn.max_pool" in ops  # on uint8, not wrapped in dequantize/quantize
+    others = [ember.compile(path, target=f"llvm -isa={isa}") for isa in ("avx2", "scalar")]
+    for x in feeds(3, seed=9):
+        want = ort_run(path, x)
+        got = native.run(x)[0]
+        assert np.abs(got - want).max() <= step * 1.001
+        for o in others:
+            np.testing.assert_array_equal(o.run(x)[0], got)

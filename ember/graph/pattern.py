@@ -313,6 +313,10 @@ class Match:
         constant, or not a ``Var``)."""
         return self._prod.get(id(v)) if isinstance(v, Var) else None
 
+    def uses(self, v) -> int:
+        """How many bindings (and function outputs) of the matched function read ``v``."""
+        return len(self._users.get(id(v), ()))
+
     def save(self):
         """A snapshot of ``node_map`` and the matched bindings, for ``restore``."""
         return dict(self.node_map), len(self.bindings)

@@ -85,42 +85,76 @@ class QConvGeometry:
     requant: str = "float"
     rq_mult: int = 0
     rq_shift: int = 0
+    w_layout: str = "tap"
+    skip: bool = False
+    c_scale: float = 0.0
+    s_scale: float = 0.0
+    s_zp: int = 0
+    o_scale: float = 1.0
+    o_zp: int = 0
+    o_lo: int = 0
+    o_hi: int = 0
+    direct: bool = False
+
+    @property
+    def coutp(self) -> int:
+        """Output channels as stored in the weights: rounded up to 16 for ``w_layout="blocked"``."""
+        return -(-self.cout // 16) * 16 if self.w_layout == "blocked" else self.cout
 
     @property
     def n_tasks_per_image(self) -> int:
-        return -(-(self.oh * self.ow) // self.pt_pixels) * -(-self.cout // self.cc)
+        return -(-(self.oh * self.ow) // self.pt_pixels) * -(-self.coutp // self.cc)
+
+
+LAYOUTS = ("nchw", "rows", "nhwc", "nchw_nhwc")
+CHANNELS_LAST = ("rows", "nhwc", "nchw_nhwc")
 
 
 def geometry(types, attrs) -> tuple[int, QConvGeometry]:
-    """``(batch, QConvGeometry)`` of inputs ``types`` and ``attrs``.
+    """``(batch, QConvGeometry)`` of inputs ``types`` (``x, w, bias, mult[, skip]``) and
+    ``attrs``.
 
     Raises:
         ShapeMismatchError: shapes/dtypes that do not fit the module doc."""
-    x, w, b, m = types
+    x, w, b, m = types[:4]
+    skip = types[4] if len(types) > 4 else None
     layout = attrs["layout"]
+    w_layout = attrs.get("w_layout", "tap")
     if x.dtype not in QDTYPES or w.dtype != "int8" or b.dtype != "int32" or m.dtype != "float32":
         raise ShapeMismatchError(f"{OP}: x must be uint8/int8, w int8, bias int32, mult float32; "
                                  f"got {x.dtype}, {w.dtype}, {b.dtype}, {m.dtype}")
+    if layout not in LAYOUTS:
+        raise ShapeMismatchError(f"{OP}: layout must be one of {LAYOUTS}, got {layout!r}")
+    ok = {"nchw": ("tap",), "rows": ("tap", "blocked"), "nhwc": ("blocked",),
+          "nchw_nhwc": ("blocked",)}[layout]
+    if w_layout not in ok:
+        raise ShapeMismatchError(f"{OP}: w_layout {w_layout!r} does not fit layout {layout!r} "
+                                 f"(nchw: 'tap'; nhwc, nchw_nhwc: 'blocked'; rows: either)")
+    if skip is not None and w_layout != "blocked":
+        raise ShapeMismatchError(f"{OP}: a fused residual needs w_layout='blocked'")
     kh, kw = attrs["kernel"]
-    if layout == "nchw":
-        if x.ndim != 4:
-            raise ShapeMismatchError(f"{OP}: x must be (N, C, H, W), got {x.shape}")
-        n, c, h, wd = x.shape
-    elif layout == "rows":
+    if layout == "rows":
         if x.ndim != 2 or (kh, kw) != (1, 1):
             raise ShapeMismatchError(f"{OP}: layout rows needs x (M, C) and a 1x1 kernel")
         n, c, h, wd = 1, x.shape[1], 1, 1
+    elif x.ndim != 4:
+        raise ShapeMismatchError(f"{OP}: x must be rank 4 for layout {layout}, got {x.shape}")
+    elif layout == "nhwc":
+        n, h, wd, c = x.shape
     else:
-        raise ShapeMismatchError(f"{OP}: layout must be nchw or rows, got {layout!r}")
+        n, c, h, wd = x.shape
     sh, sw = attrs["strides"]
     pt, pl, pb, pr = attrs["pads"]
     dh, dw = attrs["dilations"]
     k = c * kh * kw
     kp = kh * kw * (-(-c // 4) * 4)
-    if w.ndim != 2 or tuple(w.shape) != (w.shape[0], kp) or tuple(b.shape) != (w.shape[0],) or \
-            tuple(m.shape) != (w.shape[0],):
-        raise ShapeMismatchError(f"{OP}: w must be (Cout, {kp}), bias and mult (Cout,); got "
-                                 f"{w.shape}, {b.shape}, {m.shape}")
+    cout = int(attrs.get("cout") or 0) if w_layout == "blocked" else w.shape[0]
+    coutp = -(-cout // 16) * 16 if w_layout == "blocked" else cout
+    if w.ndim != 2 or tuple(w.shape) != (coutp, kp) or tuple(b.shape) != (coutp,) or \
+            tuple(m.shape) != (coutp,) or cout < 1:
+        raise ShapeMismatchError(f"{OP}: w must be ({coutp}, {kp}), bias and mult ({coutp},) "
+                                 f"(cout={cout}, w_layout={w_layout}); got {w.shape}, "
+                                 f"{b.shape}, {m.shape}")
     if k > MAX_K:
         raise ShapeMismatchError(f"{OP}: reduction of {k} elements may overflow int32 "
                                  f"(at most {MAX_K})")
@@ -134,7 +168,10 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     out = attrs["out_dtype"]
     if out not in QDTYPES:
         raise ShapeMismatchError(f"{OP}: out_dtype must be int8/uint8, got {out}")
-    qlo, qhi = QDTYPES[out]
+    mid = attrs.get("mid_dtype") or out
+    if mid not in QDTYPES:
+        raise ShapeMismatchError(f"{OP}: mid_dtype must be int8/uint8, got {mid}")
+    qlo, qhi = QDTYPES[mid if skip is not None else out]
     lo, hi = max(qlo, int(attrs["lo"])), min(qhi, int(attrs["hi"]))
     requant = attrs.get("requant", "float")
     rq_mult, rq_shift = int(attrs.get("rq_mult", 0)), int(attrs.get("rq_shift", 0))
@@ -143,10 +180,26 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     if requant == "fixed" and not (abs(rq_mult) < 2**31 and 0 <= rq_shift <= 31):
         raise ShapeMismatchError(f"{OP}: fixed requantize needs |rq_mult| < 2**31 and rq_shift "
                                  f"in [0, 31], got {rq_mult}, {rq_shift}")
-    g = QConvGeometry(layout, c, h, wd, w.shape[0], kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, kp,
+    extra = {}
+    if skip is not None:
+        oshape = (oh, cout) if layout == "rows" else (n, oh, ow, cout)
+        if skip.dtype not in QDTYPES or tuple(skip.shape) != oshape:
+            raise ShapeMismatchError(f"{OP}: the residual must be uint8/int8 of the output "
+                                     f"shape {oshape}, got {skip.dtype} {skip.shape}")
+        olo, ohi = QDTYPES[out]
+        extra = dict(skip=True, c_scale=float(np.float32(attrs["c_scale"])),
+                     s_scale=float(np.float32(attrs["s_scale"])), s_zp=int(attrs["s_zp"]),
+                     o_scale=float(np.float32(attrs["o_scale"])), o_zp=int(attrs["o_zp"]),
+                     o_lo=max(olo, int(attrs.get("o_lo", olo))),
+                     o_hi=min(ohi, int(attrs.get("o_hi", ohi))))
+    direct = (w_layout == "blocked" and x.dtype == "uint8" and c % 4 == 0 and
+              layout in ("nhwc", "rows") and (kh, kw) == (1, 1) and
+              (pt, pl, pb, pr) == (0, 0, 0, 0))
+    g = QConvGeometry(layout, c, h, wd, cout, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, kp,
                       int(attrs["x_zp"]), int(attrs["y_zp"]), lo, hi, out, requant=requant,
-                      rq_mult=rq_mult, rq_shift=rq_shift)
-    return n, _tile(g)
+                      rq_mult=rq_mult, rq_shift=rq_shift, w_layout=w_layout, direct=direct,
+                      **extra)
+    return n, (_tile_cl(g) if w_layout == "blocked" else _tile(g))
 
 
 def pack_weight(w: np.ndarray) -> np.ndarray:
@@ -158,6 +211,55 @@ def pack_weight(w: np.ndarray) -> np.ndarray:
     out = np.zeros((cout, kh, kw, -(-c // 4) * 4), np.int8)
     out[..., :c] = w.transpose(0, 2, 3, 1)
     return out.reshape(cout, -1)
+
+
+def pack_weight_blocked(wp: np.ndarray) -> np.ndarray:
+    """``pack_weight``'s ``(Cout, KP)`` weights as the channels-last kernel's
+    ``(COUTP, KP)`` (``COUTP``: ``Cout`` rounded up to 16, zero rows) stored
+    ``[co / 16][k / 4][co % 16][k % 4]`` (``ember.codegen.microkernel_qgemm``)."""
+    cout, kp = wp.shape
+    coutp = -(-cout // 16) * 16
+    w = np.zeros((coutp, kp), np.int8)
+    w[:cout] = wp
+    return np.ascontiguousarray(w.reshape(coutp // 16, 16, kp // 4, 4).transpose(0, 2, 1, 3)
+                                ).reshape(coutp, kp)
+
+
+def unpack_weight_blocked(wb: np.ndarray, cout: int) -> np.ndarray:
+    """The inverse of ``pack_weight_blocked``: ``(Cout, KP)`` tap-major weights."""
+    coutp, kp = wb.shape
+    return np.ascontiguousarray(wb.reshape(coutp // 16, kp // 4, 16, 4).transpose(0, 2, 1, 3)
+                                ).reshape(coutp, kp)[:cout]
+
+
+def blocked_form(w: np.ndarray, bias: np.ndarray, mult: np.ndarray, attrs: dict,
+                 layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """The constants and attributes of a ``w_layout="tap"`` ``qnn.conv2d`` (``w`` ``(Cout,
+    KP)``, ``bias``/``mult`` ``(Cout,)``) as the channels-last kernel's ``layout`` (``nhwc``,
+    ``nchw_nhwc`` or ``rows``): blocked weights, bias and mult zero-padded to ``COUTP``."""
+    cout = w.shape[0]
+    coutp = -(-cout // 16) * 16
+    pad = lambda a: np.concatenate([a, np.zeros(coutp - cout, a.dtype)])  # noqa: E731
+    return (pack_weight_blocked(w), pad(np.asarray(bias)), pad(np.asarray(mult)),
+            {**attrs, "layout": layout, "w_layout": "blocked", "cout": cout})
+
+
+MR_CL, NV_CL, MAX_TILE_PIXELS_CL = 6, 4, 96
+
+
+def _tile_cl(g: QConvGeometry) -> QConvGeometry:
+    """Tiles of the channels-last kernel: ``PT`` pixels (at most ``MAX_TILE_PIXELS_CL``, a
+    packed panel within ``PANEL_BYTES``), channel chunks (multiples of 16) only as far as
+    needed for ``MIN_TASKS`` tasks per image."""
+    p = g.oh * g.ow
+    cap = MAX_TILE_PIXELS_CL if g.direct else max(
+        MR_CL, min(MAX_TILE_PIXELS_CL, (PANEL_BYTES // g.kp) // MR_CL * MR_CL))
+    pt = min(p, cap)
+    tiles = -(-p // pt)
+    coutp = -(-g.cout // 16) * 16
+    chunks = max(1, min(-(-MIN_TASKS // tiles), coutp // 16))
+    cc = -(-(-(-coutp // chunks)) // 16) * 16
+    return replace(g, pt_pixels=pt, cc=cc, mr=MR_CL, nv=NV_CL)
 
 
 def _tile(g: QConvGeometry) -> QConvGeometry:
@@ -178,6 +280,8 @@ def _infer(types, attrs):
     n, g = geometry(types, attrs)
     if g.layout == "rows":
         return [TensorType((g.oh, g.cout), g.out_dtype)]
+    if g.layout in ("nhwc", "nchw_nhwc"):
+        return [TensorType((n, g.oh, g.ow, g.cout), g.out_dtype)]
     return [TensorType((n, g.cout, g.oh, g.ow), g.out_dtype)]
 
 
@@ -216,11 +320,20 @@ def fixed_requantize(acc: np.ndarray, mult: int, shift: int) -> np.ndarray:
 
 
 def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.ndarray,
-                    attrs: dict) -> np.ndarray:
-    """The integer NumPy reference of ``qnn.conv2d`` (int64 sums, float32 requantization,
-    ``np.rint``: round half to even; or the integer ``fixed_requantize`` for
-    ``requant="fixed"``)."""
-    n, g = geometry([TensorType(a.shape, str(a.dtype)) for a in (x, w, bias, mult)], attrs)
+                    *rest) -> np.ndarray:
+    """The integer NumPy reference of ``qnn.conv2d``: ``qconv_reference(x, w, bias, mult[,
+    skip], attrs)`` (int64 sums, float32 requantization, ``np.rint``: round half to even; or
+    the integer ``fixed_requantize`` for ``requant="fixed"``; a fused residual ``skip`` with
+    the float32 dequantize / add / quantize of the module doc, each step rounded to
+    float32)."""
+    attrs = rest[-1]
+    skip = rest[0] if len(rest) > 1 else None
+    arrays = (x, w, bias, mult) + ((skip,) if skip is not None else ())
+    n, g = geometry([TensorType(a.shape, str(a.dtype)) for a in arrays], attrs)
+    if g.w_layout == "blocked":
+        w, bias, mult = unpack_weight_blocked(w, g.cout), bias[:g.cout], mult[:g.cout]
+    if g.layout == "nhwc":
+        x = x.transpose(0, 3, 1, 2)
     shift = 128 if x.dtype == np.int8 else 0
     xu = x.astype(np.int64) + shift
     zp = g.x_zp + shift
@@ -244,23 +357,44 @@ def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.nda
     else:
         f = acc.astype(np.int32).astype(np.float32) * mult.astype(np.float32)
         v = np.rint(np.clip(f, -1e9, 1e9)).astype(np.int64) + g.y_zp
-    y = np.clip(v, g.lo, g.hi).astype(g.out_dtype)
+    v = np.clip(v, g.lo, g.hi)
+    if skip is not None:  # (n, P, Cout) in the pixel-major order of the output
+        f32 = np.float32
+        sk = skip.reshape(n, g.oh * g.ow, g.cout).astype(f32)
+        h = (v.astype(f32) - f32(g.y_zp)) * f32(g.c_scale)
+        h = (h + (sk - f32(g.s_zp)) * f32(g.s_scale)) / f32(g.o_scale)
+        v = np.clip(np.rint(np.clip(h, -1e9, 1e9)).astype(np.int64) + g.o_zp, g.o_lo, g.o_hi)
+    y = v.astype(g.out_dtype)
     if g.layout == "rows":
         return y[0]
+    if g.layout in ("nhwc", "nchw_nhwc"):
+        return y.reshape(n, g.oh, g.ow, g.cout)
     return y.transpose(0, 2, 1).reshape(n, g.cout, g.oh, g.ow)
 
 
 def qconv_body(n: int, g: QConvGeometry, in_dtype: str, params, isa: str):
-    """The kernel body: a parallel loop over ``n * tasks`` ``qconv`` micro-kernel calls."""
+    """The kernel body: a parallel loop over ``n * tasks`` micro-kernel calls: ``qconv``
+    (``w_layout="tap"``) or ``qgemm`` (``"blocked"``, channels-last, with the optional
+    residual); ``params``: the buffers ``x, w, bias, mult[, skip], y``."""
     from ..tir.expr import AddressOf, Const, Var
     from ..tir.stmt import For, KernelCall
-    x, w, b, m, y = params
+    x, w, b, m = params[:4]
+    y = params[-1]
+    sk = params[4] if len(params) == 6 else None
     t = Var("task")
     zero = lambda buf: AddressOf(buf, [Const(0, "int64")] * len(buf.shape))  # noqa: E731
-    key = ("qconv", isa, in_dtype) + astuple(g)
-    name = f"qconv_{isa}_{in_dtype}_" + hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-    call = KernelCall(name, [zero(y), zero(x), zero(w), zero(b), zero(m), t], key,
-                      reads=[x, w, b, m], writes=[y])
+    if g.w_layout == "blocked":
+        skd = sk.dtype if sk is not None else "none"
+        key = ("qgemm", isa, f"{in_dtype}:{skd}") + astuple(g)
+        args = [zero(y), zero(x), zero(w), zero(b), zero(m),
+                zero(sk) if sk is not None else zero(x), t]
+        reads = [x, w, b, m] + ([sk] if sk is not None else [])
+    else:
+        key = ("qconv", isa, in_dtype) + astuple(g)
+        args = [zero(y), zero(x), zero(w), zero(b), zero(m), t]
+        reads = [x, w, b, m]
+    name = f"{key[0]}_{isa}_{in_dtype}_" + hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+    call = KernelCall(name, args, key, reads=reads, writes=[y])
     total = n * g.n_tasks_per_image
     return For(t, total, call, "parallel" if total > 1 else "serial")
 
@@ -279,9 +413,12 @@ def _compute(inputs, attrs, out_types):
 
 register_op(OP, infer_type=_infer,
             reference=lambda xs, a: [qconv_reference(*xs, a)], compute=_compute,
-            pattern=OpPattern.OPAQUE, num_inputs=(4, 4),
+            pattern=OpPattern.OPAQUE, num_inputs=(4, 5),
             attrs={"layout": "nchw", "kernel": (1, 1), "strides": (1, 1), "pads": (0, 0, 0, 0),
                    "dilations": (1, 1), "x_zp": 0, "y_zp": 0, "lo": -128, "hi": 255,
-                   "out_dtype": "uint8", "requant": "float", "rq_mult": 0, "rq_shift": 0},
+                   "out_dtype": "uint8", "requant": "float", "rq_mult": 0, "rq_shift": 0,
+                   "w_layout": "tap", "cout": 0, "mid_dtype": None, "c_scale": 0.0,
+                   "s_scale": 0.0, "s_zp": 0, "o_scale": 1.0, "o_zp": 0, "o_lo": -128,
+                   "o_hi": 255},
             doc="int8 convolution / dense layer u8|s8 x s8 -> s32 with the requantization "
                 "(bias, scale, round half even, ReLU, saturation) fused; see ember.ops.qnn_conv")

@@ -28,7 +28,8 @@ from .fuse_ops import FuseOps  # noqa: F401
 # passes that may be absent (built on other branches) or were added later: loaded on demand
 _OPTIONAL = ["fold_scale_axis", "combine_parallel_conv2d", "combine_parallel_dense",
              "dynamic_to_static", "to_mixed_precision", "convert_layout", "fuse_layer_norm",
-             "winograd", "fuse_inverted_residual", "realize_qnn", "decompose_attention"]
+             "winograd", "fuse_inverted_residual", "realize_qnn", "decompose_attention",
+             "qnn_epilogue"]
 _loaded = False
 
 

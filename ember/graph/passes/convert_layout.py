@@ -12,6 +12,10 @@ value, its NCHW and/or NHWC form:
   lower-rank operands that broadcast against NCHW (a ``(C, 1, 1)`` bias) are reshaped to rank 4
   and transposed -- constants, so ``FoldConstant`` folds them at compile time;
 - ``concatenate`` along the channel axis of NHWC inputs concatenates along axis 3;
+- an int8 ``qnn.conv2d`` (``layout="nchw"``, constant weights) becomes the channels-last
+  kernel (``layout="nhwc"``, or ``"nchw_nhwc"`` for a stem as below; ``blocked_form``
+  re-packs its weights), and per-tensor ``qnn.quantize`` / ``qnn.dequantize`` count as
+  elementwise, so int8 activations stay NHWC between the layers;
 - every other operator, and the function's outputs, read the NCHW form (a ``transpose`` back is
   emitted where a value exists only in NHWC).
 
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 from ...ops import get_op
 from ...ops.registry import OpPattern
-from ..ir import Binding, Call, Function, Var
+from ..ir import Binding, Call, Constant, Function, Var
 from ..mutator import Rewriter
 from .pass_manager import function_pass, register_config
 
@@ -64,6 +68,19 @@ def _is_elementwise(op: str, attrs: dict) -> bool:
         k in attrs for k in _AXIS_ATTRS)
 
 
+def _qconv_nchw(call) -> bool:
+    """An NCHW ``qnn.conv2d`` with constant weights (ConvertLayout makes it channels-last)."""
+    return call.op == "qnn.conv2d" and call.attrs.get("layout") == "nchw" and \
+        len(call.args) == 4 and all(isinstance(a, Constant) for a in call.args[1:])
+
+
+def _qdq_per_tensor(call) -> bool:
+    """``qnn.quantize`` / ``qnn.dequantize`` with one scale and zero point: elementwise (its
+    ``axis`` is unused)."""
+    return call.op in ("qnn.quantize", "qnn.dequantize") and all(
+        isinstance(a, Constant) and a.data.size == 1 for a in call.args[1:])
+
+
 def _reads_nchw(call, have_nhwc: bool) -> bool:
     """Whether convolution ``call`` should read its NCHW input directly (see the module doc)."""
     x = call.args[0]
@@ -76,7 +93,8 @@ def convert_function(func: Function, stem_nchw: bool = True) -> Function:
     """``func`` with 2-D convolutions and their neighbours in NHWC (see the module doc);
     ``stem_nchw``: convolutions with few input channels read an NCHW-only input directly."""
     if not any(b.call.op == "nn.conv" and b.call.args[0].type.ndim == 4
-               and b.call.attrs.get("data_layout") is None for b in func.bindings):
+               and b.call.attrs.get("data_layout") is None for b in func.bindings) and \
+            not any(_qconv_nchw(b.call) for b in func.bindings):
         return func
     rw = Rewriter(func)
     cf: dict[int, object] = {}   # id(original value) -> its NCHW form in the new function
@@ -123,7 +141,16 @@ def convert_function(func: Function, stem_nchw: bool = True) -> Function:
             args = [x] + [get_cf(a) for a in call.args[1:]]
             cl[id(out)] = rw.emit(op, args, attrs, name=out.name)
             continue
-        if (single and _rank(out) == 4 and _is_elementwise(op, attrs)
+        if single and _qconv_nchw(call):  # int8: the channels-last kernel, blocked weights
+            from ...ops.qnn_conv import blocked_form
+            x0 = call.args[0]
+            stem = stem_nchw and id(x0) not in cl and x0.type.shape[1] <= STEM_MAX_CHANNELS
+            consts = blocked_form(*(c.data for c in call.args[1:4]), attrs,
+                                  "nchw_nhwc" if stem else "nhwc")
+            args = [get_cf(x0) if stem else get_cl(x0)] + [Constant(c) for c in consts[:3]]
+            cl[id(out)] = rw.emit(op, args, consts[3], name=out.name)
+            continue
+        if (single and _rank(out) == 4 and (_is_elementwise(op, attrs) or _qdq_per_tensor(call))
                 and any(_rank(a) == 4 and id(a) in cl for a in call.args)
                 and all(_rank(a) <= 4 for a in call.args)):
             args = [broadcast_cl(a) for a in call.args]

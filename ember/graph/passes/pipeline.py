@@ -34,6 +34,7 @@ PIPELINES: dict[str, list[str]] = {
         "FoldConstant",
         "SimplifyExpr",
         "ConvertLayout",
+        "QnnEpilogue",
         "FuseInvertedResidual",
         "WinogradConv",
         "ToMixedPrecision",
@@ -49,12 +50,13 @@ PIPELINES: dict[str, list[str]] = {
 # inverted-residual fusion, Winograd, int8 kernels: QDQ models keep their quantize/dequantize
 # steps in float32) and mixed precision (WGSL kernels are float32)
 PIPELINES["webgpu"] = [n for n in PIPELINES["llvm"] if n not in (
-    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision", "RealizeQnn")]
+    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision", "RealizeQnn",
+    "QnnEpilogue")]
 # CUDA: the webgpu list plus ToMixedPrecision (opt-in: opt_level 4 or ``required_pass``, e.g.
 # ``ember.compile(m, target="nvidia/h200", quantize="fp16")``): float16 / bfloat16 storage that
 # the tensor-core rule (``rules/cuda_tensorcore.py``) computes with wmma
 PIPELINES["cuda"] = [n for n in PIPELINES["llvm"] if n not in (
-    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "RealizeQnn")]
+    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "RealizeQnn", "QnnEpilogue")]
 # both: ONNX Attention as matmul / softmax-like graph operators (its CPU kernel is built of
 # micro-kernel calls): ember/graph/passes/decompose_attention.py
 for _kind in ("webgpu", "cuda"):

@@ -47,6 +47,16 @@ def _scalar(c) -> float | None:
     return a.reshape(-1)[0].item() if a.size == 1 else None
 
 
+def quantize_root(m):
+    """``(quantize binding, the binding it quantizes under an optional nn.relu, relu?)`` of a
+    match rooted at ``qnn.quantize([relu](...))``."""
+    qb = m.producer(m.root)
+    cb = m.producer(qb.call.args[0])
+    if cb.call.op == "nn.relu":
+        return qb, m.producer(cb.call.args[0]), True
+    return qb, cb, False
+
+
 class QnnConvCallback(PatternCallback):
     """``quantize([relu](conv/gemm/matmul(dequantize(x), dequantize(w)[, bias])))`` ->
     ``qnn.conv2d`` (see the module doc)."""
@@ -71,11 +81,7 @@ class QnnConvCallback(PatternCallback):
 
     def _rewrite(self, m):
         P = m.producer
-        qb = P(m.root)
-        relu = False
-        cb = P(qb.call.args[0])
-        if cb.call.op == "nn.relu":
-            relu, cb = True, P(cb.call.args[0])
+        qb, cb, relu = quantize_root(m)
         dqx, dqw = P(cb.call.args[0]), P(cb.call.args[1])
         xq = m[self.x]
         sx, zx = _scalar(dqx.call.args[1]), _scalar(dqx.call.args[2])

@@ -33,12 +33,21 @@ def split(sch, loop, factors: Sequence[int | None]) -> list:
     known = 1
     for x in factors:
         known *= x or 1
-    if None in factors:
+    symbolic = isinstance(f.extent, Expr)
+    if symbolic:
+        # a symbolic extent: the None factor is the ceiling quotient (an int64 expression) and
+        # the blocks always take the predicate ``fused < extent`` (the tail)
+        if None not in factors:
+            raise ScheduleError(f"{where}: a symbolic extent needs one None factor, got "
+                                f"{factors}")
+        from ..symbolic import as_dim
+        factors[factors.index(None)] = as_dim((f.extent + (known - 1)) // known)
+    elif None in factors:
         factors[factors.index(None)] = -(-f.extent // known)
     prod = 1
     for x in factors:
         prod *= x
-    if prod < f.extent:
+    if not symbolic and prod < f.extent:
         raise ScheduleError(f"{where}: factors {factors} cover only {prod} iterations")
     if f.kind != "serial":
         raise ScheduleError(f"{where}: the loop is {f.kind}; split it before marking it")
@@ -47,11 +56,11 @@ def split(sch, loop, factors: Sequence[int | None]) -> list:
     for v, n in zip(new_vars, factors):
         fused = v if fused is None else binop("add", binop("mul", fused, Const(n, "int64")), v)
     body = substitute_stmt(f.body, {f.var: fused})
-    if prod > f.extent:
+    if symbolic or prod > f.extent:
         if any(isinstance(x, KernelCall) for x in walk_stmt(body)):
             raise ScheduleError(f"{where}: the factors do not divide the extent and the loop "
                                 f"holds a tensorized call, which cannot take a predicate")
-        body = _add_predicate(body, binop("lt", fused, Const(f.extent, "int64")))
+        body = _add_predicate(body, binop("lt", fused, _const(f.extent)))
     for v, n in reversed(list(zip(new_vars, factors))):
         body = For(v, n, body)
     sch.body = replace_node(sch.body, f, body)

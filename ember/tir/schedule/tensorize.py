@@ -23,8 +23,8 @@ import hashlib
 
 from ...errors import ScheduleError
 from ..arith import linear_terms, loop_range, simplify, substitute
-from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var
-from ..stmt import Block, For, KernelCall
+from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var, binop
+from ..stmt import Block, For, IfThenElse, KernelCall
 from .analysis import replace_node
 
 ISAS = {"avx512": 16, "avx2": 8, "scalar": 4}
@@ -136,9 +136,11 @@ def _vars(e):
 
 
 
-def tensorize_nest(sch, loop, intrin: str):
+def tensorize_nest(sch, loop, intrin: str, allow_predicate: bool = False):
     """The perfect loop nest that ``tensorize`` replaces, checked: ``(loop, path to it, the
     loops from ``loop`` inwards, the one block they surround, the error prefix)``.
+    ``allow_predicate``: the block may have a predicate (the caller handles it: ``gemm``'s
+    row tail).
 
     Raises:
         ScheduleError: the loops do not nest perfectly around one block, the block has a
@@ -154,7 +156,7 @@ def tensorize_nest(sch, loop, intrin: str):
     if not isinstance(s, Block):
         raise ScheduleError(f"{where}: the loops below must nest perfectly around one block")
     blk = s
-    if blk.predicate is not None:
+    if blk.predicate is not None and not allow_predicate:
         raise ScheduleError(f"{where}: block {blk.name!r} has a predicate (a split that does not "
                             f"divide); use divisible tiles")
     for c in chain:
@@ -221,7 +223,7 @@ def tensorize(sch, loop, intrin: str) -> None:
     if family == "dwconv":
         from .tensorize_dwconv import tensorize_dwconv
         return tensorize_dwconv(sch, loop, isa, dtype)
-    f, path, chain, blk, where = tensorize_nest(sch, loop, intrin)
+    f, path, chain, blk, where = tensorize_nest(sch, loop, intrin, allow_predicate=True)
     st, la, lb = _match_update(blk, where)
     if st.buffer.dtype != dtype or la.dtype != dtype or lb.dtype != dtype:
         raise ScheduleError(f"{where}: operand dtypes ({la.dtype}, {lb.dtype} -> "
@@ -266,16 +268,63 @@ def tensorize(sch, loop, intrin: str) -> None:
     mr = ml.extent if ml is not None else 1
     nr = nl.extent
     accumulate = accumulate_flag(blk, chain, where)
-    zmap = {c.var: Const(0, "int64") for c in live}
-    call = gemm_kernel_call(
-        isa, dtype, mr, nr,
-        AddressOf(st.buffer, [simplify(substitute(i, zmap)) for i in cidx]),
-        AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
-        AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
-        cc.get(id(ml.var), 0) if ml else 0, ca.get(id(ml.var), 0) if ml else 0,
-        [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red],
-        accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin), where=where)
+    if blk.predicate is not None:
+        _check_row_tail(blk.predicate, chain, ml, where)
+
+    def block_call(rows: int, row=None):
+        """The micro-kernel call of ``rows`` register rows starting at row loop value
+        ``row`` (``None``: 0)."""
+        zmap = {c.var: Const(0, "int64") for c in live}
+        if row is not None:
+            zmap[ml.var] = row
+        return gemm_kernel_call(
+            isa, dtype, rows, nr,
+            AddressOf(st.buffer, [simplify(substitute(i, zmap)) for i in cidx]),
+            AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
+            AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
+            cc.get(id(ml.var), 0) if ml else 0, ca.get(id(ml.var), 0) if ml else 0,
+            [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red],
+            accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin), where=where)
+    call = block_call(mr)
+    if blk.predicate is not None:
+        # row tail: the whole block when its first and last rows are in range (each term of
+        # the predicate is monotone in the row, so all rows between are), else one-row calls
+        # for the rows the predicate keeps
+        t = Var(ml.var.name + "_t", "int64")
+        ends = [substitute(blk.predicate, {ml.var: Const(r, "int64")}) for r in (0, mr - 1)]
+        tail = For(t, mr, IfThenElse(substitute(blk.predicate, {ml.var: t}),
+                                     block_call(1, t)))
+        call = IfThenElse(simplify(binop("and", *ends)), call, tail)
     replace_nest(sch, f, blk, chain, call, intrin)
+
+
+def _check_row_tail(pred: Expr, chain: list, ml, where: str) -> None:
+    """A predicate ``tensorize`` turns into a row tail: a conjunction of comparisons
+    ``e < bound`` (``<=``, ``>``, ``>=``) with ``e`` affine in the row loop ``ml`` and ``bound``
+    free of it (each term monotone in the row), and no other loop of the nest (a split of the
+    row dim that does not divide, a symbolic row count, with ``compute_at``'s bound checks).
+
+    Raises:
+        ScheduleError: any other predicate."""
+    msg = (f"{where}: the block's predicate is not a row tail (a split of the row loop that "
+           f"does not divide); use divisible tiles")
+    if ml is None or ml.extent < 2:
+        raise ScheduleError(msg)
+    inner = {id(c.var) for c in chain if c is not ml}
+    terms = [pred]
+    while terms:
+        e = terms.pop()
+        if isinstance(e, BinOp) and e.op == "and":
+            terms += [e.a, e.b]
+            continue
+        if not (isinstance(e, BinOp) and e.op in ("lt", "le", "gt", "ge")):
+            raise ScheduleError(msg)
+        if any(id(v) in inner for v in _vars(e)) or any(v is ml.var for v in _vars(e.b)):
+            raise ScheduleError(msg)
+        lt = linear_terms(e.a)
+        if lt is None or any(atom is not ml.var and any(v is ml.var for v in _vars(atom))
+                             for atom, _ in lt[0].values()):
+            raise ScheduleError(msg)  # the row inside a non-linear term
 
 
 def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: AddressOf,

@@ -26,7 +26,7 @@ from __future__ import annotations
 from ....errors import ScheduleError
 from ....target import Target
 from ...arith import linear_terms, flat_index, simplify
-from ...expr import Var
+from ...expr import Var, is_static_extent
 from ...stmt import Block, For, PrimFunc
 from ..analysis import block_reads, blocks_in
 from ..layout import IndexMap
@@ -221,8 +221,11 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         return None
     R, n_iv, m_iv = g["R"], g["n"], g["m"]
     lanes = ISAS[target.isa]
-    m_ext = m_iv.extent if m_iv is not None else 1
+    m_sym = _symbolic_m(g)
+    m_ext = _m_extent(g)
     n_ext = _n_extent(g)
+    if not is_static_extent(n_ext):
+        return None
     tile = choose_tile(m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa])
     if tile is None:
         return None
@@ -237,9 +240,10 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
             raise ScheduleError(f"gemm rule: register tile {[mr, nr]} is not legal for a "
                                 f"{m_ext}x{n_ext} output (see tile_candidates)")
     kc = cfg.get("kblock")
-    if g["group_n"] is not None:
+    if g["group_n"] is not None or m_sym:
         if kc is not None and int(kc) > 0:
-            raise ScheduleError("gemm rule: a grouped convolution's reduction is not blocked")
+            raise ScheduleError("gemm rule: a grouped convolution's or a symbolic row "
+                                "count's reduction is not blocked")
         kc = 0
     if kc is not None and int(kc) > 0:
         kb = _kblock_plan(g, mr, nr, lanes, kc=int(kc), max_acc=MAX_ACCUMULATORS[target.isa])
@@ -359,9 +363,11 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
         return None
     n_iv, m_iv = g["n"], g["m"]
     lanes = ISAS[target.isa]
-    m_ext = m_iv.extent if m_iv is not None else 1
+    m_ext = _m_extent(g)
     max_acc = MAX_ACCUMULATORS[target.isa]
     n_ext = _n_extent(g)
+    if not is_static_extent(n_ext):
+        return None
     tile = choose_tile(m_ext, n_ext, lanes, max_acc)
     if tile is None or (tile[0] * tile[1] < 16 and n_ext * m_ext < 64):
         return None
@@ -549,6 +555,27 @@ def _default_order(g) -> str:
     return "rows" if b <= ROWS_MAX_B_BYTES and _a_bytes(g) >= ROWS_MIN_A_BYTES else "panels"
 
 
+# a symbolic row count (tokens) is tiled as if it were a multiple of every register-row count
+# (``lcm(1..28)``): ``choose_tile`` then picks ``mr`` for ``n`` alone; the last ``M % mr`` rows
+# run as one-row micro-kernel calls (``tensorize``'s row tail)
+SYMBOLIC_M_NOMINAL = 80313433200
+# a symbolic dimension counts as this many elements in the rule's cache-size heuristics
+SYMBOLIC_DIM_NOMINAL = 128
+
+
+def _symbolic_m(g) -> bool:
+    """True when the GEMM's row dim ``m`` has a symbolic extent."""
+    return g["m"] is not None and not is_static_extent(g["m"].extent)
+
+
+def _m_extent(g) -> int:
+    """The row count ``choose_tile`` tiles: ``m``'s extent, ``SYMBOLIC_M_NOMINAL`` for a
+    symbolic one, 1 without a row dim."""
+    if g["m"] is None:
+        return 1
+    return SYMBOLIC_M_NOMINAL if _symbolic_m(g) else g["m"].extent
+
+
 def _n_extent(g) -> int:
     """The GEMM's ``n`` extent: the output channels, or those of one group of a grouped
     convolution (its register tiles must not straddle two groups)."""
@@ -564,7 +591,7 @@ def _b_bytes(g) -> int:
     n = 1
     for k, d in enumerate(B.src.shape):
         if bivs is None or id(bivs[k]) in keep:
-            n *= d
+            n *= d if is_static_extent(d) else SYMBOLIC_DIM_NOMINAL
     return 4 * n
 
 
@@ -577,7 +604,7 @@ def _buffer_bytes(buf) -> int:
     """Bytes of a whole float32 buffer (the rule only handles float32 GEMMs)."""
     n = 4
     for d in buf.shape:
-        n *= int(d)
+        n *= int(d) if is_static_extent(d) else SYMBOLIC_DIM_NOMINAL
     return n
 
 
@@ -606,7 +633,8 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int, max_acc: int, kc: int | None =
     (``MAX_ACCUMULATORS``); a whole row that needs more (a 13- or 14-wide row on AVX2's 12) is
     not blocked, so the rule takes its ordinary tiled schedule instead of failing."""
     m_iv, sp, rd = g["m"], g["sp"], g["rd"]
-    if m_iv is None or len(sp) < 3 or g["a_vec"] or g["group_n"] is not None:
+    if m_iv is None or _symbolic_m(g) or any(not is_static_extent(iv.extent) for iv in sp + rd) \
+            or len(sp) < 3 or g["a_vec"] or g["group_n"] is not None:
         return None
     if mr != m_iv.extent:
         regs = REGISTERS.get(lanes, 16)

@@ -1,0 +1,95 @@
+"""The GEMM micro-kernel rule on a symbolic row count (issue 18): one kernel, built once for a
+symbolic ``m`` (tokens), tiles ``m`` into full ``mr``-row micro-kernel blocks over ``m // mr``
+plus a tail of one-row calls; checked against the operators' NumPy references at row counts
+around the register block (1, mr - 1, mr, mr + 1, 37, 128) with weights packed as at compile
+time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import te
+from ember.codegen.c import emit_c_function
+from ember.graph.builder import infer_call
+from ember.graph.ir import TensorType, Var
+from ember.ops import get_op
+from ember.runtime.kernel import compile_prim_func
+from ember.te.lower import create_prim_func
+from ember.tir.schedule.layout import IndexMap
+from ember.tir.schedule.rules import schedule_default
+from ember.tir.symbolic import Symbol
+
+M = Symbol("m")
+B = Symbol("batch")
+
+GELU = "gelu"
+
+
+def _kernel(op, shapes, attrs, epilogue=False):
+    """``op`` (weights, every input after the first, marked constant) on placeholders of
+    ``shapes`` (dims may be symbols), with an optional ``relu(y + 1)`` epilogue, scheduled."""
+    ins = [te.placeholder(s, "float32", f"in{k}") for k, s in enumerate(shapes)]
+    attrs_n, types = infer_call(op, [Var(f"a{k}", TensorType(s, "float32"))
+                                     for k, s in enumerate(shapes)], attrs)
+    y = get_op(op).compute(ins, attrs_n, types)[0]
+    if epilogue:
+        y = te.compute(y.shape, lambda *i: te.maximum(y[i] + te.const(1.0, "float32"),
+                                                      te.const(0.0, "float32")), name="epi")
+    func = create_prim_func(ins + [y], op.replace(".", "_"))
+    func.attrs["constant_params"] = list(range(1, len(shapes)))
+    return schedule_default(func, "llvm"), attrs_n
+
+
+def _packed(g, xs):
+    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
+    return [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
+            for k, x in enumerate(xs)]
+
+
+CASES = [
+    ("matmul", [(M, 64), (64, 48)], {}, False),
+    ("matmul", [(M, 96), (96, 80)], {}, True),
+    ("nn.gemm", [(M, 40), (40, 40), (40,)], {"trans_b": 1}, True),
+    ("matmul", [(B, M, 32), (32, 64)], {}, True),       # (batch, seq, d) x weights
+]
+
+
+@pytest.mark.parametrize("op,shapes,attrs,epi", CASES,
+                         ids=[f"{c[0]}-{len(c[1][0])}d-{'epi' if c[3] else 'plain'}"
+                              for c in CASES])
+def test_symbolic_rows_use_micro_kernels_with_a_tail(op, shapes, attrs, epi):
+    g, attrs_n = _kernel(op, shapes, attrs, epi)
+    assert g.attrs.get("schedule_rule") == "gemm_rule", g.attrs.get("schedule_notes")
+    src = emit_c_function(g)
+    assert "ember_ukr_gemm_" in src and "const int64_t s0" in src
+    mr = max(int(n.split("_f32_")[1].split("x")[0]) for n in
+             {w for w in src.replace("(", " ").split() if w.startswith("ember_ukr_gemm_")})
+    k = compile_prim_func(g)  # one build for every row count below
+    rng = np.random.default_rng(0)
+    for m in sorted({1, max(1, mr - 1), mr, mr + 1, 37, 128}):
+        xs = [rng.standard_normal([m if d is M else 3 if d is B else d for d in s])
+              .astype(np.float32) for s in shapes]
+        got = k.run(_packed(g, xs))[0]
+        want = get_op(op).reference(xs, attrs_n)[0]
+        if epi:
+            want = np.maximum(want + 1.0, 0.0)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"m={m}")
+
+
+def test_tail_of_a_non_row_predicate_is_refused():
+    """``tensorize`` turns only a row-split predicate into a tail: a split of the lane loop
+    that does not divide still raises ``ScheduleError``."""
+    from ember.errors import ScheduleError
+    from ember.tir.schedule.schedule import Schedule
+    a = te.placeholder((8, 16), "float32", "a")
+    w = te.placeholder((16, 24), "float32", "w")
+    k = te.reduce_axis(16, "k")
+    c = te.compute((8, 24), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="c")
+    sch = Schedule(create_prim_func([a, w, c], "f"))
+    i, j, kk = sch.get_loops("c")
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(i, jo, kk, ji)
+    with pytest.raises(ScheduleError, match="row tail|predicate"):
+        sch.tensorize(kk, "gemm.avx512.f32")

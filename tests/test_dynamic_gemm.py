@@ -26,9 +26,10 @@ B = Symbol("batch")
 GELU = "gelu"
 
 
-def _kernel(op, shapes, attrs, epilogue=False):
-    """``op`` (weights, every input after the first, marked constant) on placeholders of
-    ``shapes`` (dims may be symbols), with an optional ``relu(y + 1)`` epilogue, scheduled."""
+def _kernel(op, shapes, attrs, epilogue=False, weights=True):
+    """``op`` on placeholders of ``shapes`` (dims may be symbols), with an optional
+    ``relu(y + 1)`` epilogue, scheduled; ``weights``: every input after the first is a constant
+    (packed), else all are activations."""
     ins = [te.placeholder(s, "float32", f"in{k}") for k, s in enumerate(shapes)]
     attrs_n, types = infer_call(op, [Var(f"a{k}", TensorType(s, "float32"))
                                      for k, s in enumerate(shapes)], attrs)
@@ -37,7 +38,7 @@ def _kernel(op, shapes, attrs, epilogue=False):
         y = te.compute(y.shape, lambda *i: te.maximum(y[i] + te.const(1.0, "float32"),
                                                       te.const(0.0, "float32")), name="epi")
     func = create_prim_func(ins + [y], op.replace(".", "_"))
-    func.attrs["constant_params"] = list(range(1, len(shapes)))
+    func.attrs["constant_params"] = list(range(1, len(shapes))) if weights else []
     return schedule_default(func, "llvm"), attrs_n
 
 
@@ -49,6 +50,7 @@ def _packed(g, xs):
 
 CASES = [
     ("matmul", [(M, 64), (64, 48)], {}, False),
+    ("matmul", [(M, 32), (32, 16)], {}, False),       # a narrow panel: mr capped (SYMBOLIC_MAX_MR)
     ("matmul", [(M, 96), (96, 80)], {}, True),
     ("nn.gemm", [(M, 40), (40, 40), (40,)], {"trans_b": 1}, True),
     ("matmul", [(B, M, 32), (32, 64)], {}, True),       # (batch, seq, d) x weights
@@ -76,6 +78,23 @@ def test_symbolic_rows_use_micro_kernels_with_a_tail(op, shapes, attrs, epi):
             want = np.maximum(want + 1.0, 0.0)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"m={m}")
+
+
+def test_symbolic_reduction_batch_matmul():
+    """Attention's ``softmax(QK^T) V``: ``(batch, heads, seq, seq) x (batch, heads, seq, 16)``,
+    rows and reduction both ``seq``: row tiles with a tail, the reduction length and ``A``'s
+    row stride passed at run time (symbolic strides in ``tensorize``)."""
+    shapes = [(B, 4, M, M), (B, 4, M, 16)]
+    g, attrs_n = _kernel("matmul", shapes, {}, weights=False)
+    assert g.attrs.get("schedule_rule") == "gemm_rule", g.attrs.get("schedule_notes")
+    assert "ember_ukr_gemm_" in emit_c_function(g)
+    k = compile_prim_func(g)
+    rng = np.random.default_rng(1)
+    for m in (1, 7, 8, 9, 37, 128):
+        xs = [rng.standard_normal([m if d is M else 2 if d is B else d for d in s])
+              .astype(np.float32) for s in shapes]
+        np.testing.assert_allclose(k.run(xs)[0], xs[0] @ xs[1], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"m={m}")
 
 
 def test_tail_of_a_non_row_predicate_is_refused():

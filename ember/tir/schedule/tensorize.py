@@ -23,7 +23,7 @@ import hashlib
 
 from ...errors import ScheduleError
 from ..arith import linear_terms, loop_range, simplify, substitute
-from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var, binop
+from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var, binop, is_static_extent
 from ..stmt import Block, For, IfThenElse, KernelCall
 from .analysis import replace_node
 
@@ -120,8 +120,30 @@ def affine_coeffs(e: Expr, loop_ids: set, where: str, what: str) -> dict:
         if isinstance(atom, Var) and id(atom) in loop_ids:
             out[id(atom)] = c
         elif any(id(v) in loop_ids for v in _vars(atom)):
-            raise ScheduleError(f"{where}: {what} is not affine in the tensorized loops")
+            sym = _symbolic_coeffs(e, [v for v in _vars(e) if id(v) in loop_ids])
+            if sym is None:
+                raise ScheduleError(f"{where}: {what} is not affine in the tensorized loops")
+            return sym
     return out
+
+
+def _symbolic_coeffs(e: Expr, loops: list) -> dict | None:
+    """Per loop variable of ``loops`` its coefficient in ``e`` when ``e`` is affine in them
+    with coefficients that may be symbolic (``int64`` expressions over symbols: the row
+    stride ``seq`` of a ``(batch, heads, seq, seq)`` operand), else ``None``. Each
+    coefficient is the difference ``e(v = 1) - e(v = 0)`` (the other loops at 0) in the
+    symbolic normal form; ``e`` must equal its affine rebuild (equal normal forms)."""
+    from ..symbolic import as_dim, dims_equal
+    zero = {v: Const(0, "int64") for v in loops}
+    base = as_dim(substitute(e, zero))
+    out, rebuilt = {}, base
+    for v in loops:
+        c = as_dim(substitute(e, {**zero, v: Const(1, "int64")}) - base)
+        if isinstance(c, Expr) and any(x is u for x in _vars(c) for u in loops):
+            return None
+        out[id(v)] = c
+        rebuilt = rebuilt + c * v
+    return out if dims_equal(as_dim(e), as_dim(rebuilt)) else None
 
 
 def _coeffs(buf, idx, loop_ids, where, what):
@@ -233,8 +255,9 @@ def tensorize(sch, loop, intrin: str) -> None:
     cidx = tuple(simplify(substitute(i, vmap), bounds) for i in st.indices)
     aidx = tuple(simplify(substitute(i, vmap), bounds) for i in la.indices)
     bidx = tuple(simplify(substitute(i, vmap), bounds) for i in lb.indices)
-    live = [c for c in chain if c.extent > 1]
-    zero = {c.var: Const(0, "int64") for c in chain if c.extent == 1}
+    live = [c for c in chain if not is_static_extent(c.extent) or c.extent > 1]
+    zero = {c.var: Const(0, "int64") for c in chain
+            if is_static_extent(c.extent) and c.extent == 1}
     cidx, aidx, bidx = ([simplify(substitute(i, zero)) for i in t] for t in (cidx, aidx, bidx))
     ids = {id(c.var) for c in live}
     cc = _coeffs(st.buffer, cidx, ids, where, "the output")

@@ -61,14 +61,17 @@ def tile_candidates(m: int, n: int, lanes: int, max_acc: int) -> list[tuple[floa
 MIN_FULL_LANE_ACC = 8  # 2 FMA ports x 4 cycles of latency: accumulators that keep both busy
 
 
-def choose_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | None:
+def choose_tile(m: int, n: int, lanes: int, max_acc: int,
+                max_mr: int | None = None) -> tuple[int, int] | None:
     """``(mr, nr)`` register block for an ``m x n`` output: of ``tile_candidates``, the one
     that maximizes modelled FMA throughput (lane use x latency hiding x load/FMA balance).
     Full-lane blocks (``nr`` a multiple of ``lanes``) with at least ``MIN_FULL_LANE_ACC``
     accumulators win over masked ones whatever their score: a masked tail vector costs a
     whole FMA slot plus masked loads and stores (MobileNetV2's 7x7 1x1 convolutions to 1280
-    channels: the modelled-best 7 x 40 ran 0.50 ms, 7 x 32 0.38 ms, 1 thread)."""
-    cands = tile_candidates(m, n, lanes, max_acc)
+    channels: the modelled-best 7 x 40 ran 0.50 ms, 7 x 32 0.38 ms, 1 thread). ``max_mr``: the
+    largest ``mr`` considered (a symbolic row count: ``SYMBOLIC_MAX_MR``)."""
+    cands = [c for c in tile_candidates(m, n, lanes, max_acc)
+             if max_mr is None or c[1][0] <= max_mr]
     full = [c for c in cands if c[1][1] % lanes == 0
             and c[1][0] * (c[1][1] // lanes) >= MIN_FULL_LANE_ACC]
     best, best_score = None, 0.0
@@ -226,7 +229,8 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     n_ext = _n_extent(g)
     if not is_static_extent(n_ext):
         return None
-    tile = choose_tile(m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa])
+    tile = choose_tile(m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa],
+                       SYMBOLIC_MAX_MR if m_sym else None)
     if tile is None:
         return None
     mr, nr = tile
@@ -368,7 +372,7 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     n_ext = _n_extent(g)
     if not is_static_extent(n_ext):
         return None
-    tile = choose_tile(m_ext, n_ext, lanes, max_acc)
+    tile = choose_tile(m_ext, n_ext, lanes, max_acc, SYMBOLIC_MAX_MR if _symbolic_m(g) else None)
     if tile is None or (tile[0] * tile[1] < 16 and n_ext * m_ext < 64):
         return None
     cands = sorted(tile_candidates(m_ext, n_ext, lanes, max_acc), key=lambda c: -c[0])
@@ -559,6 +563,9 @@ def _default_order(g) -> str:
 # (``lcm(1..28)``): ``choose_tile`` then picks ``mr`` for ``n`` alone; the last ``M % mr`` rows
 # run as one-row micro-kernel calls (``tensorize``'s row tail)
 SYMBOLIC_M_NOMINAL = 80313433200
+# the largest register-row count for a symbolic row count: the tail (up to ``mr - 1`` rows)
+# runs as one-row calls, which a short sequence would be made entirely of
+SYMBOLIC_MAX_MR = 8
 # a symbolic dimension counts as this many elements in the rule's cache-size heuristics
 SYMBOLIC_DIM_NOMINAL = 128
 

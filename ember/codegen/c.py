@@ -17,12 +17,12 @@ import numpy as np
 
 from ..errors import LoweringError
 from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, Var, is_float, is_int
-from ..tir.stmt import Allocate, Buffer, For, KernelCall, PrimFunc, Stmt, Store
+from ..tir.stmt import Allocate, Buffer, For, IfThenElse, KernelCall, PrimFunc, Stmt, Store
 from .threadpool import THREADPOOL_C, THREADPOOL_DECL
 from ..dtypes import EXT_DTYPES, EXT_FLOAT, itemsize
 from .dtype_support import compute_dtype, storage_ctype, support_source
 from .cstyle import CStylePrinter, Dialect
-from ..tir.arith import loop_range
+from ..tir.arith import collect, loop_range
 from ..tir.symbolic import DEFAULT_MAX
 
 C_TYPES = {
@@ -385,6 +385,17 @@ class CFunctionPrinter(CStylePrinter):
                                     f"printed as C for the CPU")
             if s.kind == "parallel" and not self.in_outlined:
                 self.parallel_for(s, pad)
+                return
+            if s.kind == "vectorized" and isinstance(s.body, IfThenElse) \
+                    and s.body.else_ is None \
+                    and not any(x is s.var for x in collect(s.body.cond,
+                                                            lambda n: isinstance(n, Var))):
+                # a guard that does not move with the lanes (a GEMM epilogue's row tail on a
+                # symbolic row count): test it once, vectorize the loop inside
+                self.lines.append(f"{pad}if ({self.expr(s.body.cond)}) {{")
+                self.loop(For(s.var, s.extent, s.body.then, s.kind, dict(s.annotations)),
+                          ind + 1)
+                self.lines.append(f"{pad}}}")
                 return
             v = self.expr(s.var)
             self._declare(v, "int64_t")

@@ -112,3 +112,29 @@ def test_tail_of_a_non_row_predicate_is_refused():
     sch.reorder(i, jo, kk, ji)
     with pytest.raises(ScheduleError, match="row tail|predicate"):
         sch.tensorize(kk, "gemm.avx512.f32")
+
+
+def test_epilogue_under_the_row_guard_is_vector_code():
+    """A fused ``erf`` epilogue on a symbolic row count: the row tail's guard does not move
+    with the lanes, so the printer tests it once and the lane loop stays vector code
+    (``ember_verf_``), not a scalar ``erff`` loop under ``omp simd``."""
+    import math
+    x = te.placeholder((M, 64), "float32", "x")
+    w = te.placeholder((64, 64), "float32", "w")
+    r = te.reduce_axis(64, "r")
+    y = te.compute((M, 64), lambda i, j: te.sum(x[i, r] * w[r, j], axis=r), name="y")
+    z = te.compute((M, 64), lambda i, j: te.erf(y[i, j]), name="z")
+    func = create_prim_func([x, w, z], "f")
+    func.attrs["constant_params"] = [1]
+    g = schedule_default(func, "llvm")
+    assert g.attrs.get("schedule_rule") == "gemm_rule", g.attrs.get("schedule_notes")
+    src = emit_c_function(g)
+    assert "ember_verf_" in src and "erff(" not in src.split("ember_verf_")[-1].split("}")[0]
+    k = compile_prim_func(g)
+    rng = np.random.default_rng(2)
+    erf = np.vectorize(math.erf)
+    for m in (1, 5, 37):
+        xs = [rng.standard_normal((m, 64)).astype(np.float32) * 0.2,
+              rng.standard_normal((64, 64)).astype(np.float32) * 0.2]
+        want = erf((xs[0] @ xs[1]).astype(np.float64))
+        np.testing.assert_allclose(k.run(_packed(g, xs))[0], want, rtol=1e-4, atol=1e-5)

@@ -16,15 +16,12 @@ from ember.graph.ir import TensorType, Var
 from ember.ops import get_op
 from ember.runtime.kernel import compile_prim_func
 from ember.te.lower import create_prim_func
-from ember.tir.schedule.layout import IndexMap
 from ember.tir.schedule.rules import schedule_default
 from ember.tir.symbolic import Symbol
+from test_default_schedules import _packed
 
 M = Symbol("m")
 B = Symbol("batch")
-
-GELU = "gelu"
-
 
 def _kernel(op, shapes, attrs, epilogue=False, weights=True):
     """``op`` on placeholders of ``shapes`` (dims may be symbols), with an optional
@@ -40,12 +37,6 @@ def _kernel(op, shapes, attrs, epilogue=False, weights=True):
     func = create_prim_func(ins + [y], op.replace(".", "_"))
     func.attrs["constant_params"] = list(range(1, len(shapes))) if weights else []
     return schedule_default(func, "llvm"), attrs_n
-
-
-def _packed(g, xs):
-    lay = {int(k): v for k, v in g.attrs.get("param_layouts", {}).items()}
-    return [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
-            for k, x in enumerate(xs)]
 
 
 CASES = [

@@ -17,6 +17,7 @@ from ember.runtime.kernel import compile_prim_func
 from ember.te.lower import create_prim_func
 from ember.tir.schedule.rules import schedule_default
 from ember.tir.symbolic import Symbol
+from test_default_schedules import _packed
 
 M = Symbol("m")
 
@@ -29,14 +30,6 @@ def _kernel(op, shapes, attrs, dtype="float32"):
     outs = get_op(op).compute(ins, attrs_n, types)
     func = create_prim_func(ins + list(outs), op.replace(".", "_"), num_outputs=len(outs))
     return schedule_default(func, "llvm"), attrs_n
-
-
-def _packed(func, xs):
-    """``xs`` with the operands ``func``'s schedule packs (``param_layouts``) packed so."""
-    from ember.tir.schedule.layout import IndexMap
-    lay = {int(k): v for k, v in func.attrs.get("param_layouts", {}).items()}
-    return [IndexMap.from_json(lay[k]["index_map"]).apply_numpy(x) if k in lay else x
-            for k, x in enumerate(xs)]
 
 
 CASES = [
@@ -63,7 +56,7 @@ def test_symbolic_kernel_matches_numpy_at_several_sizes(op, shapes, attrs, rule)
     for m in (1, 3, 17, 64, 129):
         xs = [rng.standard_normal([m if d is M else d for d in s]).astype(np.float32)
               for s in shapes]
-        got = k.run(_packed(func, xs))[0]
+        got = k.run(_packed(func, xs))[0]  # weights packed as the driver does
         want = get_op(op).reference(xs, attrs_n)[0]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

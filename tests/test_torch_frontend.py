@@ -17,6 +17,8 @@ from ember.frontend.torch import ember_backend  # noqa: E402
 from ember.frontend.torch.dynamo import EmberFallbackWarning  # noqa: E402
 from ember.testing import torch_models as tm  # noqa: E402
 
+from webgpu_util import needs_adapter  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RTOL, ATOL = 1e-4, 1e-5
 # whole models whose compile takes several seconds each run only with --runslow; the default
@@ -251,16 +253,115 @@ def test_torchscript_module_through_onnx():
     _check(c.run([x.numpy()]), _eager(m, (x,)))
 
 
-def test_custom_op_tutorial_in_docs():
+def _tutorial_blocks() -> list[str]:
     text = (ROOT / "docs" / "torch.md").read_text()
-    block = text.split("## Tutorial: a custom operator")[1].split("```python")[1].split("```")[0]
-    from ember.ops.registry import _REGISTRY
-    from ember.frontend.torch import registry
+    sec = text.split("## Tutorial: a custom operator on every target")[1].split("\n## ")[0]
+    return [b.split("```")[0] for b in sec.split("```python")[1:]]
+
+
+def _unregister_tutorial_ops():
+    from ember.frontend.torch import unregister_op
+    for q in ("mylib::gated_swish", "mylib::qconv2d_relu"):
+        unregister_op(q)
+
+
+@needs_adapter
+def test_custom_op_tutorial_in_docs():
+    """Both tutorial blocks as written: the float op on CPU and WebGPU, the int8 op bit-exact
+    on CPU, WebGPU and the NPU (through ember.compile and torch.compile)."""
+    g = {"__name__": "tutorial"}
     try:
-        exec(compile(block, "docs/torch.md", "exec"), {"__name__": "tutorial"})
+        for block in _tutorial_blocks():
+            exec(compile(block, "docs/torch.md", "exec"), g)
     finally:  # rerunnable in one process
-        _REGISTRY.pop("mylib.gated_swish", None)
-        registry._CONVERTERS.pop("mylib::gated_swish", None)
+        _unregister_tutorial_ops()
+    assert g["report"]["fallback"] == [] and g["report"]["cycles"] > 0
+
+
+@pytest.fixture
+def qconv():
+    """The tutorial's int8 ``mylib::qconv2d_relu`` registered (its definitions only), with the
+    names of the block's namespace; unregistered afterwards."""
+    block = _tutorial_blocks()[1]
+    g = {"__name__": "tutorial"}
+    exec(compile("import numpy as np\nimport torch\nimport ember\n"
+                 "from ember.frontend.torch import register_op\n" +
+                 block.split("net = QNet().eval()")[0], "docs/torch.md", "exec"), g)
+    try:
+        yield g
+    finally:
+        _unregister_tutorial_ops()
+
+
+def _int8(shape, seed):
+    return torch.randint(-128, 128, shape, dtype=torch.int8,
+                         generator=torch.Generator().manual_seed(seed))
+
+
+class QLayers(torch.nn.Module):
+    """Three qconv2d_relu layers: NPU-runnable, shift 1 (the NPU's ALU refuses it), and one
+    whose weight is a run-time input (not a constant)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w1", _int8((20, 5, 3, 3), 2))
+        self.register_buffer("b1", torch.randint(-999, 999, (20,), dtype=torch.int32,
+                                                 generator=torch.Generator().manual_seed(3)))
+        self.register_buffer("w2", _int8((16, 20, 1, 1), 4))
+        self.register_buffer("b2", torch.zeros(16, dtype=torch.int32))
+
+    def forward(self, x, w3):
+        q = torch.ops.mylib.qconv2d_relu
+        h = q(x, self.w1, self.b1, 2, 2, 7, 13)       # stride 2, pad 2, channel tails
+        h = q(h, self.w2, self.b2, 1, 0, 3, 1)         # shift 1: CPU fallback
+        return q(h, w3, self.b2, 1, 1, 2, 12)          # weight at run time: CPU
+
+
+def test_custom_int8_op_npu_offload_and_fallbacks(qconv):
+    from ember import npu
+    m = QLayers().eval()
+    x, w3 = _int8((1, 5, 11, 9), 5), _int8((16, 16, 3, 3), 6)
+    want = m(x, w3).numpy()
+    # the integer NumPy reference, layer by layer, agrees with torch's implementation
+    ref = npu.reference.conv2d_int8
+    h = ref(x.numpy(), m.w1.numpy(), m.b1.numpy(), (2, 2), (2,) * 4, 7, 13, relu=True)
+    h = ref(h, m.w2.numpy(), m.b2.numpy(), (1, 1), (0,) * 4, 3, 1, relu=True)
+    h = ref(h, w3.numpy(), m.b2.numpy(), (1, 1), (1,) * 4, 2, 12, relu=True)
+    np.testing.assert_array_equal(h, want)
+    assert 0 < (want > 0).mean() < 1
+    cpu = ember.compile(m, example_inputs=(x, w3))
+    np.testing.assert_array_equal(cpu.run([x.numpy(), w3.numpy()])[0], want)
+    n = ember.compile(m, example_inputs=(x, w3), target="npu")
+    np.testing.assert_array_equal(n.run({"x": x.numpy(), "w3": w3.numpy()})[0], want)
+    rep = n.info["npu"]
+    assert [r["layer"] for r in rep["layers"]] == ["qconv2d_relu"]
+    assert rep["layers"][0]["shape"] == "conv 5x11x9 -> 20x7x6 k3x3 s2"
+    reasons = [f["reason"] for f in rep["fallback"]]
+    assert len(reasons) == 2 and "shift of 1" in reasons[0] and "constant" in reasons[1]
+
+
+def test_custom_op_npu_lowering_of_wrong_shape_is_an_error(qconv):
+    from ember import npu
+    from ember.frontend.torch import register_op
+
+    def wrong(x_type, consts, attrs, cfg):  # forgets the padding
+        return npu.lower_conv2d(consts[0], consts[1], input_shape=x_type.shape,
+                                multiplier=attrs["multiplier"], shift=attrs["shift"],
+                                relu=True, config=cfg)
+
+    register_op("mylib::qconv2d_relu", compute=qconv["compute"], shape_func=qconv["shape_func"],
+                reference=qconv["reference"], npu=wrong, override=True)
+    m = QLayers().eval()
+    with pytest.raises(ShapeMismatchError, match="NPU lowering of mylib.qconv2d_relu"):
+        ember.compile(m, example_inputs=(_int8((1, 5, 11, 9), 5), _int8((16, 16, 3, 3), 6)),
+                      target="npu")
+
+
+def test_npu_lowering_registry():
+    from ember import npu
+    assert "qnn.conv2d" in npu.lowered_ops()
+    with pytest.raises(ValueError, match="already"):
+        npu.register_lowering("qnn.conv2d", lambda *a: None)
 
 
 def test_custom_op_wrong_shape_func_is_caught():

@@ -6,8 +6,11 @@ An operator defined with ``torch.library.custom_op("mylib::op", mutates_args=())
 ``"mylib.op"`` in ember's operator registry (``ember.ops.register_op``: its tensor-expression
 compute, type relation and NumPy reference) and the converter that maps the torch node onto it:
 the schema's tensor arguments become the operator's inputs, the others its attributes (with
-the schema's defaults). It then compiles like any built-in operator for the CPU target
-(``llvm``); ember's GPU and NPU targets are not built yet.
+the schema's defaults). It then compiles like any built-in operator for every target: the CPU
+(``llvm``) and the GPU targets (``webgpu``, ``cuda``) from its tensor-expression compute (the GPU
+default schedules bind any compute), and the NPU (``npu``) through the lowering given as
+``npu=`` (``ember.npu.register_lowering``: it builds the layer with the NPU's kernel generator,
+``lower_conv2d`` / ``lower_dense``); without one, the operator runs on the NPU target's host CPU.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def _is_tensor(arg) -> bool:
 
 def register_op(qualname: str, *, compute: Callable, shape_func: Callable,
                 reference: Callable | None = None, pattern: OpPattern = OpPattern.OPAQUE,
-                override: bool = False):
+                npu: Callable | None = None, override: bool = False):
     """Map the torch custom operator ``qualname`` (``"ns::name"``) to a new ember operator.
 
     Args:
@@ -54,6 +57,10 @@ def register_op(qualname: str, *, compute: Callable, shape_func: Callable,
             (constant folding, the reference interpreter, tests).
         pattern: fusion kind (``OPAQUE``: never fused; ``ELEMWISE``/``INJECTIVE`` let the
             fusion pass merge it with neighbours).
+        npu: ``(x_type, consts, attrs, cfg) -> NPUKernel``, how the NPU runs the operator (see
+            ``ember.npu.register_lowering``): the first tensor argument is the activation, the
+            others must be constants (module buffers / parameters) at build time. A call it
+            refuses (``NPUError``) runs on the CPU, reported in ``info["npu"]["fallback"]``.
         override: replace an earlier registration of the same operator.
     Returns:
         the ``OpDef`` of the graph operator ``"ns.name"``; its attributes are the schema's
@@ -83,4 +90,19 @@ def register_op(qualname: str, *, compute: Callable, shape_func: Callable,
 
     convert.__doc__ = f"torch custom operator {qualname} -> graph operator {graph_name}"
     registry.register_converter(qualname, convert, override=override)
+    if npu is not None:
+        from ...npu.offload import register_lowering
+        register_lowering(graph_name, npu, override=override)
     return opdef
+
+
+def unregister_op(qualname: str) -> None:
+    """Remove what ``register_op(qualname, ...)`` registered (the graph operator, the
+    converter, the NPU lowering), e.g. to register it again in one process."""
+    from ...npu.offload import unregister_lowering
+    from ...ops.registry import list_ops, unregister_op as unregister_graph_op
+    ns, _, name = qualname.partition("::")
+    if f"{ns}.{name}" in list_ops():
+        unregister_graph_op(f"{ns}.{name}")
+    registry.unregister_converter(qualname)
+    unregister_lowering(f"{ns}.{name}")

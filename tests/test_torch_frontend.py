@@ -117,6 +117,91 @@ def test_op_coverage_module():
     _check(c.run([a.numpy() for a in args]), _eager(m, args))
 
 
+class ModelOps(torch.nn.Module):
+    """What models use after decomposition, in one graph: interpolate (nearest by factor and by
+    size, bilinear with and without align_corners, bicubic: two-tensor indexing), advanced
+    indexing (adjacent and split index tensors), index_put (x[i] = v, +=, x[:, i] = v, a mask
+    with one value), attention with boolean and float masks, embedding, a bidirectional GRU,
+    in-place ops on intermediates and a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(11, 6)
+        self.gru = torch.nn.GRU(6, 5, batch_first=True, bidirectional=True)
+        self.register_buffer("rows", torch.tensor([2, 0, -1]))
+
+    def forward(self, x, ids, keep):
+        F = torch.nn.functional
+        up = [F.interpolate(x, scale_factor=2, mode="nearest"),
+              F.interpolate(x, size=(7, 11), mode="nearest"),
+              F.interpolate(x, size=(9, 4), mode="bilinear"),
+              F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+              F.interpolate(x, scale_factor=2, mode="bicubic")]
+        flat = torch.cat([u.flatten(1) for u in up], 1)              # (1, n)
+        a = x[0, self.rows, 1:3][:, :, self.rows[:2]]                 # index, adjacent
+        b = x[0, :, self.rows, torch.tensor([0, 3, 4])]               # two tensors, in place
+        c = x[self.rows[1:2], :, torch.tensor([1]), torch.tensor([2])]  # split -> first
+        y = x.clone()
+        y[0, self.rows] = 0.5                                         # index_put
+        y[:, :, torch.tensor([1, 1])] += 1.0                          # accumulate, None slot
+        y[y > 1.2] = -1.0                                             # mask, one value
+        h, _ = self.gru(self.emb(ids))                                # (1, 4, 10)
+        h = h.relu_()
+        h.mul_(2).add_(-0.5)
+        q = h.view(1, 2, 4, 5)
+        bool_mask = keep[None, None, None, :].bool()
+        o1 = F.scaled_dot_product_attention(q, q, q, attn_mask=bool_mask)
+        o2 = F.scaled_dot_product_attention(q, q, q, attn_mask=(keep[None, :].float() - 1) * 9)
+        return flat, a, b, c, y, o1 + o2
+
+
+def _model_ops_args():
+    torch.manual_seed(3)
+    return (torch.randn(1, 3, 5, 6), torch.tensor([[1, 4, 10, 0]]), torch.tensor([1, 1, 0, 1]))
+
+
+def test_model_ops_ember_compile():
+    m, args = ModelOps().eval(), _model_ops_args()
+    c = ember.compile(m, example_inputs=args)
+    _check(c.run([a.numpy() for a in args]), _eager(m, args))
+
+
+@pytest.mark.slow(reason="a second compile of the ModelOps graph, through torch.compile")
+def test_model_ops_torch_compile():
+    m, args = ModelOps().eval(), _model_ops_args()
+    torch._dynamo.reset()
+    with warnings.catch_warnings(), torch._dynamo.config.patch(allow_rnn=True):
+        warnings.simplefilter("error", EmberFallbackWarning)
+        with torch.no_grad():
+            got = _flat(torch.compile(m, backend=ember_backend)(*args))
+    _check([t.numpy() for t in got], _eager(m, args))
+
+
+class MaskSelect(torch.nn.Module):
+    def forward(self, x):
+        y = torch.tanh(x) * 3
+        return y[y > 0].sum() + x.mean()    # boolean-mask indexing: data-dependent shape
+
+
+def test_boolean_mask_indexing_is_one_clear_error():
+    with pytest.raises(UnsupportedOpError) as ei:
+        ember.compile(MaskSelect(), example_inputs=(torch.randn(4, 5),))
+    msg = str(ei.value)
+    assert "depends on run-time values" in msg and "aten.index.Tensor" in msg
+    assert "test_torch_frontend.py" in msg and "y[y > 0]" in msg       # the source line
+    assert "torch.where" in msg and "backend='ember'" in msg
+
+
+def test_boolean_mask_indexing_in_torch_compile_does_not_crash():
+    m, x = MaskSelect(), torch.randn(4, 5)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmberFallbackWarning)
+        with torch.no_grad():
+            got = torch.compile(m, backend=ember_backend)(x)
+    _check([got.numpy()], _eager(m, (x,)))
+
+
 def test_params_keep_qualified_names():
     m, args = tm.resnet()
     mod, params = ember.frontend.from_exported_program(torch.export.export(m, args))

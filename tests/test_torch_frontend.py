@@ -442,6 +442,16 @@ def test_custom_op_npu_lowering_of_wrong_shape_is_an_error(qconv):
                       target="npu")
 
 
+def test_custom_int8_op_builds_for_cuda(qconv):
+    """The same registration compiles to CUDA (PTX + an sm_90 cubin through NVRTC, no GPU
+    needed); its numbers are checked where WebGPU runs the same GPU schedules (the tutorial)."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="the cuda extra (cuda-bindings, NVRTC) "
+                        "is not installed")
+    m = qconv["QNet"]().eval()
+    c = ember.compile(m, example_inputs=(_int8((1, 8, 16, 16), 1),), target="nvidia/h200")
+    assert c.info["archs"] == ["sm_90"] and c.info["num_launches"] >= 3
+
+
 def test_npu_lowering_registry():
     from ember import npu
     assert "qnn.conv2d" in npu.lowered_ops()

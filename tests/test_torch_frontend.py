@@ -452,6 +452,34 @@ def test_custom_int8_op_builds_for_cuda(qconv):
     assert c.info["archs"] == ["sm_90"] and c.info["num_launches"] >= 3
 
 
+class ScriptQConv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", _int8((16, 8, 3, 3), 7))
+        self.register_buffer("b", torch.randint(-999, 999, (16,), dtype=torch.int32,
+                                                generator=torch.Generator().manual_seed(8)))
+
+    def forward(self, x):
+        return torch.ops.mylib.qconv2d_relu(x, self.w, self.b, 2, 1, 3, 12)
+
+
+def test_custom_op_in_torchscript_reaches_cpu_and_npu(qconv):
+    """A ScriptModule calling the custom operator: torch's TorchScript ONNX exporter writes it
+    as a node of the custom domain 'mylib' (register_op's ONNX symbolic), ember's ONNX frontend
+    maps it to the same registration; bit-exact on the CPU and offloaded to the NPU."""
+    m, x = ScriptQConv().eval(), _int8((1, 8, 16, 16), 9)
+    want = m(x).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        s = torch.jit.script(m)
+        cpu = ember.compile(s, example_inputs=(x,))
+        n = ember.compile(s, example_inputs=(x,), target="npu")
+    assert cpu.info["frontend"] == "torchscript-onnx"
+    np.testing.assert_array_equal(cpu.run([x.numpy()])[0], want)
+    np.testing.assert_array_equal(n.run([x.numpy()])[0], want)
+    assert len(n.info["npu"]["layers"]) == 1 and not n.info["npu"]["fallback"]
+
+
 def test_npu_lowering_registry():
     from ember import npu
     assert "qnn.conv2d" in npu.lowered_ops()

@@ -30,10 +30,9 @@ its first entry; a user's operator (``ember.register_op``, or a PyTorch custom o
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
-
-from typing import Callable
 
 from ..errors import EmberError, InputError, NPUError, ShapeMismatchError
 from ..graph.ir import Constant, IRModule, Var

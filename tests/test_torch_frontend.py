@@ -177,6 +177,37 @@ def test_model_ops_torch_compile():
     _check([t.numpy() for t in got], _eager(m, args))
 
 
+class NormSortScatter(torch.nn.Module):
+    """Instance norm and batch norm without running statistics (batch statistics),
+    F.normalize / vector norms (p = 2, 1, 3), topk, sort (descending), cumprod, scatter
+    (src, scalar value, add)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inorm = torch.nn.InstanceNorm2d(3, affine=True)
+        self.bn = torch.nn.BatchNorm2d(3, track_running_stats=False)
+
+    def forward(self, x, v, i):
+        F = torch.nn.functional
+        a = self.inorm(x) + self.bn(x)
+        b = F.normalize(v, dim=-1) + torch.linalg.vector_norm(v, ord=1, dim=0) + \
+            v.norm(p=3, dim=1, keepdim=True)
+        t, ti = torch.topk(v, 2, dim=-1)
+        s, si = torch.sort(v, dim=0, descending=True)
+        z = torch.zeros(4, 6)
+        d = z.scatter(0, i, v[:2]) + z.scatter_add(1, i, v[:2]) + z.scatter(1, i, 2.0)
+        return a, b, t, ti, s, si, torch.cumprod(v, 1), d
+
+
+def test_norm_sort_scatter_ops():
+    torch.manual_seed(0)
+    m = NormSortScatter().eval()
+    args = (torch.randn(2, 3, 4, 5), torch.randn(4, 6),
+            torch.tensor([[0, 1, 2, 3, 3, 1], [1, 0, 3, 2, 2, 0]]))
+    c = ember.compile(m, example_inputs=args)
+    _check(c.run([a.numpy() for a in args]), _eager(m, args))
+
+
 class MaskSelect(torch.nn.Module):
     def forward(self, x):
         y = torch.tanh(x) * 3

@@ -207,3 +207,30 @@ def upsample(ctx, node, x, output_size, *rest):
                  if linear else "asymmetric", "nearest_mode": "floor"}
         y = ctx.call("image.resize", [y], attrs)
     return y
+
+
+@aten("aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_functional.default")
+def batch_norm_batch_stats(ctx, node, x, weight, bias, *rest):
+    """Normalization with the batch's own statistics (instance norm, which torch runs as batch
+    norm of ``(1, N*C, *sp)``; batch norm without running statistics): per channel over
+    ``(N, *sp)``, as ``nn.group_norm`` with one group per channel; ``(y, None, None)``.
+
+    Raises:
+        UnsupportedOpError: an update of running statistics (training-mode batch norm)."""
+    if node.op_type.endswith("functional.default"):
+        raise UnsupportedOpError("batch norm in training mode updates its running statistics: "
+                                 "call model.eval()")
+    eps = float(rest[-1])
+    shape, dt = list(x.type.shape), x.type.dtype
+    n, c = shape[0], shape[1]
+    sp = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    rows = x if n == 1 else ctx.call("transpose", [x], {"perm": [1, 0] +
+                                                         list(range(2, len(shape)))})
+    rows = ctx.call("reshape", [rows], {"newshape": [1, c, n * sp]})
+    y = ctx.call("nn.group_norm", [rows, _affine(ctx, weight, c, 1.0, dt),
+                                   _affine(ctx, bias, c, 0.0, dt)],
+                 {"epsilon": eps, "spatial": n * sp})
+    if n == 1:
+        return ctx.call("reshape", [y], {"newshape": shape}), None, None
+    y = ctx.call("reshape", [y], {"newshape": [c, n] + shape[2:]})
+    return ctx.call("transpose", [y], {"perm": [1, 0] + list(range(2, len(shape)))}), None, None

@@ -387,3 +387,29 @@ def getitem(ctx, node, seq, k):
 def sym_size(ctx, node, x, dim):
     """A static dimension as a Python int."""
     return int(x.type.shape[dim])
+
+
+@aten("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default",
+      "aten.scatter.reduce", "aten.scatter.value_reduce")
+def scatter(ctx, node, x, dim, index, src, reduce=None):
+    """``x.scatter(dim, index, src)`` (``scatter_add``, ``reduce="add"/"multiply"``):
+    ``scatter_elements`` with ``src`` cut to ``index``'s shape (torch reads only that corner)
+    or a scalar broadcast to it."""
+    dim = dim % x.type.ndim
+    shape = list(index.type.shape)
+    if is_value(src):
+        src = cast(ctx, src, node.dtype)
+        if tuple(src.type.shape) != tuple(shape):
+            if src.type.ndim == 0:
+                src = ctx.call("broadcast_to", [src], {"shape": shape})
+            else:
+                src = ctx.call("strided_slice", [src], {"begin": [0] * len(shape), "end": shape,
+                                                        "strides": [1] * len(shape)})
+    else:
+        src = ctx.const(np.full(shape, src, dtype=np_dtype(node.dtype)))
+    kind = "add" if "scatter_add" in node.op_type else \
+        {None: "none", "add": "add", "multiply": "mul"}.get(reduce)
+    if kind is None:
+        raise UnsupportedOpError(f"scatter reduce={reduce!r} is not supported (add, multiply)")
+    return ctx.call("scatter_elements", [x, cast(ctx, index, "int64"), src],
+                    {"axis": dim, "reduction": kind})

@@ -103,7 +103,8 @@ def main(argv=None) -> int:
                 f"ember {med['ember']:.1f} ms; ember/inductor {med['ember'] / med['inductor']:.2f}, "
                 f"ember/eager {med['ember'] / med['eager']:.2f}; first call (compile) inductor "
                 f"{compile_s['inductor']:.0f} s, ember {compile_s['ember']:.0f} s "
-                f"(eager first call {eager_first * 1e3:.0f} ms)")
+                f"(eager first call {eager_first * 1e3:.0f} ms); load average at end "
+                f"{os.getloadavg()[0]:.1f}, {time.strftime('%H:%M UTC', time.gmtime())}")
         print(line, flush=True)
         lines.append(line)
         del runs, model

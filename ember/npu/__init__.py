@@ -8,10 +8,13 @@ docs/npu.md. Entry points::
     k = npu.lower_conv2d(w, b, input_shape=(1, 64, 56, 56), pads=(1, 1, 1, 1),
                          multiplier=3, shift=10, relu=True)
     y, stats = k.run(x, mode="cycle")     # y int8 (1, O, OH, OW); stats.cycles, busy, stalls
+
+``register_lowering(op, fn)`` declares how a graph operator (a user's custom one too) runs on
+the NPU when a model is built for ``Target("npu")`` (``offload.py``).
 """
 
 from .config import NPUConfig, load_config  # noqa: F401
-from . import isa, asm, sim, intrin  # noqa: F401
+from . import isa, asm, sim, intrin, reference  # noqa: F401
 from .asm import assemble, disassemble  # noqa: F401
 from .intrin import INTRINSICS, Requant, register_intrinsic, select_intrinsic  # noqa: F401
 from .isa import register_instruction  # noqa: F401
@@ -19,3 +22,4 @@ from .kernels import (ConvShape, NPUKernel, Program, Tiling, choose_tiling,  # n
                       lower_conv2d, lower_dense, pack_input, pack_weight, simulate,
                       unpack_output)
 from .sim import Simulator, Stats, register_semantics  # noqa: F401
+from .offload import lowered_ops, register_lowering, unregister_lowering  # noqa: F401

@@ -20,19 +20,63 @@ MACs per cycle)), ``time_ms`` at the config's clock, ``layers`` (per layer: ``la
 ``float_layers`` (conv/dense/matmul that stayed float32). The cycle counts come from one
 cycle-mode simulation per layer at build time (they do not depend on the data); ``run`` uses the
 functional mode.
+
+Which operators are offloaded is a registry (``register_lowering(op, fn)``): ``qnn.conv2d`` is
+its first entry; a user's operator (``ember.register_op``, or a PyTorch custom operator through
+``ember.frontend.torch.register_op(..., npu=fn)``) declares its NPU lowering the same way, and
+``fn`` builds the layer with the existing kernel generator (``lower_conv2d`` / ``lower_dense``).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
-from ..errors import EmberError, InputError
-from ..graph.ir import IRModule, Var
+from ..errors import EmberError, InputError, NPUError, ShapeMismatchError
+from ..graph.ir import Constant, IRModule, Var
 from ..graph.segments import Segment, cut_function, run_items
 
 COMPOSITE = "npu"
+
+#: graph operator name -> its NPU lowering (``register_lowering``)
+_LOWERINGS: dict[str, Callable] = {}
+
+
+def register_lowering(op: str, fn: Callable, override: bool = False) -> None:
+    """Declare how the NPU runs graph operator ``op``: ``ember.build(mod, "npu")`` then offloads
+    every call of ``op`` whose first input is the layer's activation and whose other inputs are
+    constants (weights), and runs the others on the CPU with the reason kept in
+    ``info["npu"]["fallback"]``.
+
+    Args:
+        op: a registered graph operator (``"qnn.conv2d"``, ``"mylib.qconv_relu"``).
+        fn: ``fn(x_type, consts, attrs, cfg) -> NPUKernel``: ``x_type`` the activation's
+            ``TensorType``, ``consts`` the NumPy arrays of the other inputs in order, ``attrs``
+            the call's attributes, ``cfg`` the target's ``NPUConfig``. It builds the layer with
+            ``lower_conv2d`` / ``lower_dense`` (pass ``config=cfg``) and raises ``NPUError`` (or
+            ``TargetError``) with the reason when the NPU cannot run this call. The kernel's
+            input and output must be the call's: int8 ``(1, C, H, W)`` -> ``(1, O, OH, OW)``
+            (conv), ``(N, K)`` -> ``(N, M)`` (dense).
+        override: replace an earlier lowering of ``op``.
+    Raises:
+        ValueError: ``op`` has a lowering already and ``override`` is false.
+    """
+    if op in _LOWERINGS and not override:
+        raise ValueError(f"operator {op!r} has an NPU lowering already (pass override=True "
+                         f"to replace it)")
+    _LOWERINGS[op] = fn
+
+
+def unregister_lowering(op: str) -> None:
+    """Remove the NPU lowering of ``op`` (a no-op when it has none)."""
+    _LOWERINGS.pop(op, None)
+
+
+def lowered_ops() -> list[str]:
+    """The graph operators with an NPU lowering, sorted."""
+    return sorted(_LOWERINGS)
 
 
 def _unpack_weight(wp: np.ndarray, c: int, kh: int, kw: int) -> np.ndarray:
@@ -41,54 +85,78 @@ def _unpack_weight(wp: np.ndarray, c: int, kh: int, kw: int) -> np.ndarray:
     return np.ascontiguousarray(wp.reshape(cout, kh, kw, -1)[..., :c].transpose(0, 3, 1, 2))
 
 
-def npu_layer(call, x_type, cfg):
-    """``(NPUKernel, None)`` for a ``qnn.conv2d`` call the NPU runs, else ``(None, reason)``.
+def npu_layer(call, x_type, cfg, out_type=None):
+    """``(NPUKernel, None)`` for a call the NPU runs (by its operator's registered lowering,
+    ``register_lowering``), else ``(None, reason)``.
 
-    ``call.args``: ``x`` (a value of type ``x_type``) and the constant packed weights, int32 bias
-    and float32 multiplier; the NPU's bias is the CPU's plus the ``128 * sum(w)`` the CPU kernel
-    folds in for its unsigned activations."""
+    Raises:
+        ShapeMismatchError: the lowering built a kernel that does not take ``x_type`` or does
+            not give ``out_type`` (int8): a bug of that lowering, not a fallback."""
+    fn = _LOWERINGS.get(call.op)
+    if fn is None:
+        return None, f"operator {call.op} has no NPU lowering (ember.npu.register_lowering)"
+    if not all(isinstance(a, Constant) for a in call.args[1:]):
+        return None, (f"{call.op}: the NPU needs every input after the activation to be a "
+                      f"constant (weights), got a run-time value")
+    try:
+        k = fn(x_type, [np.asarray(a.data) for a in call.args[1:]], dict(call.attrs), cfg)
+    except EmberError as e:  # NPUError (unsupported form) / TargetError (no tile fits)
+        return None, f"{type(e).__name__}: {e}"
+    s = k.shape
+    k_in = (s.H, s.C) if k.dense else (1, s.C, s.H, s.W)
+    k_out = (s.H, s.O) if k.dense else (1, s.O, s.OH, s.OW)
+    for what, want, got in (("activation", x_type, k_in), ("output", out_type, k_out)):
+        if want is not None and (tuple(want.shape) != got or want.dtype != "int8"):
+            raise ShapeMismatchError(f"the NPU lowering of {call.op} built a kernel whose "
+                                     f"{what} is int8 {got}, but the call's is {want}")
+    return k, None
+
+
+def _qnn_conv2d(x_type, consts, a, cfg):
+    """The NPU lowering of ``qnn.conv2d`` (``consts``: the packed weights, int32 bias and
+    float32 multiplier); the NPU's bias is the CPU's plus the ``128 * sum(w)`` the CPU kernel
+    folds in for its unsigned activations.
+
+    Raises:
+        NPUError: the forms the NPU does not run (module doc, step 2)."""
     from . import lower_conv2d, lower_dense
-    a = call.attrs
     if a.get("requant", "float") != "fixed":
-        return None, ("float32 requantization (per-channel scales, or no (M, shift) fits): the "
-                      "NPU needs one per-tensor integer multiplier")
+        raise NPUError("float32 requantization (per-channel scales, or no (M, shift) fits): "
+                       "the NPU needs one per-tensor integer multiplier")
     if x_type.dtype != "int8" or a["out_dtype"] != "int8":
-        return None, (f"activations {x_type.dtype} -> {a['out_dtype']}: the NPU needs int8 "
-                      f"(symmetric) activations")
+        raise NPUError(f"activations {x_type.dtype} -> {a['out_dtype']}: the NPU needs int8 "
+                       f"(symmetric) activations")
     if int(a["x_zp"]) != 0 or int(a["y_zp"]) != 0:
-        return None, (f"zero points x={a['x_zp']}, y={a['y_zp']}: the NPU needs symmetric "
-                      f"quantization (zero points 0)")
+        raise NPUError(f"zero points x={a['x_zp']}, y={a['y_zp']}: the NPU needs symmetric "
+                       f"quantization (zero points 0)")
     lo, hi = max(-128, int(a["lo"])), min(127, int(a["hi"]))
     if (lo, hi) not in ((-128, 127), (0, 127)):
-        return None, f"output clamp [{lo}, {hi}]: the NPU clips to [-128, 127] or [0, 127]"
+        raise NPUError(f"output clamp [{lo}, {hi}]: the NPU clips to [-128, 127] or [0, 127]")
     m, s = int(a["rq_mult"]), int(a["rq_shift"])
     if not (1 <= abs(m) < 2**15) or s == 1:
-        return None, f"requantize M={m}, shift={s}: the NPU needs |M| < 2**15, shift 0 or 2-31"
+        raise NPUError(f"requantize M={m}, shift={s}: the NPU needs |M| < 2**15, shift 0 or "
+                       f"2-31")
     if tuple(a.get("dilations", (1, 1))) != (1, 1):
-        return None, f"dilations {tuple(a['dilations'])}: the NPU supports dilation 1"
-    wp, bias = (np.asarray(v.data) for v in call.args[1:3])
+        raise NPUError(f"dilations {tuple(a['dilations'])}: the NPU supports dilation 1")
+    wp, bias = consts[0], consts[1]
     kh, kw = a["kernel"]
-    rows = a["layout"] == "rows"
     c = x_type.shape[1]
     w = _unpack_weight(wp, c, kh, kw)
     bias = (bias.astype(np.int64) + 128 * w.astype(np.int64).reshape(len(w), -1).sum(1))
     if np.any(np.abs(bias) >= 2**31):
-        return None, "bias out of int32 range once the zero-point fold is undone"
+        raise NPUError("bias out of int32 range once the zero-point fold is undone")
     bias = bias.astype(np.int32)
     relu = lo == 0
-    try:
-        if rows:
-            k = lower_dense(w[:, :, 0, 0], bias, batch=int(x_type.shape[0]), multiplier=m,
-                            shift=s, relu=relu, config=cfg)
-        else:
-            if x_type.shape[0] != 1:
-                return None, f"batch {x_type.shape[0]}: the NPU kernels run batch 1"
-            k = lower_conv2d(w, bias, input_shape=tuple(x_type.shape),
-                             strides=tuple(a["strides"]), pads=tuple(a["pads"]), multiplier=m,
-                             shift=s, relu=relu, config=cfg)
-    except EmberError as e:  # NPUError (unsupported form) / TargetError (no tile fits)
-        return None, f"{type(e).__name__}: {e}"
-    return k, None
+    if a["layout"] == "rows":
+        return lower_dense(w[:, :, 0, 0], bias, batch=int(x_type.shape[0]), multiplier=m,
+                           shift=s, relu=relu, config=cfg)
+    if x_type.shape[0] != 1:
+        raise NPUError(f"batch {x_type.shape[0]}: the NPU kernels run batch 1")
+    return lower_conv2d(w, bias, input_shape=tuple(x_type.shape), strides=tuple(a["strides"]),
+                        pads=tuple(a["pads"]), multiplier=m, shift=s, relu=relu, config=cfg)
+
+
+register_lowering("qnn.conv2d", _qnn_conv2d)
 
 
 def _layer_row(name, k, stats, cfg) -> dict:
@@ -220,7 +288,7 @@ def build_npu(mod: IRModule, target, params, build) -> NPUModel:
     from ..graph.passes import PassContext, get_pass
     from ..graph.passes.bind_params import bind_params
     from ..graph.passes.realize_qnn import REQUANTIZE, realize_report
-    from ..graph.pattern import is_constant, is_op, partition, wildcard
+    from ..graph.pattern import CallPattern, partition
     t0 = time.perf_counter()
     cfg = target.npu_config
     host = target.host()
@@ -239,15 +307,19 @@ def build_npu(mod: IRModule, target, params, build) -> NPUModel:
 
     def check(m) -> bool:
         b = m.producer(m.root)
-        k, why = npu_layer(b.call, b.call.args[0].type, cfg)
+        k, why = npu_layer(b.call, b.call.args[0].type, cfg, b.outputs[0].type)
         if k is None:
             fallback.append({"layer": m.root.name, "reason": why})
             return False
         kernels.append((m.root.name, k))
         return True
 
-    pat = is_op("qnn.conv2d")(wildcard(), is_constant(), is_constant(), is_constant())
-    mod = partition(pat, mod, COMPOSITE, check=check)
+    pat = None
+    for op in sorted(_LOWERINGS):  # any call of an operator with a lowering; check decides
+        p = CallPattern(op, None)
+        pat = p if pat is None else pat | p
+    if pat is not None:
+        mod = partition(pat, mod, COMPOSITE, check=check)
     func = mod.main
     if output_names:
         func.attrs["output_names"] = output_names

@@ -300,5 +300,10 @@ def unet(image: int = 16, cin: int = 3, classes: int = 2, w: int = 4, batch: int
     return m, (torch.randn(batch, cin, image, image),)
 
 
+def gru_classifier(**kw):
+    """``lstm_classifier(gru=True, ...)``: embedding -> 2-layer ``nn.GRU`` -> linear."""
+    return lstm_classifier(gru=True, **kw)
+
+
 MODELS = {"resnet": resnet, "se_mobilenet": se_mobilenet, "gpt2": gpt2, "bert": bert,
-          "lstm": lstm_classifier, "unet": unet}
+          "lstm": lstm_classifier, "gru": gru_classifier, "unet": unet}

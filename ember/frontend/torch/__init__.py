@@ -14,7 +14,7 @@ fails only when a function that needs torch is called.
 """
 
 from . import convert_math, convert_nn, convert_tensor  # noqa: F401  (register converters)
-from .custom import register_op  # noqa: F401
+from .custom import register_op, unregister_op  # noqa: F401
 from .importer import from_exported_program  # noqa: F401
 from .module import compile_module  # noqa: F401
 from .registry import register_converter, supported_overloads  # noqa: F401

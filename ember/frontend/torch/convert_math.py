@@ -298,3 +298,55 @@ def softmax(ctx, node, x, dim, half_to_float=False):
     """``nn.softmax`` / ``nn.log_softmax`` along ``dim``."""
     op = "nn.log_softmax" if "log_softmax" in node.op_type else "nn.softmax"
     return ctx.call(op, [x], {"axis": dim})
+
+
+@aten("aten.cumprod.default")
+def cumprod(ctx, node, x, dim, dtype=None):
+    """Inclusive prefix product along ``dim``."""
+    return ctx.call("cumprod", [cast(ctx, x, node.dtype)], {"axis": dim % max(x.type.ndim, 1)})
+
+
+@aten("aten.topk.default")
+def topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
+    """``(values, int64 indices)`` of the ``k`` largest (smallest) along ``dim``, sorted (ONNX
+    TopK: ties by lower index)."""
+    return tuple(ctx.call("topk", [x], {"k": int(k), "axis": dim % x.type.ndim,
+                                        "largest": int(bool(largest)), "sorted": 1}))
+
+
+@aten("aten.sort.default", "aten.sort.stable")
+def sort(ctx, node, x, *args, dim=-1, descending=False, stable=None):
+    """``(values, indices)`` sorted along ``dim``: ``topk`` with ``k`` = the dim's size (ties
+    by lower index, so also what ``stable=True`` asks for)."""
+    if node.op_type == "aten.sort.default":  # sort(x, dim=-1, descending=False)
+        dim = args[0] if args else dim
+        descending = args[1] if len(args) > 1 else descending
+    else:  # sort.stable(x, *, stable, dim, descending)
+        pass
+    ax = dim % x.type.ndim
+    return tuple(ctx.call("topk", [x], {"k": int(x.type.shape[ax]), "axis": ax,
+                                        "largest": int(bool(descending)), "sorted": 1}))
+
+
+@aten("aten.linalg_vector_norm.default")
+def vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
+    """``||x||_ord`` over ``dim``: ord 2 ``sqrt(sum x^2)``, 1 ``sum |x|``, inf / -inf
+    ``max / min |x|``, 0 the count of non-zeros, other p ``(sum |x|^p)^(1/p)``."""
+    dt = node.dtype
+    x = cast(ctx, x, dt)
+    axes = axes_of(dim, x.type.ndim)
+    kd = {"axes": axes, "keepdims": int(bool(keepdim))}
+    a = ctx.call("abs", [x])
+    p = float(ord)
+    if p == 2:
+        return ctx.call("sqrt", [ctx.call("sum", [ctx.call("multiply", [x, x])], kd)])
+    if p == 1:
+        return ctx.call("sum", [a], kd)
+    if p in (float("inf"), float("-inf")):
+        return ctx.call("max" if p > 0 else "min", [a], kd)
+    if p == 0:
+        nz = cast(ctx, ctx.call("logical_not", [ctx.call("equal", [x, as_value(ctx, 0, dt)])]),
+                  dt)
+        return ctx.call("sum", [nz], kd)
+    s = ctx.call("sum", [ctx.call("power", [a, as_value(ctx, p, dt)])], kd)
+    return ctx.call("power", [s, as_value(ctx, 1.0 / p, dt)])

@@ -179,3 +179,58 @@ def embedding(ctx, node, weight, indices, padding_idx=-1, scale_grad_by_freq=Fal
               sparse=False):
     """Rows of ``weight`` ``(V, D)`` at ``indices`` (``take`` along axis 0)."""
     return ctx.call("take", [weight, indices], {"axis": 0})
+
+
+@aten("aten.upsample_nearest1d.vec", "aten.upsample_nearest2d.vec",
+      "aten.upsample_nearest3d.vec", "aten.upsample_linear1d.vec",
+      "aten.upsample_bilinear2d.vec", "aten.upsample_trilinear3d.vec")
+def upsample(ctx, node, x, output_size, *rest):
+    """``F.interpolate`` modes nearest / (bi/tri)linear: one ``image.resize`` per resized
+    spatial axis (separable). Torch's source coordinate is ``dst / scale_factor`` (nearest,
+    floored: ONNX ``asymmetric`` + ``floor``), ``(dst + 0.5) / s - 0.5`` clamped at 0 (linear:
+    ``half_pixel``) or ``dst * (in - 1) / (out - 1)`` (``align_corners``); ``scale`` is the
+    given scale factor (not with ``align_corners``), else ``out / in``."""
+    linear = "nearest" not in node.op_type
+    align = bool(rest[0]) if linear else False
+    factors = rest[1] if linear else (rest[0] if rest else None)
+    out = node.shape
+    y = x
+    for k in range(2, x.type.ndim):
+        n_in, n_out = x.type.shape[k], out[k]
+        if n_in == n_out and (factors is None or float(factors[k - 2]) == 1.0):
+            continue
+        # align_corners maps by (in - 1) / (out - 1) whatever the factor: ONNX's out = scale*in
+        scale = float(factors[k - 2]) if factors and not align else n_out / n_in
+        attrs = {"axis": k, "size": int(n_out), "scale": scale,
+                 "mode": "linear" if linear else "nearest",
+                 "coordinate_transformation_mode": ("align_corners" if align else "half_pixel")
+                 if linear else "asymmetric", "nearest_mode": "floor"}
+        y = ctx.call("image.resize", [y], attrs)
+    return y
+
+
+@aten("aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_functional.default")
+def batch_norm_batch_stats(ctx, node, x, weight, bias, *rest):
+    """Normalization with the batch's own statistics (instance norm, which torch runs as batch
+    norm of ``(1, N*C, *sp)``; batch norm without running statistics): per channel over
+    ``(N, *sp)``, as ``nn.group_norm`` with one group per channel; ``(y, None, None)``.
+
+    Raises:
+        UnsupportedOpError: an update of running statistics (training-mode batch norm)."""
+    if node.op_type.endswith("functional.default"):
+        raise UnsupportedOpError("batch norm in training mode updates its running statistics: "
+                                 "call model.eval()")
+    eps = float(rest[-1])
+    shape, dt = list(x.type.shape), x.type.dtype
+    n, c = shape[0], shape[1]
+    sp = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    rows = x if n == 1 else ctx.call("transpose", [x], {"perm": [1, 0] +
+                                                         list(range(2, len(shape)))})
+    rows = ctx.call("reshape", [rows], {"newshape": [1, c, n * sp]})
+    y = ctx.call("nn.group_norm", [rows, _affine(ctx, weight, c, 1.0, dt),
+                                   _affine(ctx, bias, c, 0.0, dt)],
+                 {"epsilon": eps, "spatial": n * sp})
+    if n == 1:
+        return ctx.call("reshape", [y], {"newshape": shape}), None, None
+    y = ctx.call("reshape", [y], {"newshape": [c, n] + shape[2:]})
+    return ctx.call("transpose", [y], {"perm": [1, 0] + list(range(2, len(shape)))}), None, None

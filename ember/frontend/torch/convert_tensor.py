@@ -223,22 +223,93 @@ def arange(ctx, node, *args, **kwargs):
 
 # indexing ---------------------------------------------------------------------------------------
 
-@aten("aten.index.Tensor")
-def index(ctx, node, x, indices):
-    """Advanced indexing with one integer index tensor (the other positions ``None``):
-    ``take`` along that axis.
+def _advanced(ctx, x, indices, what: str):
+    """Torch's advanced indexing geometry: ``(x with the indexed dims moved to the front,
+    the int64 index tuples (B..., k) for gather_nd / scatter_nd, where the B dims go in the
+    result (0, or the first indexed dim when the indexed dims are adjacent), k)``.
 
     Raises:
-        UnsupportedOpError: boolean masks (data-dependent shapes) or several index tensors."""
+        UnsupportedOpError: a boolean mask among several indices (data-dependent shape)."""
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if any(i.type.dtype == "bool" for _, i in given):
+        raise UnsupportedOpError(f"{what} with a boolean mask among {len(given)} indices has a "
+                                 f"data-dependent shape; use torch.where instead")
+    dims = [d for d, _ in given]
+    nd = x.type.ndim
+    perm = dims + [d for d in range(nd) if d not in dims]
+    xf = x if perm == list(range(nd)) else ctx.call("transpose", [x], {"perm": perm})
+    shape = np.broadcast_shapes(*[tuple(i.type.shape) for _, i in given])
+    cols = []
+    for _, i in given:
+        i = cast(ctx, i, "int64")
+        if tuple(i.type.shape) != shape:
+            i = ctx.call("broadcast_to", [i], {"shape": list(shape)})
+        cols.append(_reshape(ctx, i, list(shape) + [1]))
+    idx = cols[0] if len(cols) == 1 else ctx.call("concatenate", cols, {"axis": len(shape)})
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    return xf, idx, (dims[0] if adjacent else 0), len(shape), perm
+
+
+@aten("aten.index.Tensor")
+def index(ctx, node, x, indices):
+    """Advanced indexing ``x[i0, :, i2, ...]`` with integer index tensors (broadcast
+    together): one index tensor is ``take`` along its axis; several are ``gather_nd`` over the
+    indexed dims moved to the front, the index dims placed where torch puts them (in place of
+    adjacent indexed dims, else first).
+
+    Raises:
+        UnsupportedOpError: boolean masks (a data-dependent shape)."""
     given = [(k, i) for k, i in enumerate(indices) if i is not None]
-    if len(given) != 1:
-        raise UnsupportedOpError(f"indexing with {len(given)} index tensors is not supported "
-                                 f"(one integer index tensor is)")
-    k, idx = given[0]
-    if idx.type.dtype == "bool":
+    if any(i.type.dtype == "bool" for _, i in given):
         raise UnsupportedOpError("boolean-mask indexing has a data-dependent shape; use "
-                                 "torch.where instead")
-    return ctx.call("take", [x, idx], {"axis": k})
+                                 "torch.where / masked_fill instead, or "
+                                 "torch.compile(backend='ember'), which runs it in PyTorch")
+    if len(given) == 1:
+        k, idx = given[0]
+        return ctx.call("take", [x, idx], {"axis": k})
+    xf, idx, at, nb, _ = _advanced(ctx, x, indices, "indexing")
+    y = ctx.call("gather_nd", [xf, idx])
+    if at:  # the index dims go where the (adjacent) indexed dims were
+        nd = y.type.ndim
+        rest = list(range(nb, nd))
+        y = ctx.call("transpose", [y], {"perm": rest[:at] + list(range(nb)) + rest[at:]})
+    return y
+
+
+@aten("aten.index_put.default", "aten.index_put_.default", "aten._unsafe_index_put.default")
+def index_put(ctx, node, x, indices, values, accumulate=False):
+    """``x[indices] = values`` (``+=`` with ``accumulate``), functional: a boolean mask over
+    leading dims with one value is ``where``; integer index tensors are ``scatter_nd`` (reduction
+    add for ``accumulate``) over the indexed dims moved to the front, then moved back.
+
+    Raises:
+        UnsupportedOpError: a boolean mask with several values (their count depends on the
+            data), or with ``accumulate``."""
+    dt = node.dtype
+    values = as_value(ctx, values, dt)
+    given = [(k, i) for k, i in enumerate(indices) if i is not None]
+    if len(given) == 1 and given[0][1].type.dtype == "bool":
+        k, mask = given[0]
+        if accumulate or int(np.prod(values.type.shape)) != 1:
+            raise UnsupportedOpError("x[mask] = values with more than one value (or +=) has a "
+                                     "data-dependent count; use torch.where(mask, values, x)")
+        m = _reshape(ctx, mask, [1] * k + list(mask.type.shape) +
+                     [1] * (x.type.ndim - k - mask.type.ndim))
+        return ctx.call("where", [m, _reshape(ctx, values, []), x])
+    xf, idx, at, nb, perm = _advanced(ctx, x, indices, "index_put")
+    bshape, rest = list(idx.type.shape[:-1]), list(xf.type.shape[len(given):])
+    torch_shape = rest[:at] + bshape + rest[at:]  # values come in the indexing result's layout
+    upd = values
+    if tuple(upd.type.shape) != tuple(torch_shape):
+        upd = ctx.call("broadcast_to", [upd], {"shape": torch_shape})
+    if at:  # to scatter_nd's (B..., rest...)
+        nd = len(torch_shape)
+        upd = ctx.call("transpose", [upd], {"perm": list(range(at, at + nb)) + list(range(at)) +
+                                                    list(range(at + nb, nd))})
+    y = ctx.call("scatter_nd", [xf, idx, upd], {"reduction": "add" if accumulate else "none"})
+    if perm != list(range(len(perm))):
+        y = ctx.call("transpose", [y], {"perm": [perm.index(d) for d in range(len(perm))]})
+    return y
 
 
 @aten("aten.index_select.default")
@@ -316,3 +387,29 @@ def getitem(ctx, node, seq, k):
 def sym_size(ctx, node, x, dim):
     """A static dimension as a Python int."""
     return int(x.type.shape[dim])
+
+
+@aten("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default",
+      "aten.scatter.reduce", "aten.scatter.value_reduce")
+def scatter(ctx, node, x, dim, index, src, reduce=None):
+    """``x.scatter(dim, index, src)`` (``scatter_add``, ``reduce="add"/"multiply"``):
+    ``scatter_elements`` with ``src`` cut to ``index``'s shape (torch reads only that corner)
+    or a scalar broadcast to it."""
+    dim = dim % x.type.ndim
+    shape = list(index.type.shape)
+    if is_value(src):
+        src = cast(ctx, src, node.dtype)
+        if tuple(src.type.shape) != tuple(shape):
+            if src.type.ndim == 0:
+                src = ctx.call("broadcast_to", [src], {"shape": shape})
+            else:
+                src = ctx.call("strided_slice", [src], {"begin": [0] * len(shape), "end": shape,
+                                                        "strides": [1] * len(shape)})
+    else:
+        src = ctx.const(np.full(shape, src, dtype=np_dtype(node.dtype)))
+    kind = "add" if "scatter_add" in node.op_type else \
+        {None: "none", "add": "add", "multiply": "mul"}.get(reduce)
+    if kind is None:
+        raise UnsupportedOpError(f"scatter reduce={reduce!r} is not supported (add, multiply)")
+    return ctx.call("scatter_elements", [x, cast(ctx, index, "int64"), src],
+                    {"axis": dim, "reduction": kind})

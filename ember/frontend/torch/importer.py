@@ -120,6 +120,43 @@ def _static_type(val, what: str) -> TensorType:
     return TensorType(tuple(shape), torch_dtype_name(val.dtype))
 
 
+def data_dependent_nodes(graph) -> list:
+    """The ``call_function`` nodes whose output shape depends on run-time values (torch gave
+    it an unbacked symbol: boolean-mask indexing, ``nonzero``, ``.item()`` sizes)."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    out = []
+    for n in graph.nodes:
+        if n.op != "call_function" or registry.overload_name(n.target).startswith(
+                ("_operator.", "operator.")):
+            continue
+        v = n.meta.get("val")
+        vals = v if isinstance(v, (list, tuple)) else [v]
+        if any(hasattr(t, "shape") and free_unbacked_symbols(t) for t in vals
+               if t is not None):
+            out.append(n)
+    return out
+
+
+def data_dependent_error(nodes: Sequence) -> UnsupportedOpError:
+    """One ``UnsupportedOpError`` listing the nodes of ``data_dependent_nodes`` (source lines)
+    and what to do instead."""
+    lines = []
+    for n in nodes:
+        src = source_line(n)
+        lines.append(f"  node {n.name!r} ({registry.overload_name(n.target)})" +
+                     (f" at {src}" if src else ""))
+    err = UnsupportedOpError(
+        f"{len(nodes)} operator{'s' if len(nodes) > 1 else ''} of the model "
+        f"{'have' if len(nodes) > 1 else 'has'} an output shape that depends on run-time "
+        f"values (boolean-mask indexing x[mask], nonzero, sizes from .item()); ember compiles "
+        f"static shapes:\n" + "\n".join(lines) + "\nWhat to do: keep the shape static "
+        f"(torch.where(mask, x, 0), masked_fill, x[mask] = v), or use "
+        f"torch.compile(module, backend='ember'), which runs such operators in PyTorch and "
+        f"compiles the rest", op=registry.overload_name(nodes[0].target), node=nodes[0].name)
+    err.ops = sorted({registry.overload_name(n.target) for n in nodes})
+    return err
+
+
 def unsupported_nodes(graph) -> list:
     """The ``call_function`` nodes of an FX graph that have no converter."""
     return [n for n in graph.nodes if n.op == "call_function"
@@ -166,7 +203,8 @@ def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str]
     Raises:
         ModelLoadError: ``ep`` is not an ``ExportedProgram``.
         UnsupportedOpError: one error listing every operator without a converter (with the
-            nodes' source lines); a buffer or input the program mutates; a converter's
+            nodes' source lines); one listing the operators whose output shape depends on
+            run-time values (boolean-mask indexing); a buffer or input the program mutates; a converter's
             unsupported argument form (naming the node).
         ShapeMismatchError: a symbolic input dimension (``torch.export.Dim``; not supported
             yet), or a converter whose result disagrees with torch's recorded shape/dtype.
@@ -180,6 +218,9 @@ def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str]
     if decompose:
         ep = ep.run_decompositions()
     graph = ep.graph
+    dynamic = data_dependent_nodes(graph)
+    if dynamic:
+        raise data_dependent_error(dynamic)
     missing = unsupported_nodes(graph)
     if missing:
         raise unsupported_error(missing)

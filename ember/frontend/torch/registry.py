@@ -35,6 +35,11 @@ def register_converter(name: str, fn: Callable, override: bool = False) -> None:
     _CONVERTERS[name] = fn
 
 
+def unregister_converter(name: str) -> None:
+    """Remove the converter of ``name`` (a no-op when it has none)."""
+    _CONVERTERS.pop(name, None)
+
+
 def overload_name(target) -> str:
     """The registry key of an FX ``call_function`` target: ``"aten.add.Tensor"``,
     ``"mylib.op.default"``, or the Python name of a plain function (``"operator.getitem"``)."""

@@ -284,3 +284,4 @@ def registered() -> list[tuple[str, str, str]]:
 from . import microkernel_dwconv  # noqa: E402,F401 - registers the dwconv family
 from . import microkernel_qconv  # noqa: E402,F401 - registers the int8 qconv family
 from . import microkernel_qgemm  # noqa: E402,F401 - registers the channels-last int8 qgemm family
+from . import microkernel_bf16  # noqa: E402,F401 - registers the bf16 gemm (vdpbf16ps)

@@ -28,7 +28,7 @@ from ..stmt import Block, For, IfThenElse, KernelCall
 from .analysis import replace_node
 
 ISAS = {"avx512": 16, "avx2": 8, "scalar": 4}
-DTYPES = {"f32": "float32"}
+DTYPES = {"f32": "float32", "bf16": "bfloat16"}  # bf16: vdpbf16ps (``_bf16_pair_loop``)
 MAX_ACCUMULATORS = {"avx512": 28, "avx2": 12, "scalar": 64}
 MAX_REDUCTION_LOOPS = 4
 FAMILIES = ("gemm", "dwconv")  # dwconv: ``tensorize_dwconv`` (depthwise convolution blocks)
@@ -96,13 +96,37 @@ def _match_update(blk: Block, where: str):
             while isinstance(prod, Cast):
                 prod = prod.value
             if isinstance(prod, BinOp) and prod.op == "mul":
-                x, y = prod.a, prod.b
+                x, y = _widened_bf16(prod.a), _widened_bf16(prod.b)
                 if isinstance(x, Load) and isinstance(y, Load):
                     return st, x, y
             raise ScheduleError(f"{where}: block {blk.name!r} adds {type(prod).__name__} "
                                 f"(not a product of two loads: padding or a cast left in the "
                                 f"operand? materialize it first)")
     raise ScheduleError(f"{where}: block {blk.name!r} does not accumulate into its own output")
+
+
+def _widened_bf16(e: Expr) -> Expr:
+    """The bfloat16 load under a ``float32`` cast of it (a bf16 GEMM operand: ToMixedPrecision's
+    bf16 storage read in float32); any other expression unchanged."""
+    if isinstance(e, Cast) and e.dtype == "float32" and isinstance(e.value, Load) \
+            and e.value.dtype == "bfloat16":
+        return e.value
+    return e
+
+
+def _bf16_pair_loop(red: list, where: str) -> list:
+    """The reduction loops of a bf16 gemm call without the pair loop: ``vdpbf16ps`` consumes
+    two adjacent reduction elements per step, so one reduction loop must have extent 2 and unit
+    strides in ``A`` and in ``B`` (the K-pair-interleaved packing, ``rules/gemm``).
+
+    Raises:
+        ScheduleError: no such loop, or it is not the only extent-2 unit-stride one."""
+    pairs = [r for r in red if r[0] == 2 and r[1] == 1 and r[2] == 1]
+    if len(pairs) != 1 or len(red) < 2:
+        raise ScheduleError(f"{where}: a bf16 micro-kernel needs one reduction loop of extent 2 "
+                            f"with unit strides in A and B (the K pairs) and an outer one; "
+                            f"reduction loops (extent, stride A, stride B): {red}")
+    return [r for r in red if r is not pairs[0]]
 
 
 def affine_coeffs(e: Expr, loop_ids: set, where: str, what: str) -> dict:
@@ -247,7 +271,8 @@ def tensorize(sch, loop, intrin: str) -> None:
         return tensorize_dwconv(sch, loop, isa, dtype)
     f, path, chain, blk, where = tensorize_nest(sch, loop, intrin, allow_predicate=True)
     st, la, lb = _match_update(blk, where)
-    if st.buffer.dtype != dtype or la.dtype != dtype or lb.dtype != dtype:
+    if (st.buffer.dtype != "float32" if dtype == "bfloat16" else st.buffer.dtype != dtype) \
+            or la.dtype != dtype or lb.dtype != dtype:
         raise ScheduleError(f"{where}: operand dtypes ({la.dtype}, {lb.dtype} -> "
                             f"{st.buffer.dtype}) do not match the intrinsic's {dtype}")
     vmap = {iv.var: b for iv, b in zip(blk.iter_vars, blk.bindings)}
@@ -269,12 +294,14 @@ def tensorize(sch, loop, intrin: str) -> None:
         raise ScheduleError(f"{where}: expected exactly one loop with unit stride in the output "
                             f"(the SIMD lanes), found {[c.var.name for c in n_loops]}")
     nl = n_loops[0]
-    if cb.get(id(nl.var)) != 1 and ca.get(id(nl.var)) == 1:
+    lane_b = 2 if dtype == "bfloat16" else 1  # bf16 B: a K pair per column (``_bf16_pair_loop``)
+    if cb.get(id(nl.var)) != lane_b and ca.get(id(nl.var)) == lane_b:
         la, lb, aidx, bidx, ca, cb = lb, la, bidx, aidx, cb, ca
     a_vec = ca.get(id(nl.var), 0) == 1  # lane-aligned A (depthwise): vector loads of A
-    if cb.get(id(nl.var)) != 1 or ca.get(id(nl.var), 0) not in (0, 1):
-        raise ScheduleError(f"{where}: along the lane loop {nl.var.name} operand B must have unit "
-                            f"stride and operand A unit or no stride (strides A="
+    if cb.get(id(nl.var)) != lane_b or ca.get(id(nl.var), 0) not in (0, 1) \
+            or (a_vec and lane_b != 1):
+        raise ScheduleError(f"{where}: along the lane loop {nl.var.name} operand B must have stride "
+                            f"{lane_b} and operand A unit or no stride (strides A="
                             f"{ca.get(id(nl.var), 0)}, B={cb.get(id(nl.var), 0)})")
     m_loops = [c for c in live if c is not nl and cc.get(id(c.var), 0) != 0]
     if len(m_loops) > 1:
@@ -288,6 +315,9 @@ def tensorize(sch, loop, intrin: str) -> None:
         raise ScheduleError(f"{where}: {len(red)} reduction loops; at most "
                             f"{MAX_REDUCTION_LOOPS} (fuse some)")
     check_reduction_loops(blk, red, where)
+    red_args = [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red]
+    if dtype == "bfloat16":
+        red_args = _bf16_pair_loop(red_args, where)
     mr = ml.extent if ml is not None else 1
     nr = nl.extent
     accumulate = accumulate_flag(blk, chain, where)
@@ -306,8 +336,7 @@ def tensorize(sch, loop, intrin: str) -> None:
             AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
             AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
             cc.get(id(ml.var), 0) if ml else 0, ca.get(id(ml.var), 0) if ml else 0,
-            [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red],
-            accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin), where=where)
+            red_args, accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin), where=where)
     call = block_call(mr)
     if blk.predicate is not None:
         # row tail: the whole block when its first and last rows are in range (each term of

@@ -189,8 +189,11 @@ def analyze(func: PrimFunc):
     consts = func.attrs.get("constant_params")
     b_const = any(p is lb.src for k, p in enumerate(func.params)
                   if consts is None or k in consts)
+    bf16 = la.dtype == "bfloat16" and lb.dtype == "bfloat16"
+    if not bf16 and (la.dtype != "float32" or lb.dtype != "float32"):
+        return None
     return {"R": R, "C": st.buffer, "A": la, "B": lb, "n": n_iv, "m": m_iv, "sp": sp,
-            "b_const": b_const,
+            "b_const": b_const, "bf16": bf16,
             "a_vec": a_vec, "group_n": group_n,
             "rd": rd_sorted, "epi": epi[0] if len(epi) == 1 else None, "others": others}
 
@@ -221,6 +224,8 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     cfg = cfg or {}
     g = analyze(func)
     if g is None or target.isa not in ISAS:
+        return None
+    if g["bf16"] and not bf16_gemm_ok(g, target):
         return None
     R, n_iv, m_iv = g["R"], g["n"], g["m"]
     lanes = ISAS[target.isa]
@@ -271,6 +276,10 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         rest = [d for d in range(len(bivs)) if d != nd and d not in red_dims]
 
         def fmap(*i):
+            if g["bf16"]:  # K-pair-interleaved panels: [.., n // nr, .., k // 2, n % nr, k % 2]
+                return tuple([i[d] for d in rest] + [i[nd] // nr]
+                             + [i[d] for d in red_dims[:-1]] + [i[red_dims[-1]] // 2]
+                             + [i[nd] % nr] + [i[red_dims[-1]] % 2])
             return tuple([i[d] for d in rest] + [i[nd] // nr] + [i[d] for d in red_dims]
                          + [i[nd] % nr])
         reads = block_reads(R)
@@ -336,15 +345,50 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     if sp_n is None or not rd_order:
         return None
     sch.reorder(*(rd_order + ([sp_m] if sp_m is not None else []) + [sp_n]))
+    if g["bf16"]:
+        ro = _pair_split(sch, rd_order[-1])
+        rd_order = rd_order[:-1] + [ro]
     panel_split = _panel_split_prefetch(g, mr if mi is not None else 1, serial)
     pfx = ".pfnext" if _prefetch(cfg, g, False, panel_split) else ""
-    sch.tensorize(rd_order[0], f"gemm.{target.isa}.f32" + pfx)
+    sch.tensorize(rd_order[0], _intrin(g, target) + pfx)
     if g["epi"] is not None:
         eloops = sch.get_loops(g["epi"].name)
         sch.vectorize(eloops[-1])
     sch.parallel(par)
     finish_generic(sch, target, skip={R.name} | ({g["epi"].name} if g["epi"] else set()))
     return sch
+
+
+BF16_FEATURES = frozenset({"avx512f", "avx512bw", "avx512bf16"})
+
+
+def bf16_gemm_ok(g, target: Target) -> bool:
+    """True when the bf16 GEMM ``g`` (``analyze``: both operands bfloat16 loads read as
+    float32) can run on the ``vdpbf16ps`` micro-kernel (``ember.codegen.microkernel_bf16``):
+    the target has AVX512_BF16 (``BF16_FEATURES``), ``B`` is a constant weight the driver packs
+    K-pair-interleaved, not grouped or depthwise, and ``A``'s innermost reduction dim is
+    contiguous with an even extent (a pair is one 32-bit word)."""
+    if target.isa != "avx512" or not BF16_FEATURES <= target.features:
+        return False
+    if g["a_vec"] or g["group_n"] is not None or not g["b_const"]:
+        return False
+    bivs = _plain_ivs(g["B"].indices, g["R"].iter_vars)
+    inner = g["rd"][-1]
+    if bivs is None or not any(iv is inner for iv in bivs):
+        return False
+    return inner.extent % 2 == 0 and inner.extent >= 4 and _lane_stride(g["A"], inner) == 1
+
+
+def _pair_split(sch: Schedule, loop):
+    """Split the innermost reduction ``loop`` into pairs; returns the outer (pair-count) loop,
+    the inner extent-2 loop being what ``vdpbf16ps`` consumes per step."""
+    outer, _ = sch.split(loop, [None, 2])
+    return outer
+
+
+def _intrin(g, target: Target) -> str:
+    """The gemm intrinsic of ``g`` on ``target``: ``gemm.<isa>.f32`` or ``gemm.avx512.bf16``."""
+    return f"gemm.{target.isa}.{'bf16' if g['bf16'] else 'f32'}"
 
 
 MAX_TILE_KNOBS = 8
@@ -710,7 +754,12 @@ def _kblocked(sch: Schedule, g, target: Target, mr: int, nr: int, kc: int,
     order = taps + [rco] + ([lo] if lo is not None else []) + [rci, lm, ln]
     sch.reorder(*order)
     init = sch.decompose_reduction(R.name, taps[0] if taps else rco)
-    sch.tensorize(rci, f"gemm.{target.isa}.f32" + (".pfnext" if prefetch else ""))
+    if g["bf16"]:
+        if kc % 2:
+            raise ScheduleError(f"gemm rule: a bf16 reduction block of {kc} channels is not a "
+                                f"whole number of pairs")
+        rci = _pair_split(sch, rci)
+    sch.tensorize(rci, _intrin(g, target) + (".pfnext" if prefetch else ""))
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(epi)[-1])
     sch.parallel(par)

@@ -473,7 +473,10 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     (``ember.quant.onnx_qdq.compile_quantized``, docs/quantization.md). Static executor only.
     ``quantize="fp16"`` / ``"bf16"``: mixed precision (ToMixedPrecision: float16 / bfloat16
     storage of GEMM and convolution operands, float32 accumulation; tensor cores on CUDA
-    sm_80+, docs/gpu.md); the inputs and outputs keep their dtypes.
+    sm_80+, docs/gpu.md); the inputs and outputs keep their dtypes. ``"bf16"`` on a CPU:
+    conv/Gemm/MatMul on ``vdpbf16ps`` bf16 micro-kernels with float32 accumulation
+    (``ember.quant.bf16``; float32 with a note in ``info["quantization"]`` on a CPU without
+    AVX512_BF16).
 
     ``dynamic``: ``True`` or ``{symbol: (lo, hi)}`` compiles once for symbolic dimensions
     (``from_onnx(..., dynamic=)``; docs/dynamic_shapes.md): the model then runs any sizes
@@ -497,6 +500,12 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if quantize in MIXED_PRECISION:  # float16 / bfloat16 compute (ToMixedPrecision)
+        tgt = Target(target)
+        if MIXED_PRECISION[quantize] == "bfloat16" and not (tgt.is_gpu or tgt.is_npu):
+            # vdpbf16ps micro-kernels (docs/quantization.md, "bf16")
+            from .quant.bf16 import compile_bf16
+            return compile_bf16(model, target, shapes, lambda m, t, s: compile(
+                m, t, s, executor, dynamic=dynamic))
         return _compile_mixed(model, target, shapes, executor, MIXED_PRECISION[quantize],
                               dynamic)
     if quantize is not None:

@@ -53,8 +53,9 @@ def _flit(v: float) -> str:
 _BF16 = """static inline float ember_dec_bfloat16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f;
   memcpy(&f, &u, 4); return f; }
 static inline uint16_t ember_enc_bfloat16(float x, int sat) { uint32_t u; memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+  uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);  /* branch-free: vectorizes */
+  return (uint16_t)((r & ~nan) | (q & nan)); }
 static inline float ember_cvt_bfloat16(float x, int sat, int mode) {
   return ember_dec_bfloat16(ember_enc_bfloat16(x, sat)); }
 """

@@ -17,10 +17,34 @@ from ..tir.arith import collect, linear_terms
 from ..tir.expr import BinOp, Call, Cast, Const, Expr, Load, Select, Unary, Var
 from ..tir.stmt import For, Seq, Store
 
+_FLOATS = ("float32", "bfloat16")  # bfloat16 values: float32 lanes, rounded where the IR rounds
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _CALLS = {"exp", "tanh", "erf", "sigmoid", "sqrt", "log", "abs", "floor", "ceil", "round",
           "trunc"}
+
+
+def bf16_vector_helpers(lanes: int) -> str:
+    """Lane-wise bfloat16 <-> float32 helpers for ``lanes``-wide vectors (bf16 stored as
+    ``uint16_t``): ``ember_vdec_bf16_L(p)`` loads and widens, ``ember_vst_bf16_L(p, x)`` rounds
+    (nearest even; NaN stays NaN, quieted) and stores, ``ember_vrnd_bf16_L(x)`` rounds in
+    registers; the same bits as the scalar ``ember_enc_bfloat16``/``ember_dec_bfloat16``."""
+    L = lanes
+    f, u, h = f"ember_bf16f_x{L}", f"ember_bf16u_x{L}", f"ember_bf16h_x{L}"
+    return (
+        f"typedef float {f} __attribute__((vector_size({4 * L})));\n"
+        f"typedef uint32_t {u} __attribute__((vector_size({4 * L})));\n"
+        f"typedef uint16_t {h} __attribute__((vector_size({2 * L})));\n"
+        f"static inline {f} ember_vdec_bf16_{L}(const uint16_t* p) {{ {h} x; memcpy(&x, p, "
+        f"{2 * L}); {u} w = __builtin_convertvector(x, {u}) << 16; {f} r; memcpy(&r, &w, "
+        f"{4 * L}); return r; }}\n"
+        f"static inline {u} ember_venc_bf16_{L}({f} x) {{ {u} w; memcpy(&w, &x, {4 * L}); "
+        f"{u} r = (w + 0x7fffu + ((w >> 16) & 1u)) >> 16, q = (w >> 16) | 0x40u; "
+        f"{u} nan = ({u})((w & 0x7fffffffu) > 0x7f800000u); return (r & ~nan) | (q & nan); }}\n"
+        f"static inline void ember_vst_bf16_{L}(uint16_t* p, {f} x) {{ "
+        f"{h} y = __builtin_convertvector(ember_venc_bf16_{L}(x), {h}); memcpy(p, &y, {2 * L}); }}\n"
+        f"static inline {f} ember_vrnd_bf16_{L}({f} x) {{ {u} w = ember_venc_bf16_{L}(x) << 16; "
+        f"{f} r; memcpy(&r, &w, {4 * L}); return r; }}\n")
 
 
 def vector_types(lanes: int) -> str:
@@ -204,11 +228,13 @@ class VectorLoop:
             _Unsupported: (internal, caught by ``emit``) ``e`` has no lane-wise form."""
         L = self.L
         if not self._uses_v(e):
-            if e.dtype != "float32":
+            if e.dtype not in _FLOATS:
                 raise _Unsupported
             return f"((ember_f32x{L}){{0}} + {self.p.expr(e)})"
-        if e.dtype not in ("float32", "bool"):
+        if e.dtype not in _FLOATS + ("bool",):
             raise _Unsupported
+        if isinstance(e, Load) and e.src.dtype == "bfloat16":
+            return self._vbf16(e)
         if isinstance(e, Load):
             if e.src.dtype != "float32":
                 raise _Unsupported
@@ -219,18 +245,18 @@ class VectorLoop:
                 raise _Unsupported
             return f"(*(const ember_f32x{L}u*)&{self.p.access(e.src, e.indices)})"
         if isinstance(e, BinOp):
-            if e.op in _ARITH and e.dtype == "float32":
+            if e.op in _ARITH and e.dtype in _FLOATS:
                 return f"({self.vexpr(e.a)} {_ARITH[e.op]} {self.vexpr(e.b)})"
-            if e.op in ("max", "min") and e.dtype == "float32":
+            if e.op in ("max", "min") and e.dtype in _FLOATS:
                 return f"ember_v{e.op}_{L}({self.vexpr(e.a)}, {self.vexpr(e.b)})"
-            if e.op in _CMP and e.a.dtype == "float32":
+            if e.op in _CMP and e.a.dtype in _FLOATS:
                 return f"({self.vexpr(e.a)} {_CMP[e.op]} {self.vexpr(e.b)})"
             if e.op in ("and", "or") and e.dtype == "bool":
                 return f"({self.vmask(e.a)} {'&' if e.op == 'and' else '|'} {self.vmask(e.b)})"
             raise _Unsupported
-        if isinstance(e, Unary) and e.op == "neg" and e.dtype == "float32":
+        if isinstance(e, Unary) and e.op == "neg" and e.dtype in _FLOATS:
             return f"(-{self.vexpr(e.a)})"
-        if isinstance(e, Select) and e.dtype == "float32":
+        if isinstance(e, Select) and e.dtype in _FLOATS:
             # a select guards its branches (a load may be out of bounds where not taken): a
             # loop-invariant condition picks one side; a lane-wise one blends branches whose
             # loads the condition itself already reads (relu-like selects)
@@ -250,6 +276,44 @@ class VectorLoop:
             return f"ember_v{e.name}_{L}({self.vexpr(e.args[0])})"
         if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype == "float32":
             return self.vexpr(e.value)
+        if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype == "bfloat16":
+            return self.vexpr(e.value)  # a bf16 value is exact in float32
+        if (isinstance(e, Cast) and e.dtype == "bfloat16" and e.value.dtype == "float32") or (
+                isinstance(e, Call) and e.name in ("cvt", "round_dtype") and e.dtype == "bfloat16"
+                and e.args[0].dtype in _FLOATS):
+            return self._vbf16(e)
+        raise _Unsupported
+
+    def _vbf16(self, e: Expr) -> str:
+        """A bfloat16 value read as float32 lanes: a unit-stride bf16 load widened, or a float32
+        expression rounded to bf16 (round to nearest even, NaN kept quiet: the scalar
+        ``ember_enc_bfloat16``) and widened back."""
+        L = self.L
+        self.p.deps.setdefault(f"ember_vector_bf16_{L}", bf16_vector_helpers(L))
+        if isinstance(e, Load) and self._coef(e.src, e.indices) == 1:
+            return f"ember_vdec_bf16_{L}(&{self.p.access(e.src, e.indices)})"
+        if isinstance(e, Cast):
+            return f"ember_vrnd_bf16_{L}({self.vexpr(e.value)})"
+        if isinstance(e, Call):  # cvt (saturation: bf16 has float32's range) / round_dtype
+            return f"ember_vrnd_bf16_{L}({self.vexpr(e.args[0])})"
+        raise _Unsupported
+
+    def _store_line(self, st) -> str:
+        """The vector store of ``st``: float32 lanes, or float32 lanes rounded to a bfloat16
+        buffer (``Cast(bfloat16, float32 expression)``)."""
+        L = self.L
+        if self._coef(st.buffer, st.indices) != 1:
+            raise _Unsupported
+        ptr = f"&{self.p.access(st.buffer, st.indices)}"
+        if st.buffer.dtype == "float32":
+            return f"*(ember_f32x{L}u*){ptr} = {self.vexpr(st.value)};"
+        v = st.value
+        if st.buffer.dtype == "bfloat16" and v.dtype in _FLOATS:
+            # the store encodes the float value (round to nearest even), as the scalar code does
+            self.p.deps.setdefault(f"ember_vector_bf16_{L}", bf16_vector_helpers(L))
+            if isinstance(v, Cast) and v.value.dtype == "float32":
+                v = v.value
+            return f"ember_vst_bf16_{L}({ptr}, {self.vexpr(v)});"
         raise _Unsupported
 
     def _minmax_select(self, e: Select) -> "str | None":
@@ -288,10 +352,7 @@ class VectorLoop:
             stores = self._stores()
             lines = []
             for st in stores:
-                if st.buffer.dtype != "float32" or self._coef(st.buffer, st.indices) != 1:
-                    raise _Unsupported
-                lines.append(f"*(ember_f32x{L}u*)&{self.p.access(st.buffer, st.indices)} = "
-                             f"{self.vexpr(st.value)};")
+                lines.append(self._store_line(st))
         except _Unsupported:
             return False
         self.p.deps.setdefault(f"ember_vector_types_{L}", vector_types(L))

@@ -14,7 +14,7 @@ import numpy as np
 from .. import te
 from ..errors import ShapeMismatchError
 from ..graph.ir import TensorType
-from ..tir.expr import Expr, is_float
+from ..tir.expr import Cast, Expr, is_float
 from .elemwise import broadcast_load
 from .registry import REQUIRED, OpPattern, broadcast_shapes, normalize_axis, register_op, same_dim
 
@@ -224,6 +224,9 @@ def _conv_compute_cl(inputs, attrs, out_types, in_cl: bool = True):
 
     def at(n, c, pos):  # x's index tuple in its own layout
         return (n, *pos, c) if in_cl else (n, c, *pos)
+    widen = _widened_bf16_source(x)
+    if widen is not None and (any(p) or not in_cl):
+        x = widen  # pad the bf16 data: the reduction reads bf16 (the vdpbf16ps micro-kernel)
     if any(p) or not in_cl:
         psh = [x.shape[0]] + [x.shape[sp0 + i] + p[i] + p[nsp + i] for i in range(nsp)] + \
             [x.shape[1 if not in_cl else -1]]
@@ -248,13 +251,35 @@ def _conv_compute_cl(inputs, attrs, out_types, in_cl: bool = True):
         o, m = r[:-1], r[-1]
         pos = [o[i] * s[i] + rk[i].var * d[i] for i in range(nsp)]
         c = rc.var if g == 1 else (m // Mg) * Cg + rc.var
-        return te.sum(xp[(n, *pos, c)] * w[(m, rc.var, *[q.var for q in rk])], axis=[rc] + rk)
+        xv = xp[(n, *pos, c)]
+        if xv.dtype == "bfloat16":
+            xv = Cast("float32", xv)
+        return te.sum(xv * w[(m, rc.var, *[q.var for q in rk])], axis=[rc] + rk)
 
     y = te.compute(out_shape, f, name="conv")
     if len(inputs) == 3:
         b = inputs[2]
         y = te.compute(out_shape, lambda n, *r: y[(n, *r)] + b[r[-1]], name="conv_bias")
     return [y]
+
+
+def _widened_bf16_source(x):
+    """The bfloat16 tensor ``x`` is the float32 cast of, elementwise (ToMixedPrecision's bf16
+    storage read in float32), or ``None``."""
+    from ..te.tensor import ComputeOp
+    from ..tir.expr import Load
+    op = x.op
+    if not isinstance(op, ComputeOp) or op.materialize:
+        return None
+    b = op.body
+    if not (isinstance(b, Cast) and b.dtype == "float32" and isinstance(b.value, Load)
+            and b.value.dtype == "bfloat16"):
+        return None
+    ld = b.value
+    if tuple(ld.src.shape) != tuple(x.shape) or len(ld.indices) != len(op.axis) or not all(
+            i is a.var for i, a in zip(ld.indices, op.axis)):
+        return None
+    return ld.src
 
 
 def _conv_compute_any(inputs, attrs, out_types):

@@ -227,6 +227,8 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
                         check_path(k, sink, lambda kind, is_sink: kind <= OpPattern.BROADCAST):
                     commit(k, sink)
             elif gp <= OpPattern.BROADCAST:
+                if _rounds_to_bf16(nodes[k]) and _cast_into_anchor(nodes, sink):
+                    continue  # stored as bf16 by its producer: the GEMM reads bf16 (vdpbf16ps)
                 if phase == 0 and _is_cast_group(nodes, g, k) and \
                         d.pattern == OpPattern.OUT_ELEMWISE_FUSABLE and \
                         [c for c, _ in nodes[k].outputs] == [sink]:
@@ -255,6 +257,16 @@ def _is_cast_group(nodes, g, k) -> bool:
     """True when node ``k``'s group is made of ``cast`` bindings only."""
     r = g.find(k)
     return all(nodes[j].binding.call.op == "cast" for j in range(k + 1) if g.find(j) == r)
+
+
+def _rounds_to_bf16(n) -> bool:
+    """True for a ``cast`` of float32 to bfloat16: when a conv/gemm reads its result (through
+    the widening cast that ToMixedPrecision puts there) it is not fused into the conv's loads
+    but ends its producer's group (or runs alone), so the conv reads bfloat16 from memory as
+    the ``vdpbf16ps`` micro-kernel needs (``ember.codegen.microkernel_bf16``)."""
+    call = n.binding.call
+    return (call.op == "cast" and call.attrs.get("dtype") == "bfloat16"
+            and call.args[0].type.dtype == "float32")
 
 
 def _cast_into_anchor(nodes, k) -> bool:

@@ -14,7 +14,13 @@ Each float32 operator is classed by three lists (override them with the factory'
   follows its inputs: in the low dtype when one of them is, with its other float inputs cast.
 
 ``main``'s outputs are cast back to their original dtype, so the model's interface does not
-change. Opt-in: ``opt_level`` 4, run with ``PassContext(required_pass=["ToMixedPrecision"])``.
+change.
+
+With ``bfloat16`` the ALLOW operators that the ``vdpbf16ps`` micro-kernel takes compute on it
+where the CPU has AVX512_BF16 (``ember.codegen.microkernel_bf16``; docs/quantization.md, "bf16").
+With config ``ToMixedPrecision.bf16_gemm`` (``quantize="bf16"``) only those move to bfloat16 (``bf16_gemm_eligible``: a constant weight, a reduction of an
+even length >= 4, no groups); the others (the attention products of two activations, a 3-channel
+stem convolution, depthwise convolutions) stay float32. float16 stays storage-only. Opt-in: ``opt_level`` 4, run with ``PassContext(required_pass=["ToMixedPrecision"])``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ DENY = frozenset({"nn.softmax", "nn.log_softmax", "nn.layer_norm", "nn.batch_nor
 DTYPE = register_config("ToMixedPrecision.dtype", str, "float16 or bfloat16")
 ALLOW_KEY = register_config("ToMixedPrecision.allow", list, "operators run in the low dtype")
 DENY_KEY = register_config("ToMixedPrecision.deny", list, "operators kept in float32")
+BF16_GEMM_KEY = register_config(
+    "ToMixedPrecision.bf16_gemm", bool,
+    "bfloat16 on the CPU's vdpbf16ps kernel: move only the GEMMs it takes (quantize='bf16')")
 
 
 def _cast(rw: Rewriter, v, dtype: str):
@@ -44,8 +53,10 @@ def _cast(rw: Rewriter, v, dtype: str):
     return rw.emit("cast", [v], {"dtype": dtype})
 
 
-def mixed_precision_function(func: Function, low: str, allow, deny) -> Function:
-    """``func`` with float32 operators moved to ``low`` as the lists say (see module doc)."""
+def mixed_precision_function(func: Function, low: str, allow, deny,
+                             bf16_only: bool = False) -> Function:
+    """``func`` with float32 operators moved to ``low`` as the lists say (see module doc);
+    ``bf16_only``: only the ALLOW operators ``bf16_gemm_eligible`` accepts."""
     rw = Rewriter(func)
     hi = "float32"
     for b in func.bindings:
@@ -55,7 +66,7 @@ def mixed_precision_function(func: Function, low: str, allow, deny) -> Function:
         out_f32 = all(o.type.dtype == hi for o in b.outputs)
         if b.call.is_function_call or not any(floats) or not out_f32:
             res = None
-        elif op in allow:
+        elif op in allow and (not bf16_only or bf16_gemm_eligible(op, args, b.call.attrs)):
             a16 = [_cast(rw, a, low) if f else a for a, f in zip(args, floats)]
             # a real cast even for constants: FoldConstant keeps widening casts of half-precision
             # constants, so weights stay stored in the low dtype
@@ -89,6 +100,27 @@ def mixed_precision_function(func: Function, low: str, allow, deny) -> Function:
     return Function(list(func.params), rw.bindings, outs, func.name, dict(func.attrs))
 
 
+def bf16_gemm_eligible(op: str, args: list, attrs: dict) -> bool:
+    """True when ALLOW operator ``op`` with inputs ``args`` (graph values) fits the bf16 GEMM
+    micro-kernel: its weight (second input) is a ``Constant`` (packed K-pair-interleaved at
+    compile time), its reduction length ``K`` is even and at least 4 (one ``vdpbf16ps`` step
+    takes a pair, adjacent in ``A``: no ``trans_a``), and a convolution has ``group == 1``."""
+    if len(args) < 2 or not isinstance(args[1], Constant):
+        return False
+    a, w = args[0].type.shape, args[1].type.shape
+    if op == "nn.conv":
+        if int(attrs.get("group", 1)) != 1 or len(w) < 2:
+            return False
+        k = int(w[1])
+    elif op == "nn.gemm":
+        if attrs.get("trans_a"):
+            return False  # A's reduction dim is not contiguous: no adjacent pairs
+        k = int(a[-1])
+    else:
+        k = int(a[-1])
+    return k % 2 == 0 and k >= 4
+
+
 def _as_tuple(v):
     return v if isinstance(v, tuple) else (v,)
 
@@ -104,7 +136,8 @@ def ToMixedPrecision(mod: IRModule, ctx, dtype: str | None = None, allow=None,
     allow = frozenset(allow if allow is not None else ctx.get_config(ALLOW_KEY, ALLOW))
     deny = frozenset(deny if deny is not None else ctx.get_config(DENY_KEY, DENY))
     out = IRModule(mod.functions)
-    out["main"] = mixed_precision_function(mod.main, low, allow, deny)
+    out["main"] = mixed_precision_function(mod.main, low, allow, deny,
+                                           low == "bfloat16" and bf16_compute())
     return out
 
 
@@ -123,4 +156,15 @@ def active_dtype(target="llvm") -> str | None:
     return ctx.get_config(DTYPE, "float16")
 
 
-__all__ = ["ToMixedPrecision", "ALLOW", "DENY", "active_dtype"]
+def bf16_compute() -> bool:
+    """True when the current ``PassContext`` asks for bf16 *compute* on the CPU's
+    ``vdpbf16ps`` micro-kernel (config ``ToMixedPrecision.bf16_gemm``, set by
+    ``ember.compile(..., quantize="bf16")`` on a CPU target): ToMixedPrecision then moves only
+    the GEMMs that kernel takes (``bf16_gemm_eligible``) and FuseOps keeps the bf16 casts that
+    other operators read out of their loads."""
+    from .pass_manager import PassContext
+    return bool(PassContext.current().get_config(BF16_GEMM_KEY, False))
+
+
+__all__ = ["ToMixedPrecision", "ALLOW", "DENY", "active_dtype", "bf16_gemm_eligible",
+           "bf16_compute"]

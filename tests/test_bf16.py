@@ -1,0 +1,185 @@
+"""bf16 compute (``quantize="bf16"``, ToMixedPrecision with bfloat16): the ``vdpbf16ps`` gemm
+micro-kernel against NumPy references that round the inputs to bf16 and accumulate in float
+(tight tolerances: only the summation order differs), odd shapes and lane tails, the
+vectorized bf16 rounding against ml_dtypes bit for bit, whole models against float32, and
+the float32 fallback on a CPU without AVX512_BF16."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.graph.ir import IRModule
+from ember.graph.passes import PassContext
+from ember.target import Target
+from ember.tir.schedule.rules.gemm import BF16_FEATURES
+
+BF16 = ml_dtypes.bfloat16
+UKR = "ember_ukr_gemm_avx512_bf16_"
+HOST_BF16 = Target("llvm").isa == "avx512" and BF16_FEATURES <= Target("llvm").features
+needs_bf16 = pytest.mark.skipif(not HOST_BF16, reason="the host CPU has no AVX512_BF16 "
+                                                      "(vdpbf16ps)")
+
+
+def _sum_bound(a, b):
+    """|a| @ |b| in float64: the scale of a float32 accumulation error bound."""
+    return np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+
+
+def _dense_module(m, k, n, epilogue):
+    tail = {"none": "  return %2",
+            "bias_relu": (f"  %3 = add(%2, %b) : Tensor[({m}, {n}), float32]\n"
+                          f"  %4 = nn.relu(%3) : Tensor[({m}, {n}), float32]\n  return %4")}
+    return IRModule.from_text(f"""
+def @main(%x: Tensor[({m}, {k}), bfloat16], %w: Tensor[({n}, {k}), bfloat16], %b: Tensor[({n},), float32]) {{
+  %0 = cast(%x, dtype="float32") : Tensor[({m}, {k}), float32]
+  %1 = cast(%w, dtype="float32") : Tensor[({n}, {k}), float32]
+  %2 = nn.gemm(%0, %1, alpha=1.0, beta=1.0, trans_a=0, trans_b=1) : Tensor[({m}, {n}), float32]
+{tail[epilogue]}
+}}""")
+
+
+@needs_bf16
+@pytest.mark.parametrize("m,k,n,epilogue", [
+    (64, 128, 96, "bias_relu"),   # full 16-lane vectors, ReLU/bias epilogue in float32
+    (7, 18, 45, "none"),          # odd rows, a lane tail of 13 columns, 9 K pairs
+    (33, 250, 17, "bias_relu"),   # a 1-lane tail vector, long odd-pair reduction
+])
+def test_bf16_gemm_microkernel_matches_rounded_reference(m, k, n, epilogue):
+    rng = np.random.default_rng(m * k + n)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    w = rng.standard_normal((n, k)).astype(BF16)
+    b = rng.standard_normal(n).astype(np.float32)
+    model = ember.build(_dense_module(m, k, n, epilogue), "llvm", {"w": w, "b": b})
+    assert UKR in model.source, "the bf16 GEMM should run on the vdpbf16ps micro-kernel"
+    y, = model.run({"x": x})
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    if epilogue == "bias_relu":
+        ref = np.maximum(ref + b, 0)
+    bound = _sum_bound(x, w.T) + np.abs(b)
+    assert y.dtype == np.float32
+    np.testing.assert_array_less(np.abs(y - ref), 1e-6 * bound + 1e-30)
+
+
+def _conv_module(n, h, w_, c, o, k, pad, stride):
+    oh = (h + 2 * pad - k) // stride + 1
+    ow = (w_ + 2 * pad - k) // stride + 1
+    return IRModule.from_text(f"""
+def @main(%x: Tensor[({n}, {h}, {w_}, {c}), bfloat16], %w: Tensor[({o}, {c}, {k}, {k}), bfloat16]) {{
+  %0 = cast(%x, dtype="float32") : Tensor[({n}, {h}, {w_}, {c}), float32]
+  %1 = cast(%w, dtype="float32") : Tensor[({o}, {c}, {k}, {k}), float32]
+  %2 = nn.conv(%0, %1, strides=[{stride}, {stride}], pads=[{pad}, {pad}, {pad}, {pad}], dilations=[1, 1], group=1, data_layout="NHWC", out_layout=null) : Tensor[({n}, {oh}, {ow}, {o}), float32]
+  return %2
+}}"""), oh, ow
+
+
+@needs_bf16
+@pytest.mark.parametrize("h,c,o,k,pad,stride", [
+    (9, 16, 40, 3, 1, 1),   # padded 3x3 (the pad stage stays bf16), tail of 8 lanes
+    (11, 6, 32, 1, 0, 2),   # strided 1x1, 3 channel pairs
+    (8, 64, 64, 3, 0, 1),   # unpadded 3x3
+])
+def test_bf16_conv_nhwc_matches_rounded_reference(h, c, o, k, pad, stride):
+    rng = np.random.default_rng(h + c + o)
+    mod, oh, ow = _conv_module(1, h, h, c, o, k, pad, stride)
+    x = rng.standard_normal((1, h, h, c)).astype(BF16)
+    w = rng.standard_normal((o, c, k, k)).astype(BF16)
+    model = ember.build(mod, "llvm", {"w": w})
+    assert UKR in model.source
+    y, = model.run({"x": x})
+    xp = np.pad(x.astype(np.float64), [(0, 0), (pad, pad), (pad, pad), (0, 0)])
+    cols = np.stack([xp[0, i * stride:i * stride + k, j * stride:j * stride + k, :]
+                     for i in range(oh) for j in range(ow)])          # (P, k, k, C)
+    wm = w.astype(np.float64).transpose(2, 3, 1, 0).reshape(k * k * c, o)
+    a = cols.reshape(len(cols), -1)
+    ref = (a @ wm).reshape(1, oh, ow, o)
+    bound = (np.abs(a) @ np.abs(wm)).reshape(ref.shape)
+    np.testing.assert_array_less(np.abs(y - ref), 1e-6 * bound + 1e-30)
+
+
+def test_vectorized_bf16_rounding_matches_ml_dtypes():
+    # 40 elements: two 16-lane vector steps and a scalar remainder of 8 (same bits both ways)
+    x = np.array([1.0, 1.00390625, 1.01171875, -3.3e-5, 65504.0, np.inf, -np.inf, 3.4e38,
+                  1.0078125, 1.0234375, -2.5, 0.0, -0.0, 1e-3, 7.0, 3.0] * 2
+                 + [1.00390625, 1.01171875, -1e10, 5e-3, 2.0, 9.9, -7.7, 1.5], np.float32)
+    n = len(x)
+    mod = IRModule.from_text(f"""
+def @main(%x: Tensor[({n},), float32]) {{
+  %0 = cast(%x, dtype="bfloat16") : Tensor[({n},), bfloat16]
+  %1 = add(%0, %0) : Tensor[({n},), bfloat16]
+  return %1
+}}""")
+    with PassContext(opt_level=2):
+        model = ember.build(mod)
+    assert "ember_vst_bf16_" in model.source or Target("llvm").isa == "scalar"
+    got, = model.run({"x": x})
+    xb = x.astype(BF16)
+    want = (xb.astype(np.float32) + xb.astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def _onnx_conv_model():
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32)
+    b1 = rng.standard_normal(32).astype(np.float32)
+    w2 = (rng.standard_normal((32, 32, 1, 1)) * 0.1).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Conv", ["r", "w2"], ["c2"]),
+         helper.make_node("Add", ["c2", "r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 12, 12])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(b1, "b1"),
+         numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@needs_bf16
+def test_quantize_bf16_compiles_convs_onto_vdpbf16ps():
+    model = _onnx_conv_model()
+    x = np.random.default_rng(1).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    q = ember.compile(model, quantize="bf16")
+    info = q.info["quantization"]
+    assert info["dtype"] == "bf16" and info["applied"] and info["bf16_kernels"] == 2
+    want, = ember.compile(model).run({"x": x})
+    got, = q.run({"x": x})
+    assert got.dtype == np.float32
+    # bf16 inputs (8 bits of mantissa), activations stored as bf16 between the layers
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * np.abs(want).max())
+
+
+def test_quantize_bf16_without_avx512_bf16_falls_back_to_float32():
+    model = _onnx_conv_model()
+    x = np.random.default_rng(2).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    tgt = "llvm -isa=avx2" if "avx2" in Target("llvm").features else "llvm -isa=scalar"
+    q = ember.compile(model, target=tgt, quantize="bf16")
+    info = q.info["quantization"]
+    assert info["applied"] is False and "AVX512_BF16" in info["reason"]
+    assert UKR not in q.source
+    want, = ember.compile(model, target=tgt).run({"x": x})
+    np.testing.assert_array_equal(q.run({"x": x})[0], want)
+
+
+@needs_bf16
+@pytest.mark.parametrize("name", ["resnet", "attention"])
+def test_quantize_bf16_models_agree_with_float32(name):
+    import sys
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "passes"))
+    from small_models import MODELS, inputs_for
+    model = MODELS[name]()
+    x = inputs_for(model)
+    want = ember.compile(model).run(x)
+    q = ember.compile(model, quantize="bf16")
+    assert q.info["quantization"]["bf16_kernels"] >= 1
+    for g, w in zip(q.run(x), want):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, w, rtol=0, atol=3e-2 * np.abs(w).max())
+        if name == "resnet":  # class scores: the same top-1
+            assert (g.reshape(g.shape[0], -1).argmax(-1) ==
+                    w.reshape(w.shape[0], -1).argmax(-1)).all()

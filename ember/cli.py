@@ -552,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quantize", choices=["int8", "fp16", "bf16"],
                    help="int8: post-training quantization first (needs --calibration; "
                    "docs/quantization.md); fp16 / bf16: mixed precision (tensor cores on CUDA "
-                   "sm_80+, docs/gpu.md)")
+                   "sm_80+, docs/gpu.md; bf16 on a CPU: vdpbf16ps kernels)")
     _calibration_args(c, required=False)
     c.set_defaults(fn=cmd_compile)
 

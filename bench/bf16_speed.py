@@ -23,7 +23,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from quant_common import write_result  # noqa: E402
+from quant_common import interleaved_times, write_result  # noqa: E402
 
 
 def build(name: str):
@@ -84,15 +84,7 @@ def bench(name: str, threads: int, rounds: int) -> dict:
     ov = openvino_runners(path, feeds, threads)
     ov_version = ov.pop("_version", None)
     runs.update(ov)
-    for f in runs.values():  # warm up
-        f()
-        f()
-    times = {k: [] for k in runs}
-    for _ in range(rounds):
-        for k, f in runs.items():
-            t = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t)
+    times = interleaved_times(runs, rounds)
     med = {k: float(np.median(v) * 1e3) for k, v in times.items()}
     pairs = [b / a for a, b in zip(times["ember_fp32"], times["ember_bf16"])]
     res = {"model": name, "median_ms": med,

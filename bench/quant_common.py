@@ -36,3 +36,20 @@ def write_result(res: dict, path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as fh:
         json.dump(res, fh, indent=1)
+
+
+def interleaved_times(runs: dict, rounds: int) -> dict:
+    """``{name: [seconds per round]}``: two warm-up calls of each of ``runs`` (name ->
+    callable), then ``rounds`` rounds that call each once, in turn, so that machine noise hits
+    all of them alike."""
+    import time
+    for f in runs.values():
+        f()
+        f()
+    times = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, f in runs.items():
+            t = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t)
+    return times

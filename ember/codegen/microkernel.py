@@ -133,17 +133,7 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
     if tail:
         L.append(mask_decl(tail))
     acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
-    L.append(f"  {vt} " + ", ".join(x for row in acc for x in row) + ";")
-    L.append("  if (accumulate) {")
-    for i in range(mr):
-        for j in range(nv):
-            ld = loadm if (tail and j == nv - 1) else load
-            L.append(f"    {acc[i][j]} = {ld(f'C + {i} * ldc + {j * lanes}')};")
-    L.append("  } else {")
-    for i in range(mr):
-        for j in range(nv):
-            L.append(f"    {acc[i][j]} = {zero};")
-    L.append("  }")
+    L += accumulator_init(acc, lanes, vt, load, loadm, zero, tail)
     heads, close, aoff, boff = _loops(nred)
     L += heads
     L.append(f"    const float* a = A + {aoff};")
@@ -178,6 +168,22 @@ def _simd_gemm(name, mr, nr, nred, lanes, vt, load, loadm, store, storem, zero, 
             L.append(f"  {st(f'C + {i} * ldc + {j * lanes}', acc[i][j])};")
     L.append("}")
     return "#include <immintrin.h>\n" + "\n".join(L) + "\n"
+
+
+def accumulator_init(acc, lanes, vt, load, loadm, zero, tail) -> list[str]:
+    """C lines declaring the accumulators ``acc[i][j]`` (row ``i``, vector ``j``) and loading
+    them from ``C`` (row stride ``ldc``; the last vector masked when ``tail``) when
+    ``accumulate`` is set, else zeroing them. Shared by the float32 and bf16 gemm kernels."""
+    nv = len(acc[0])
+    L = [f"  {vt} " + ", ".join(x for row in acc for x in row) + ";", "  if (accumulate) {"]
+    for i, row in enumerate(acc):
+        for j, a in enumerate(row):
+            ld = loadm if (tail and j == nv - 1) else load
+            L.append(f"    {a} = {ld(f'C + {i} * ldc + {j * lanes}')};")
+    L.append("  } else {")
+    L += [f"    {a} = {zero};" for row in acc for a in row]
+    L.append("  }")
+    return L
 
 
 def _a_row(i: int, mr: int, groups: int) -> str:

@@ -25,8 +25,8 @@ call). Signature: ``(float* C, const uint16_t* A, const uint16_t* B, ldc, lda[, 
 
 from __future__ import annotations
 
-from .microkernel import (PREFETCH_STEPS, EPI_PARAMS, SIMD_ISAS, _a_row, _loops, epilogue_lines,
-                          register_microkernel)
+from .microkernel import (PREFETCH_STEPS, EPI_PARAMS, SIMD_ISAS, _a_row, _loops,
+                          accumulator_init, epilogue_lines, register_microkernel)
 
 LANES = 16
 
@@ -59,17 +59,7 @@ def gemm_avx512_bf16(name: str, mr: int, nr: int, nred: int, a_vec: bool = False
         L.append(f"  const __mmask16 tail_mask = (__mmask16){(1 << tail) - 1};")
         L.append(f"  const __mmask32 pair_mask = (__mmask32){(1 << (2 * tail)) - 1}u;")
     acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
-    L.append("  __m512 " + ", ".join(x for row in acc for x in row) + ";")
-    L.append("  if (accumulate) {")
-    for i in range(mr):
-        for j in range(nv):
-            ld = isa["loadm"] if (tail and j == nv - 1) else isa["load"]
-            L.append(f"    {acc[i][j]} = {ld(f'C + {i} * ldc + {j * LANES}')};")
-    L.append("  } else {")
-    for i in range(mr):
-        for j in range(nv):
-            L.append(f"    {acc[i][j]} = _mm512_setzero_ps();")
-    L.append("  }")
+    L += accumulator_init(acc, LANES, isa["vt"], isa["load"], isa["loadm"], isa["zero"], tail)
     heads, close, aoff, boff = _loops(nred)
     L += heads
     L.append(f"    const uint16_t* a = A + {aoff};")

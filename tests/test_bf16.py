@@ -183,3 +183,33 @@ def test_quantize_bf16_models_agree_with_float32(name):
         if name == "resnet":  # class scores: the same top-1
             assert (g.reshape(g.shape[0], -1).argmax(-1) ==
                     w.reshape(w.shape[0], -1).argmax(-1)).all()
+
+
+@needs_bf16
+def test_bf16_gemm_exposes_the_tuning_knobs_of_the_fp32_rule():
+    from ember.graph.lower import constant_args, lower_binding
+    from ember.graph.passes import optimize
+    from ember.tir.schedule.rules import rule_knobs, schedule_config
+    from ember.tir.stmt import KernelCall
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((96, 128)).astype(BF16)
+    b = rng.standard_normal(96).astype(np.float32)
+    tgt = Target("llvm")
+    mod, params = optimize(_dense_module(64, 128, 96, "bias_relu"), tgt, {"w": w, "b": b})
+    bd = mod.main.bindings[0]
+    k = lower_binding(bd, "k0", mod)
+    k.attrs["constant_params"] = constant_args(bd, params)
+    name, knobs = rule_knobs(k, tgt)
+    assert name == "gemm_rule" and len(knobs["tile"]) > 1
+    for mr, nr in knobs["tile"]:
+        f = schedule_config(k, tgt, name, {"tile": [mr, nr]})
+        calls = []
+
+        def visit(s):
+            if isinstance(s, KernelCall):
+                calls.append(s.name)
+            for c in getattr(s, "stmts", None) or [getattr(s, "body", None)]:
+                if c is not None and not isinstance(c, (int, float, str)):
+                    visit(c)
+        visit(f.body)
+        assert any(c.startswith(f"{UKR}{mr}x{nr}_") for c in calls), (mr, nr, calls)

@@ -166,7 +166,7 @@ def test_quantize_bf16_without_avx512_bf16_falls_back_to_float32():
 
 
 @needs_bf16
-@pytest.mark.parametrize("name", ["resnet", "attention"])
+@pytest.mark.parametrize("name", ["resnet", "resnet18", "attention", "bert"])
 def test_quantize_bf16_models_agree_with_float32(name):
     import sys
     import os
@@ -180,7 +180,7 @@ def test_quantize_bf16_models_agree_with_float32(name):
     for g, w in zip(q.run(x), want):
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, w, rtol=0, atol=3e-2 * np.abs(w).max())
-        if name == "resnet":  # class scores: the same top-1
+        if name.startswith("resnet"):  # class scores: the same top-1
             assert (g.reshape(g.shape[0], -1).argmax(-1) ==
                     w.reshape(w.shape[0], -1).argmax(-1)).all()
 
@@ -213,3 +213,18 @@ def test_bf16_gemm_exposes_the_tuning_knobs_of_the_fp32_rule():
                     visit(c)
         visit(f.body)
         assert any(c.startswith(f"{UKR}{mr}x{nr}_") for c in calls), (mr, nr, calls)
+
+
+@needs_bf16
+@pytest.mark.slow(reason="compiles ResNet-50 twice (about a minute on 2 shared cores)")
+def test_quantize_bf16_resnet50_keeps_top1():
+    from ember.zoo import default_model_input, randomized_light_model
+    model = randomized_light_model("resnet50", seed=0)
+    x = default_model_input(model)
+    want, = ember.compile(model).run(x)
+    q = ember.compile(model, quantize="bf16")
+    got, = q.run(x)
+    # every convolution but the 3-channel stem, and the classifier, on vdpbf16ps
+    assert q.info["quantization"]["bf16_kernels"] >= 50
+    assert got.argmax() == want.argmax()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max())

@@ -69,8 +69,8 @@ def _is_depthwise(func: PrimFunc, g) -> bool:
 def depthwise_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """Depthwise convolution as ``dwconv`` register blocks (see the module doc)."""
     g = analyze(func)
-    if target.isa not in ISAS or not _is_depthwise(func, g):
-        return None
+    if target.isa not in ISAS or not _is_depthwise(func, g) or g["bf16"]:
+        return None  # (bf16 operands: the dwconv kernels are float32 only)
     R, n_iv = g["R"], g["n"]
     ow_iv = g["sp"][2]
     lanes = ISAS[target.isa]

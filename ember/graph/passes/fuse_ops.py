@@ -231,7 +231,8 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
                     continue  # stored as bf16 by its producer: the GEMM reads bf16 (vdpbf16ps)
                 if phase == 0 and _is_cast_group(nodes, g, k) and \
                         d.pattern == OpPattern.OUT_ELEMWISE_FUSABLE and \
-                        [c for c, _ in nodes[k].outputs] == [sink]:
+                        [c for c, _ in nodes[k].outputs] == [sink] and \
+                        (not _widens_bf16(nodes[k]) or _bf16_gemm_anchor(nodes, sink)):
                     # a dtype conversion read by one conv/gemm: converted as it is loaded
                     # (ToMixedPrecision's float16 storage read in float32)
                     commit(k, sink)
@@ -271,11 +272,42 @@ def _rounds_to_bf16(n) -> bool:
 
 def _cast_into_anchor(nodes, k) -> bool:
     """True when node ``k`` is a ``cast`` read only by one conv/gemm-like op (it will be fused
-    into that op's loads, so a producer group should end before it)."""
+    into that op's loads, so a producer group should end before it). A bf16 -> float32 cast is
+    fused only into a bf16 GEMM (``_bf16_gemm_anchor``)."""
     n = nodes[k]
     if n.binding.call.op != "cast" or n.extern_ref or len(n.outputs) != 1:
         return False
-    return nodes[n.outputs[0][0]].pattern == OpPattern.OUT_ELEMWISE_FUSABLE
+    c = n.outputs[0][0]
+    if _widens_bf16(n) and not _bf16_gemm_anchor(nodes, c):
+        return False
+    return nodes[c].pattern == OpPattern.OUT_ELEMWISE_FUSABLE
+
+
+def _widens_bf16(n) -> bool:
+    """True for a ``cast`` of bfloat16 to float32."""
+    call = n.binding.call
+    return (call.op == "cast" and call.attrs.get("dtype") == "float32"
+            and call.args[0].type.dtype == "bfloat16")
+
+
+def _bf16_gemm_anchor(nodes, k) -> bool:
+    """True when conv/gemm-like node ``k`` is a bf16 GEMM as ToMixedPrecision makes it: every
+    operand (the first two inputs) is a bf16 -> float32 cast and the weight (second input) casts a constant or a
+    parameter (bound weights), not a value the graph computes. Other
+    anchors (the attention products of two activations, float32 operators reading one bf16
+    value) do not get a bf16 cast fused into their loads: they read float32, which their
+    float32 schedules (``rules/gemm``, ``rules/attention``) need."""
+    call = nodes[k].binding.call
+    if nodes[k].pattern != OpPattern.OUT_ELEMWISE_FUSABLE or len(call.args) < 2:
+        return False
+    made = {id(o): n for n in nodes for o in n.binding.outputs}
+    for j, a in enumerate(call.args[:2]):  # the GEMM operands (a bias is the epilogue's)
+        p = made.get(id(a))
+        if p is None or not _widens_bf16(p):
+            return False
+        if j == 1 and id(p.binding.call.args[0]) in made:
+            return False  # a weight computed by the graph: no constant to pack
+    return True
 
 
 def _fused_name(ops: list[str], k: int) -> str:

@@ -228,3 +228,16 @@ def test_quantize_bf16_resnet50_keeps_top1():
     assert q.info["quantization"]["bf16_kernels"] >= 50
     assert got.argmax() == want.argmax()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max())
+
+
+@needs_bf16
+def test_cli_compile_quantize_bf16_writes_an_artifact_that_runs(tmp_path):
+    from ember.cli import main
+    path, art = tmp_path / "conv.onnx", tmp_path / "conv.bf16.ember"
+    onnx.save(_onnx_conv_model(), str(path))
+    assert main(["compile", str(path), "--quantize", "bf16", "-o", str(art)]) == 0
+    x = np.random.default_rng(4).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    got, = ember.load(str(art)).run({"x": x})
+    want, = ember.compile(str(path), quantize="bf16").run({"x": x})
+    np.testing.assert_array_equal(got, want)
+    assert main(["profile", str(art), "--repeat", "2"]) == 0

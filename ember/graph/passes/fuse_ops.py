@@ -37,6 +37,7 @@ from ...ops import OpPattern, get_op
 from ..ir import Binding, Call, Function, IRModule, Var
 from ..mutator import extract_function
 from .pass_manager import module_pass, register_config
+from .to_mixed_precision import bf16_compute
 
 MAX_DEPTH = register_config("FuseOps.max_depth", int, "most bindings in one fused group")
 
@@ -227,12 +228,14 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
                         check_path(k, sink, lambda kind, is_sink: kind <= OpPattern.BROADCAST):
                     commit(k, sink)
             elif gp <= OpPattern.BROADCAST:
-                if _rounds_to_bf16(nodes[k]) and _cast_into_anchor(nodes, sink):
+                if _rounds_to_bf16(nodes[k]) and bf16_compute() and \
+                        _cast_into_anchor(nodes, sink):
                     continue  # stored as bf16 by its producer: the GEMM reads bf16 (vdpbf16ps)
                 if phase == 0 and _is_cast_group(nodes, g, k) and \
                         d.pattern == OpPattern.OUT_ELEMWISE_FUSABLE and \
                         [c for c, _ in nodes[k].outputs] == [sink] and \
-                        (not _widens_bf16(nodes[k]) or _bf16_gemm_anchor(nodes, sink)):
+                        (not _widens_bf16(nodes[k]) or not bf16_compute()
+                         or _bf16_gemm_anchor(nodes, sink)):
                     # a dtype conversion read by one conv/gemm: converted as it is loaded
                     # (ToMixedPrecision's float16 storage read in float32)
                     commit(k, sink)
@@ -261,7 +264,8 @@ def _is_cast_group(nodes, g, k) -> bool:
 
 
 def _rounds_to_bf16(n) -> bool:
-    """True for a ``cast`` of float32 to bfloat16: when a conv/gemm reads its result (through
+    """True for a ``cast`` of float32 to bfloat16 (these rules apply under ``quantize="bf16"``,
+    ``to_mixed_precision.bf16_compute``): when a conv/gemm reads its result (through
     the widening cast that ToMixedPrecision puts there) it is not fused into the conv's loads
     but ends its producer's group (or runs alone), so the conv reads bfloat16 from memory as
     the ``vdpbf16ps`` micro-kernel needs (``ember.codegen.microkernel_bf16``)."""
@@ -278,7 +282,7 @@ def _cast_into_anchor(nodes, k) -> bool:
     if n.binding.call.op != "cast" or n.extern_ref or len(n.outputs) != 1:
         return False
     c = n.outputs[0][0]
-    if _widens_bf16(n) and not _bf16_gemm_anchor(nodes, c):
+    if _widens_bf16(n) and bf16_compute() and not _bf16_gemm_anchor(nodes, c):
         return False
     return nodes[c].pattern == OpPattern.OUT_ELEMWISE_FUSABLE
 

@@ -74,14 +74,55 @@ def _reduction_nest(nest: For):
     return spatial, reduce
 
 
+def _private_outside(body, nest: For) -> set:
+    """Ids of the ``local``/``shared`` buffers allocated around ``nest`` at the top level of
+    ``body``: statements after ``nest`` in the same kernel may read them."""
+    from ...stmt import Allocate, Seq
+    out: set = set()
+
+    def visit(s, around):
+        if s is nest:
+            out.update(around)
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                visit(x, around)
+        elif isinstance(s, Allocate):
+            visit(s.body, around | ({id(s.buffer)} if s.buffer.scope != "global" else set()))
+    visit(body, set())
+    return out
+
+
+def _result_private(body, nest: For) -> bool:
+    """Whether the reduction block of ``nest`` writes a ``local``/``shared`` buffer allocated
+    outside it. Its consumer then sits in the same kernel outside the nest's ``threadIdx``
+    loops, i.e. runs in every thread of the block, and a cooperative reduction leaves the
+    result in thread 0's registers only (the other threads would store what their own,
+    unwritten copy holds). Such a nest keeps the fallback's binding."""
+    from ..analysis import blocks_in
+    private = _private_outside(body, nest)
+    return any(id(st.buffer) in private for b in blocks_in(nest) if b.init is not None
+               for st in _stores(b))
+
+
+def _stores(block):
+    from ...arith import walk_stmt
+    from ...stmt import Store
+    return [x for x in walk_stmt(block.body) if isinstance(x, Store)]
+
+
 def gpu_row_reduction_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """One block per output element, its threads reducing cooperatively (see the module doc);
-    ``None`` when no nest reduces ``MIN_COOPERATIVE`` elements or more per output."""
+    ``None`` when no nest reduces ``MIN_COOPERATIVE`` elements or more per output. A nest whose
+    result stays in a private buffer read after it in the same kernel (a full reduction with
+    an epilogue: ``mean`` over every axis, layer norm over all axes) is not made cooperative
+    (``_result_private``)."""
     sch = Schedule(func)
     cap = min(DEFAULT_BLOCK, target.max_threads_per_block)
     done = False
     for nest in _top_nests(sch.body):
         rn = _reduction_nest(nest)
+        if rn is not None and _result_private(sch.body, nest):
+            rn = None
         n = 1
         for lp in (rn[1] if rn else []):
             n *= lp.extent

@@ -92,9 +92,17 @@ _HELPERS = {
     "ember_min_f32": "fn ember_min_f32(a: f32, b: f32) -> f32 { if (ember_isnan_f32(a) || "
                      "ember_isnan_f32(b)) { return bitcast<f32>(0x7fc00000u); } "
                      "return min(a, b); }",
-    "ember_floormod_f32": "fn ember_floormod_f32(a: f32, b: f32) -> f32 { let r = a - b * "
-                          "trunc(a / b); if (r != 0.0 && ((r < 0.0) != (b < 0.0))) "
-                          "{ return r + b; } return r; }",
+    # numpy's / C's fmod: the sign of the dividend, zeros included; a finite dividend over an
+    # infinite divisor is the dividend (WGSL's a - b * trunc(a / b) gives NaN there)
+    "ember_copysign_f32": "fn ember_copysign_f32(a: f32, b: f32) -> f32 { return bitcast<f32>("
+                          "(bitcast<u32>(a) & 0x7fffffffu) | (bitcast<u32>(b) & 0x80000000u)); }",
+    "ember_fmod_f32": "fn ember_fmod_f32(a: f32, b: f32) -> f32 { var r = a % b; "
+                      "if (ember_isinf_f32(b) && !ember_isinf_f32(a) && !ember_isnan_f32(a)) "
+                      "{ r = a; } if (r == 0.0) { r = ember_copysign_f32(0.0, a); } return r; }",
+    # numpy's mod (ONNX Mod fmod=0): fmod moved to the divisor's sign; a zero takes its sign
+    "ember_floormod_f32": "fn ember_floormod_f32(a: f32, b: f32) -> f32 { var r = "
+                          "ember_fmod_f32(a, b); if (r == 0.0) { return ember_copysign_f32(0.0, b);"
+                          " } if ((r < 0.0) != (b < 0.0)) { r = r + b; } return r; }",
     "ember_pow_f32": "fn ember_pow_f32(a: f32, b: f32) -> f32 { if (b == 0.0) { return 1.0; } "
                      "if (a > 0.0) { return pow(a, b); } if (a == 0.0) { "
                      "if (b > 0.0) { return 0.0; } return bitcast<f32>(0x7f800000u); } "
@@ -165,6 +173,9 @@ _HELPERS.update({
                         f"{{ {_OVF} }} return bitcast<i32>(x); }}",
 })
 _HELPER_DEPS = {"ember_max_f32": ["ember_isnan_f32"], "ember_min_f32": ["ember_isnan_f32"],
+                "ember_fmod_f32": ["ember_isnan_f32", "ember_isinf_f32", "ember_copysign_f32"],
+                "ember_floormod_f32": ["ember_isnan_f32", "ember_isinf_f32", "ember_copysign_f32",
+                                       "ember_fmod_f32"],
                 "ember_tanh_f32": ["ember_isnan_f32"],
                 "ember_div_i64": ["ember_div_i32"], "ember_floordiv_i64": ["ember_floordiv_i32"],
                 "ember_pow_i64": ["ember_pow_i32", "ember_mul_i64"]}
@@ -423,7 +434,9 @@ class WGSLPrinter(CStylePrinter):
                 return f"({a} / {b})"
             return f"{self.helper('ember_div_' + reg)}({a}, {b})"
         if op == "mod":
-            if reg == "f32" or (isinstance(e.b, Const) and e.b.value not in (0, -1)):
+            if reg == "f32":
+                return f"{self.helper('ember_fmod_f32')}({a}, {b})"
+            if isinstance(e.b, Const) and e.b.value not in (0, -1):
                 return f"({a} % {b})"
             return f"{self.helper('ember_mod_' + reg)}({a}, {b})"
         if op in ("floordiv", "floormod"):
@@ -472,7 +485,7 @@ class WGSLPrinter(CStylePrinter):
                 return f"bitcast<{rd}>({args[0]})"
             return self.wrap(dst, f"{rd}({args[0]})")  # 8/16-bit: wrap to the width
         if name == "fmod":
-            return f"({args[0]} % {args[1]})"
+            return f"{self.helper('ember_fmod_f32')}({args[0]}, {args[1]})"
         if name == "pow":
             return f"{self.helper('ember_pow_f32')}({args[0]}, {args[1]})"
         if name == "abs" and dt == "int64":

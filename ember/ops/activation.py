@@ -25,6 +25,18 @@ def _c(v, dt):
     return te.const(v, dt)
 
 
+def _mish_tanh_softplus(e):
+    """``tanh(softplus(x))`` without cancellation: with ``t = exp(-|x|)`` it is
+    ``(1 + 2t) / (1 + 2t + 2t^2)`` for ``x > 0`` and ``t(t + 2) / (t(t + 2) + 2)`` otherwise
+    (``(1 + e^x)^2 = ...`` expanded), so no ``log(1 + tiny)`` and no ``tanh`` of a tiny
+    argument (both lose the low bits in float32 for ``x < -7``) and no overflow."""
+    one, two = _c(1, e.dtype), _c(2, e.dtype)
+    t = te.exp(-te.abs(e))
+    u = t * (t + two)
+    return te.select(te.gt(e, _c(0, e.dtype)),
+                     (one + two * t) / (one + two * t + two * t * t), u / (u + two))
+
+
 def _f64(x):
     return np.asarray(x, np.float64)
 
@@ -82,9 +94,7 @@ ACTIVATIONS: dict[str, tuple[Callable, Callable, dict, str]] = {
                 {"approximate": "none"},
                 "x * Phi(x); approximate='tanh' uses the tanh formula (ONNX Gelu)"),
     "nn.mish": (lambda x, a: x * np.tanh(np.logaddexp(0, x)),
-                lambda e, a: e * te.tanh(te.select(te.gt(e, _c(0, e.dtype)),
-                                                   e + te.log(_c(1, e.dtype) + te.exp(-e)),
-                                                   te.log(_c(1, e.dtype) + te.exp(e)))),
+                lambda e, a: e * _mish_tanh_softplus(e),
                 {}, "x * tanh(softplus(x)) (ONNX Mish)"),
     "nn.celu": (lambda x, a: np.maximum(0, x) + np.minimum(0, a["alpha"] * (np.exp(x / a["alpha"]) - 1)),
                 lambda e, a: te.maximum(_c(0, e.dtype), e) + te.minimum(

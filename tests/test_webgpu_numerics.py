@@ -74,3 +74,18 @@ def test_mod_signed_zeros_and_infinite_divisors(fmod):
     with np.errstate(all="ignore"):
         want = (np.fmod if fmod else np.mod)(np.float32([-4, 4, 0, -0.0]), np.float32([2, -2, 3, 3]))
         assert np.array_equal(1 / r, 1 / want)
+
+
+@needs_adapter
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("spatial", [(3, 2), (2, 3, 4)], ids=["2d", "3d"])
+def test_grid_sample_reflection_far_outside(mode, align, spatial):
+    # coordinates up to 3.5 image sizes out: several reflections from either edge; the
+    # kernel must also compile quickly (its reflect once made 0.5 MB of WGSL, timing out)
+    x = _x((1, 2) + spatial)
+    out = (3, 5, 2)[:len(spatial)]
+    grid = RNG.uniform(-3.5, 3.5, (1, *out, len(spatial))).astype(np.float32)
+    assert_matches_reference("image.grid_sample", [x, grid],
+                             {"mode": mode, "padding_mode": "reflection", "align_corners": align},
+                             rtol=1e-4, atol=1e-4, target="webgpu")

@@ -375,17 +375,18 @@ def _gs_ref(xs, attrs):
 
 
 def _te_reflect(v, lo: float, hi: float):
+    """``v`` reflected into ``[lo, hi]`` (ONNX GridSample's reflect) as one triangle wave:
+    ``m = fmod(|v - lo|, 2 (hi - lo))``, then ``lo + m`` or ``lo + 2 (hi - lo) - m``. Equal to
+    the spec's two-sided form (count the reflections from the nearer edge, flip on odd) but
+    ``v`` occurs once: the two-sided form read it six times, and GridSample nests a reflect
+    in every tap of every dimension, so its expression tree (which the printers write out as a
+    tree) grew to 0.5 MB of WGSL for one 2-d sample and lavapipe's shader compile timed out."""
     rng = hi - lo
     if rng == 0:
         return te.const(lo, v.dtype)
-    below, above = te.lt(v, lo), te.gt(v, hi)
-    dx = te.select(below, lo - v, v - hi)
-    n = te.trunc(dx / rng)
-    r = dx - n * rng
-    even = te.eq(te.fmod(n, te.const(2.0, v.dtype)), 0.0)
-    from_lo = te.select(even, lo + r, hi - r)
-    from_hi = te.select(even, hi - r, lo + r)
-    return te.select(below, from_lo, te.select(above, from_hi, v))
+    period = te.const(2.0 * rng, v.dtype)
+    m = te.fmod(te.abs(v - lo), period)
+    return lo + te.select(te.le(m, rng), m, period - m)
 
 
 def _gs_compute(inputs, attrs, out_types):

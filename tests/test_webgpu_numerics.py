@@ -29,16 +29,62 @@ def test_mean_over_every_axis(shape, keepdims):
                              rtol=1e-4, atol=1e-5, target="webgpu")
 
 
+def _norm_model(op, shape, axis):
+    """An ONNX model normalizing ``x`` over ``axis`` (odd axes in their negative form) with the
+    run-time scale ``s``, as in the backend suite: ``LayerNormalization`` (opset 17, bias
+    ``b``, outputs ``y``, ``mean``, ``inv``) or RMS normalization written out as
+    ``Mul``/``ReduceMean``/``Add``/``Sqrt``/``Reciprocal`` (the expanded ``RMSNormalization``).
+    """
+    from onnx import TensorProto, helper
+    ax = axis - len(shape) if axis % 2 else axis
+    rshape = shape[:axis] + (1,) * (len(shape) - axis)
+
+    def vi(name, shp):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shp)
+    ins = [vi("x", shape), vi("s", shape[axis:])]
+    if op == "LayerNormalization":
+        ins.append(vi("b", shape[axis:]))
+        nodes = [helper.make_node(op, ["x", "s", "b"], ["y", "mean", "inv"], axis=ax,
+                                  epsilon=1e-5)]
+        outs = [vi("y", shape), vi("mean", rshape), vi("inv", rshape)]
+        inits, opset = [], 17
+    else:
+        axes = helper.make_tensor("axes", TensorProto.INT64, [len(shape) - axis],
+                                  list(range(ax, ax + len(shape) - axis)))
+        eps = helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-5])
+        nodes = [helper.make_node("Mul", ["x", "x"], ["xx"]),
+                 helper.make_node("ReduceMean", ["xx", "axes"], ["ms"], keepdims=1),
+                 helper.make_node("Add", ["ms", "eps"], ["mse"]),
+                 helper.make_node("Sqrt", ["mse"], ["rms"]),
+                 helper.make_node("Reciprocal", ["rms"], ["inv"]),
+                 helper.make_node("Mul", ["x", "inv"], ["xn"]),
+                 helper.make_node("Mul", ["xn", "s"], ["y"])]
+        outs, inits, opset = [vi("y", shape)], [axes, eps], 18
+    g = helper.make_graph(nodes, "norm", ins, outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
 @needs_adapter
-@pytest.mark.parametrize("op", ["nn.layer_norm", "nn.rms_norm"])
+@pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_norm_over_every_axis_count(op, shape):
-    # every axis from 0 (a full reduction) to the last, as ONNX axis and its negative form
+    # through ember.compile (graph passes on): every axis from 0 (a full reduction) to the last
+    import ember
     for axis in range(len(shape)):
-        for ax in (axis, axis - len(shape)):
-            ins = [_x(shape), _x(shape[axis:])]
-            assert_matches_reference(op, ins, {"axis": ax, "epsilon": 1e-5}, rtol=1e-4,
-                                     atol=1e-5, target="webgpu")
+        x, s, b = _x(shape), _x(shape[axis:]), _x(shape[axis:])
+        feeds = {"x": x, "s": s} if op != "LayerNormalization" else {"x": x, "s": s, "b": b}
+        got = ember.compile(_norm_model(op, shape, axis), target="webgpu").run(feeds)
+        red = tuple(range(axis, len(shape)))
+        x64 = x.astype(np.float64)
+        mean = x64.mean(axis=red, keepdims=True)
+        if op == "LayerNormalization":
+            x64 = x64 - mean
+        inv = 1 / np.sqrt((x64 * x64).mean(axis=red, keepdims=True) + 1e-5)
+        want = [x64 * inv * s + (b if op == "LayerNormalization" else 0)]
+        if op == "LayerNormalization":
+            want += [mean, inv]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{op} axis {axis}")
 
 
 @needs_adapter
@@ -89,3 +135,20 @@ def test_grid_sample_reflection_far_outside(mode, align, spatial):
     assert_matches_reference("image.grid_sample", [x, grid],
                              {"mode": mode, "padding_mode": "reflection", "align_corners": align},
                              rtol=1e-4, atol=1e-4, target="webgpu")
+
+
+@pytest.mark.parametrize("target", ["webgpu", "cuda"])
+def test_full_reduction_with_epilogue_is_not_cooperative(target):
+    # no adapter needed: the schedule itself. A mean over every axis divides the sum in the
+    # same kernel after the reduction: a cooperative sum would leave it in thread 0 only
+    from ember.graph.lower import lower_binding
+    from ember.testing import op_module
+    from ember.tir.schedule.rules import schedule_default
+
+    def rule(op, attrs):
+        m = op_module(op, [np.zeros((2, 3, 4, 5), np.float32)], attrs)
+        k = schedule_default(lower_binding(m.main.bindings[0], "k0", m), target)
+        return k.attrs["schedule_rule"]
+    assert rule("mean", {"axes": None, "keepdims": 1}) == "gpu_fallback_rule"
+    # the sum stores straight into the output (thread 0): it stays cooperative
+    assert rule("sum", {"axes": None, "keepdims": 0}) == "gpu_row_reduction_rule"

@@ -29,6 +29,15 @@ def test_mean_over_every_axis(shape, keepdims):
                              rtol=1e-4, atol=1e-5, target="webgpu")
 
 
+@needs_adapter
+@pytest.mark.parametrize("op", ["nn.global_avg_pool", "nn.global_max_pool"])
+@pytest.mark.parametrize("shape", [(1, 1, 9, 9), (2, 3, 9, 9), (1, 1, 3, 3)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_global_pool_single_plane(op, shape):
+    # N = C = 1 leaves no spatial loop: the average's division ran in every thread on main
+    assert_matches_reference(op, [_x(shape)], {}, rtol=1e-4, atol=1e-5, target="webgpu")
+
+
 def _norm_model(op, shape, axis):
     """An ONNX model normalizing ``x`` over ``axis`` (odd axes in their negative form) with the
     run-time scale ``s``, as in the backend suite: ``LayerNormalization`` (opset 17, bias

@@ -108,6 +108,17 @@ def _gates(ctx, v, n: int, hidden: int):
     return [_slice(ctx, v, v.type.ndim - 1, k * hidden, (k + 1) * hidden) for k in range(n)]
 
 
+def _step_gate(ctx, xw, t: int, k: int, hidden: int):
+    """Gate ``k`` of step ``t`` of the projection ``xw`` (seq, batch, G * hidden) as one slice
+    (batch, hidden): each gate reads ``xw`` on its own, so its slice fuses into the kernel of
+    the gate math instead of the step's projection being copied out first."""
+    batch = xw.type.shape[1]
+    s = ctx.call("strided_slice", [xw], {"begin": [t, 0, k * hidden],
+                                         "end": [t + 1, batch, (k + 1) * hidden],
+                                         "strides": [1, 1, 1]})
+    return ctx.call("reshape", [s], {"newshape": [batch, hidden]})
+
+
 def _matmul_t(ctx, a, w):
     """``a @ w.T`` for a 2-D weight ``w``."""
     return ctx.call("matmul", [a, ctx.call("transpose", [w], {"perm": [1, 0]})])
@@ -162,51 +173,63 @@ def _recurrence(ctx, node):
     if lens is not None:
         lens = ctx.call("cast", [lens], {"dtype": "int64"})
     full_lens = lens if lens is not None else ctx.const(np.full(batch, seq, np.int64))
-    ys, hs, cs = [], [], []
-    for d in range(num_dir):
-        reverse = direction == "reverse" or d == 1
-        xd = x
-        if reverse:
-            xd = ctx.call("reverse_sequence", [x, full_lens], {"batch_axis": 1, "time_axis": 0})
-        wd, rd = _index(ctx, w, d), _index(ctx, r, d)
-        wb = rb = None
-        if b is not None:
+    lbr = kind == "GRU" and bool(node.attr("linear_before_reset", 0))
+    # the input projection of every step and direction is one GEMM, hoisted out of the time
+    # loop: X (seq, batch, input) . [W_0; W_1]^T with the foldable recurrent bias added too
+    # (all of Rb except GRU's Rbh under linear_before_reset, which is scaled by the reset gate)
+    w_all = ctx.call("reshape", [w], {"newshape": [num_dir * G * hidden, w.type.shape[2]]})
+    xw_all = _matmul_t(ctx, x, w_all)  # (seq, batch, num_dir * G * hidden)
+    rbh_of = [None] * num_dir
+    if b is not None:
+        fold = []
+        for d in range(num_dir):
             bd = _index(ctx, b, d)
             wb, rb = _slice(ctx, bd, 0, 0, G * hidden), _slice(ctx, bd, 0, G * hidden,
                                                                  2 * G * hidden)
-        xw = _add(ctx, ctx.call("matmul", [xd, ctx.call("transpose", [wd], {"perm": [1, 0]})]),
-                  wb)
+            if lbr:
+                rbh_of[d] = _slice(ctx, rb, 0, 2 * hidden, 3 * hidden)
+                rb = ctx.call("concatenate", [_slice(ctx, rb, 0, 0, 2 * hidden),
+                                              ctx.const(np.zeros(hidden, dt))], {"axis": 0})
+            fold.append(ctx.call("add", [wb, rb]))
+        xw_all = ctx.call("add", [xw_all, fold[0] if num_dir == 1 else
+                                  ctx.call("concatenate", fold, {"axis": 0})])
+    ys, hs, cs = [], [], []
+    for d in range(num_dir):
+        reverse = direction == "reverse" or d == 1
+        xw = xw_all if num_dir == 1 else _slice(ctx, xw_all, 2, d * G * hidden,
+                                                (d + 1) * G * hidden)
+        if reverse:  # the projection is per step: reversing it is reversing X
+            xw = ctx.call("reverse_sequence", [xw, full_lens], {"batch_axis": 1, "time_axis": 0})
+        rd = _index(ctx, r, d)
+        rbh = rbh_of[d]
         h = _index(ctx, h0, d) if h0 is not None else ctx.const(np.zeros((batch, hidden), dt))
         c = _index(ctx, c0, d) if c0 is not None else ctx.const(np.zeros((batch, hidden), dt))
         pd = _gates(ctx, _index(ctx, p, d), 3, hidden) if p is not None else None
         outs = []
         for t in range(seq):
-            xt = _index(ctx, xw, t)
-            hr = _matmul_t(ctx, h, rd)
+            # per step: the recurrent GEMM h . R^T alone, then the gate math as elementwise
+            # kernels that read their slices of the hoisted projection and of h . R^T directly
+            xg = [_step_gate(ctx, xw, t, k, hidden) for k in range(G)]
+            hg = _gates(ctx, _matmul_t(ctx, h, rd), G, hidden)
             f = acts[d]
             if kind == "RNN":
-                h_new = f[0](ctx, _clip(ctx, _add(ctx, xt, hr, rb), clip))
+                h_new = f[0](ctx, _clip(ctx, _add(ctx, xg[0], hg[0]), clip))
                 c_new = None
             elif kind == "GRU":
-                xz, xr, xh = _gates(ctx, xt, 3, hidden)
-                hz, hrr, hh = _gates(ctx, hr, 3, hidden)
-                rbz = rbr = rbh = None
-                if rb is not None:
-                    rbz, rbr, rbh = _gates(ctx, rb, 3, hidden)
-                z = f[0](ctx, _clip(ctx, _add(ctx, xz, hz, rbz), clip))
-                rg = f[0](ctx, _clip(ctx, _add(ctx, xr, hrr, rbr), clip))
-                if node.attr("linear_before_reset", 0):
-                    pre = _add(ctx, xh, _mul(ctx, rg, _add(ctx, hh, rbh)))
-                else:
+                z = f[0](ctx, _clip(ctx, _add(ctx, xg[0], hg[0]), clip))
+                rg = f[0](ctx, _clip(ctx, _add(ctx, xg[1], hg[1]), clip))
+                if lbr:
+                    pre = _add(ctx, xg[2], _mul(ctx, rg, _add(ctx, hg[2], rbh)))
+                else:  # Rbh is folded into the projection
                     rh = _matmul_t(ctx, _mul(ctx, rg, h), _slice(ctx, rd, 0, 2 * hidden,
                                                                  3 * hidden))
-                    pre = _add(ctx, xh, rh, rbh)
+                    pre = _add(ctx, xg[2], rh)
                 hc = f[1](ctx, _clip(ctx, pre, clip))
                 one_minus_z = ctx.call("subtract", [ctx.const(1.0, dt), z])
                 h_new = _add(ctx, _mul(ctx, one_minus_z, hc), _mul(ctx, z, h))
                 c_new = None
             else:
-                g = _gates(ctx, _add(ctx, xt, hr, rb), 4, hidden)  # i, o, f, c
+                g = [_add(ctx, xk, hk) for xk, hk in zip(xg, hg)]  # i, o, f, c
                 pi = _mul(ctx, pd[0], c) if pd else None
                 i = f[0](ctx, _clip(ctx, _add(ctx, g[0], pi), clip))
                 if node.attr("input_forget", 0):

@@ -200,7 +200,12 @@ def _recurrence(ctx, node):
                                                 (d + 1) * G * hidden)
         if reverse:  # the projection is per step: reversing it is reversing X
             xw = ctx.call("reverse_sequence", [xw, full_lens], {"batch_axis": 1, "time_axis": 0})
+        # R_d^T built once and shared by every step's GEMM: one weight (one packed copy)
+        # that stays in cache across the time loop, not a folded copy per step
         rd = _index(ctx, r, d)
+        rt = ctx.call("transpose", [rd], {"perm": [1, 0]})
+        rht = None if kind != "GRU" or lbr else \
+            ctx.call("transpose", [_slice(ctx, rd, 0, 2 * hidden, 3 * hidden)], {"perm": [1, 0]})
         rbh = rbh_of[d]
         h = _index(ctx, h0, d) if h0 is not None else ctx.const(np.zeros((batch, hidden), dt))
         c = _index(ctx, c0, d) if c0 is not None else ctx.const(np.zeros((batch, hidden), dt))
@@ -210,7 +215,7 @@ def _recurrence(ctx, node):
             # per step: the recurrent GEMM h . R^T alone, then the gate math as elementwise
             # kernels that read their slices of the hoisted projection and of h . R^T directly
             xg = [_step_gate(ctx, xw, t, k, hidden) for k in range(G)]
-            hg = _gates(ctx, _matmul_t(ctx, h, rd), G, hidden)
+            hg = _gates(ctx, ctx.call("matmul", [h, rt]), G, hidden)
             f = acts[d]
             if kind == "RNN":
                 h_new = f[0](ctx, _clip(ctx, _add(ctx, xg[0], hg[0]), clip))
@@ -221,8 +226,7 @@ def _recurrence(ctx, node):
                 if lbr:
                     pre = _add(ctx, xg[2], _mul(ctx, rg, _add(ctx, hg[2], rbh)))
                 else:  # Rbh is folded into the projection
-                    rh = _matmul_t(ctx, _mul(ctx, rg, h), _slice(ctx, rd, 0, 2 * hidden,
-                                                                 3 * hidden))
+                    rh = ctx.call("matmul", [_mul(ctx, rg, h), rht])
                     pre = _add(ctx, xg[2], rh)
                 hc = f[1](ctx, _clip(ctx, pre, clip))
                 one_minus_z = ctx.call("subtract", [ctx.const(1.0, dt), z])

@@ -92,3 +92,45 @@ def test_recurrent_layer_matches_reference(kind):
     def run(data):
         check(recurrent(data.draw, kind))
     run()
+
+
+def _lstm_model(seq: int, inp: int, hid: int, bidirectional: bool):
+    """A one-node ONNX LSTM (opset 14) with random W, R, B initializers; X (seq, 1, inp)."""
+    from onnx import TensorProto, helper, numpy_helper
+    nd = 2 if bidirectional else 1
+    r = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(r.standard_normal(s).astype(np.float32), n) for n, s in
+             (("W", (nd, 4 * hid, inp)), ("R", (nd, 4 * hid, hid)), ("B", (nd, 8 * hid)))]
+    node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y"], hidden_size=hid,
+                            direction="bidirectional" if bidirectional else "forward")
+    g = helper.make_graph([node], "lstm",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, 1, inp])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT,
+                                                         [seq, nd, 1, hid])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), inits
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_recurrent_weights_stored_once_and_few_kernels_per_step(bidirectional):
+    """The unrolled recurrence keeps one copy of W^T and of each direction's R^T (shared by
+    every step's GEMM, so it stays in cache) and at most 3 kernels per step (the recurrent
+    GEMM and two gate kernels) plus the hoisted input projection: the optimized graph's
+    constants total the initializers' bytes, not one folded copy of R per step."""
+    from ember.frontend import from_onnx
+    from ember.graph.passes import optimize
+    seq = 8
+    model, inits = _lstm_model(seq, inp=8, hid=16, bidirectional=bidirectional)
+    mod, params = from_onnx(model)
+    opt, consts = optimize(mod, "llvm", params)
+    weight_bytes = sum(_nbytes(t) for t in inits if t.name in ("W", "R"))
+    const_bytes = sum(np.asarray(v).nbytes for v in consts.values())
+    bias_bytes = _nbytes(inits[2])
+    assert weight_bytes <= const_bytes <= weight_bytes + bias_bytes
+    nd = 2 if bidirectional else 1
+    assert len(opt.main.bindings) <= 3 * seq * nd + 2 + 4 * (nd - 1)
+
+
+def _nbytes(t) -> int:
+    """Bytes of an ONNX initializer's array."""
+    from onnx import numpy_helper
+    return numpy_helper.to_array(t).nbytes

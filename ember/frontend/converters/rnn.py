@@ -1,11 +1,15 @@
 """Converters for the ONNX recurrent layers RNN, GRU and LSTM (opsets 7-22).
 
-A recurrence is unrolled over the (static) sequence length into graph operators: the input
-projection of all time steps is one ``matmul``; each step adds the recurrent ``matmul``, applies
-the gate activations and updates the hidden (and cell) state. ``sequence_lens`` masks the steps
+A recurrence is unrolled over the (static) sequence length into graph operators. The input
+projection of all time steps and both directions is one ``matmul`` hoisted out of the time loop,
+``X (seq, batch, input) . [W_0; W_1]^T`` plus ``Wb + Rb`` (all of ``Rb`` is folded in, except
+GRU's ``Rbh`` under ``linear_before_reset``, which the reset gate scales). Each step is then the
+recurrent ``matmul`` ``h . R_d^T`` (``R_d^T`` built once per direction and shared by every step, so
+the compiled model holds one packed copy that stays in cache) and the gate math, whose slices of
+the projection and of ``h . R^T`` fuse into the gate kernels: 3 kernels per LSTM step, 2 per GRU
+step (``linear_before_reset=1``). ``sequence_lens`` masks the steps
 past each batch entry's length (the state is carried, the output is 0); a reverse direction runs
-forward over the sequence reversed within each length (``reverse_sequence``). Every step is
-compiled to native kernels like any other arithmetic.
+forward over its projection reversed within each length (``reverse_sequence``).
 
 Gate order follows ONNX: RNN ``[i]``, GRU ``[z, r, h]``, LSTM ``[i, o, f, c]`` (peepholes
 ``[i, o, f]``). ``layout=1`` takes batch-major ``X``/states and returns batch-major outputs.

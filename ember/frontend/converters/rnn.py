@@ -207,8 +207,12 @@ def _recurrence(ctx, node):
         # R_d^T built once and shared by every step's GEMM: one weight (one packed copy)
         # that stays in cache across the time loop, not a folded copy per step
         rd = _index(ctx, r, d)
-        rt = ctx.call("transpose", [rd], {"perm": [1, 0]})
-        rht = None if kind != "GRU" or lbr else \
+        # (GRU without linear_before_reset: h . R^T covers only z and r; the candidate's
+        # recurrent GEMM takes r * h, so its R_h^T is a weight of its own)
+        split_h = kind == "GRU" and not lbr
+        rt = ctx.call("transpose", [_slice(ctx, rd, 0, 0, 2 * hidden) if split_h else rd],
+                      {"perm": [1, 0]})
+        rht = None if not split_h else \
             ctx.call("transpose", [_slice(ctx, rd, 0, 2 * hidden, 3 * hidden)], {"perm": [1, 0]})
         rbh = rbh_of[d]
         h = _index(ctx, h0, d) if h0 is not None else ctx.const(np.zeros((batch, hidden), dt))
@@ -219,7 +223,7 @@ def _recurrence(ctx, node):
             # per step: the recurrent GEMM h . R^T alone, then the gate math as elementwise
             # kernels that read their slices of the hoisted projection and of h . R^T directly
             xg = [_step_gate(ctx, xw, t, k, hidden) for k in range(G)]
-            hg = _gates(ctx, ctx.call("matmul", [h, rt]), G, hidden)
+            hg = _gates(ctx, ctx.call("matmul", [h, rt]), G - split_h, hidden)
             f = acts[d]
             if kind == "RNN":
                 h_new = f[0](ctx, _clip(ctx, _add(ctx, xg[0], hg[0]), clip))

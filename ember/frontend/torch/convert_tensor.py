@@ -15,12 +15,14 @@ import numpy as np
 
 from ...dtypes import np_dtype
 from ...errors import UnsupportedOpError
+from ...tir.symbolic import (DEFAULT_MAX, as_dim, as_expr, bounds_of, dim_max, dim_min,
+                             dims_equal, is_symbolic)
 from .registry import aten
 from .values import as_value, cast, is_value
 
 
 def _reshape(ctx, x, shape):
-    shape = [int(d) for d in shape]
+    shape = [d if is_symbolic(d) else int(d) for d in shape]
     if tuple(x.type.shape) == tuple(shape):
         return x
     return ctx.call("reshape", [x], {"newshape": shape})
@@ -72,20 +74,45 @@ def expand(ctx, node, x, size, implicit=False):
     return ctx.call("broadcast_to", [x], {"shape": list(node.shape)})
 
 
+def _clamp(i, n, bounds):
+    """Python-slice clamping of index ``i`` to ``[0, n]`` (``i`` or ``n`` may be symbolic:
+    a negative int counts from the end; a symbolic index is taken as non-negative, as
+    torch's guards on the exported program promise)."""
+    if not is_symbolic(i) and not is_symbolic(n):
+        return min(max(i + n if i < 0 else i, 0), n)
+    if not is_symbolic(i) and i < 0:
+        i = as_dim(as_expr(n) + i)
+    return _lesser(dim_max(i, 0, bounds), n, bounds)
+
+
+def _lesser(a, b, bounds):
+    """``min(a, b)``, decided by the bounds of ``a - b`` where they prove it (``seq - 1`` is
+    less than ``seq`` for every ``seq``, which the bounds of each alone do not show)."""
+    lo, hi = bounds_of(as_dim(as_expr(a) - as_expr(b)), bounds)
+    if hi is not None and hi <= 0:
+        return a
+    if lo is not None and lo >= 0:
+        return b
+    return dim_min(a, b, bounds)
+
+
 def _slice(ctx, x, dim, start, end, step):
     n = x.type.shape[dim]
-    start = 0 if start is None else int(start)
-    end = n if end is None else int(end)
-    start = min(max(start + n if start < 0 else start, 0), n)
-    end = min(max(end + n if end < 0 else end, 0), n)
+    start = 0 if start is None else (start if is_symbolic(start) else int(start))
+    end = n if end is None else (end if is_symbolic(end) else int(end))
+    if not is_symbolic(end) and end >= 2 ** 62:  # torch's "to the end" (INT64_MAX)
+        end = n
+    start, end = _clamp(start, n, ctx.symbol_bounds), _clamp(end, n, ctx.symbol_bounds)
     if step <= 0:
         raise UnsupportedOpError(f"slice step {step} must be positive (torch requires it)")
-    if (start, end, step) == (0, n, 1):
+    if dims_equal(start, 0) and dims_equal(end, n) and step == 1:
         return x
     b = [0] * x.type.ndim
     e = list(x.type.shape)
     s = [1] * x.type.ndim
-    b[dim], e[dim], s[dim] = start, max(end, start), int(step)
+    b[dim], e[dim], s[dim] = start, end if dims_equal(_lesser(start, end, ctx.symbol_bounds),
+                                                       start) else \
+        dim_max(end, start, ctx.symbol_bounds), int(step)
     return ctx.call("strided_slice", [x], {"begin": b, "end": e, "strides": s})
 
 
@@ -205,20 +232,45 @@ def full(ctx, node, *args, **kwargs):
         value = args[2] if kind == "new_full" else args[1]
     if is_value(value):
         raise UnsupportedOpError("a fill value computed at run time is not supported")
+    if any(is_symbolic(d) for d in node.shape):  # a scalar broadcast to the symbolic shape
+        c = ctx.const(np.asarray(value, dtype=np_dtype(node.dtype)))
+        return ctx.call("broadcast_to", [c], {"shape": list(node.shape)})
     return ctx.const(_filled(node, value))
 
 
 @aten("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
 def arange(ctx, node, *args, **kwargs):
     """``arange`` as a constant (``start, end, step`` from the arguments)."""
-    nums = [a for a in args if isinstance(a, (int, float))]
+    nums = [a for a in args if isinstance(a, (int, float)) or is_symbolic(a)]
     if len(nums) == 1:
         start, end, step = 0, nums[0], 1
     else:
         start, end = nums[0], nums[1]
         step = nums[2] if len(nums) > 2 else kwargs.get("step", 1)
+    if any(is_symbolic(a) for a in (start, end, step)):
+        return _symbolic_arange(ctx, node, start, end, step)
     vals = np.arange(start, end, step)
     return ctx.const(vals.astype(np_dtype(node.dtype)))
+
+
+def _symbolic_arange(ctx, node, start, end, step):
+    """``arange`` with a symbolic length: ``start + step * arange(hi)`` for the largest
+    length the bounds allow, sliced to the recorded symbolic length (a weight and one
+    ``strided_slice``).
+
+    Raises:
+        UnsupportedOpError: a symbolic start or step, or a length without an upper bound."""
+    if is_symbolic(start) or is_symbolic(step):
+        raise UnsupportedOpError("arange with a symbolic start or step is not supported; "
+                                 "use arange(0, n) * step + start")
+    (length,) = node.shape
+    hi = bounds_of(length, ctx.symbol_bounds)[1]
+    if hi is None or hi >= DEFAULT_MAX:
+        raise UnsupportedOpError(
+            f"arange of symbolic length {length} needs an upper bound on its symbols: give "
+            f"the Dim a max= (torch.export.Dim(name, max=...))")
+    table = ctx.const((start + step * np.arange(hi)).astype(np_dtype(node.dtype)))
+    return ctx.call("strided_slice", [table], {"begin": [0], "end": [length], "strides": [1]})
 
 
 # indexing ---------------------------------------------------------------------------------------
@@ -385,8 +437,8 @@ def getitem(ctx, node, seq, k):
 
 @aten("aten.sym_size.int")
 def sym_size(ctx, node, x, dim):
-    """A static dimension as a Python int."""
-    return int(x.type.shape[dim])
+    """A dimension (an int, or a symbolic dimension)."""
+    return x.type.shape[dim]
 
 
 @aten("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default",

@@ -20,10 +20,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ...errors import (EmberError, ModelLoadError, ShapeMismatchError, UnsupportedOpError)
+from ...errors import (EmberError, ModelLoadError, ShapeFunctionMissingError, ShapeMismatchError,
+                       UnsupportedOpError)
 from ...graph.ir import Constant, IRModule, TensorType
 from ..onnx import ImportContext
 from . import registry
+from .symbols import program_symbols
 
 #: FX targets that compute nothing at inference (assertions, metadata checks)
 _NO_OPS = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
@@ -80,8 +82,9 @@ class TorchNode:
     ``fx`` (the node), ``val`` (torch's fake output value), ``shape``/``dtype`` of a single
     tensor output, and ``where`` (the prefix of error messages, with the source line)."""
 
-    def __init__(self, fx_node):
+    def __init__(self, fx_node, symbols=None):
         self.fx = fx_node
+        self.symbols = symbols
         self.name = fx_node.name
         self.op_type = registry.overload_name(fx_node.target)
         self.outputs = [fx_node.name]
@@ -95,11 +98,27 @@ class TorchNode:
 
     @property
     def shape(self) -> tuple:
-        return tuple(int(d) for d in self.val.shape)
+        """The recorded output shape: ints, or ``tir`` expressions for symbolic sizes."""
+        return shape_of(self.val, self.symbols)
 
     @property
     def dtype(self) -> str:
         return torch_dtype_name(self.val.dtype)
+
+
+def shape_of(val, symbols=None) -> tuple:
+    """Dimensions of a fake tensor: ints, or (with ``symbols``, a ``TorchSymbols``) ember
+    symbolic dimensions for its ``SymInt`` sizes."""
+    if symbols is None:
+        return tuple(int(d) for d in val.shape)
+    return tuple(symbols.dim(d) for d in val.shape)
+
+
+def _is_sym_scalar(n) -> bool:
+    """True for an FX node computing a symbolic size or predicate (``sym_size``, ``s0 * s1``,
+    ``s1 >= 2``): its value is the expression torch recorded, not a kernel."""
+    import torch
+    return isinstance(n.meta.get("val"), (torch.SymInt, torch.SymBool))
 
 
 def _static_type(val, what: str) -> TensorType:
@@ -160,7 +179,7 @@ def data_dependent_error(nodes: Sequence) -> UnsupportedOpError:
 def unsupported_nodes(graph) -> list:
     """The ``call_function`` nodes of an FX graph that have no converter."""
     return [n for n in graph.nodes if n.op == "call_function"
-            and registry.overload_name(n.target) not in _NO_OPS
+            and registry.overload_name(n.target) not in _NO_OPS and not _is_sym_scalar(n)
             and registry.lookup(n.target) is None]
 
 
@@ -185,16 +204,21 @@ def unsupported_error(nodes: Sequence) -> UnsupportedOpError:
     return err
 
 
-def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str] | None = None
-                          ) -> tuple[IRModule, dict[str, np.ndarray]]:
+def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str] | None = None,
+                          dynamic_shapes=None) -> tuple[IRModule, dict[str, np.ndarray]]:
     """Import a ``torch.export.ExportedProgram`` into the graph IR.
 
     Args:
-        ep: ``torch.export.export(module, args)``; its user inputs must have static shapes.
+        ep: ``torch.export.export(module, args, dynamic_shapes=...)``. Symbolic sizes
+            (``torch.export.Dim``) become ember symbols with the bounds of
+            ``ep.range_constraints`` (``main.attrs["symbol_bounds"]``; docs/torch.md).
         decompose: run ``ep.run_decompositions()`` first (the core ATen set the converters
             cover); pass ``False`` only for a program that is already decomposed.
         input_names: names of the function's parameters for the user inputs, in order
             (default: the exported placeholders' names, which are ``forward``'s argument names).
+        dynamic_shapes: the spec the program was exported with; only used to name the
+            symbols after their ``Dim``s (``Dim("seq")`` -> ``seq``; without it, an input
+            axis's symbol is ``<input>_d<axis>``).
     Returns:
         ``(mod, params)``: ``mod["main"]`` takes the tensor user inputs, then the weights;
         ``params`` maps weight names (the parameters' and buffers' qualified names, e.g.
@@ -206,8 +230,10 @@ def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str]
             nodes' source lines); one listing the operators whose output shape depends on
             run-time values (boolean-mask indexing); a buffer or input the program mutates; a converter's
             unsupported argument form (naming the node).
-        ShapeMismatchError: a symbolic input dimension (``torch.export.Dim``; not supported
-            yet), or a converter whose result disagrees with torch's recorded shape/dtype.
+        ShapeMismatchError: a converter whose result disagrees with torch's recorded
+            shape/dtype.
+        ShapeFunctionMissingError: symbolic sizes reach operators without a symbolic shape
+            function (every such operator listed, with ``ember.register_shape_func``).
     """
     import torch
     from torch.export import ExportedProgram
@@ -235,16 +261,26 @@ def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str]
     ctx = ImportContext({})
     env: dict = {}
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    user_inputs = []
+    for n, spec in zip(placeholders, sig.input_specs):
+        if spec.kind == InputKind.USER_INPUT and isinstance(n.meta.get("val"), torch.Tensor):
+            k = len(user_inputs)
+            name = input_names[k] if input_names is not None and k < len(input_names) else n.name
+            user_inputs.append((name, n.name, n.meta["val"]))
+    symbols = program_symbols(ep, user_inputs, dynamic_shapes) if ep.range_constraints \
+        else None
+    if symbols is not None:
+        ctx.symbol_bounds = symbols.bounds
     user_k = 0
     for n, spec in zip(placeholders, sig.input_specs):
         if spec.kind == InputKind.USER_INPUT:
             val = n.meta.get("val")
             if isinstance(val, torch.Tensor):
-                name = n.name
-                if input_names is not None and user_k < len(input_names):
-                    name = input_names[user_k]
+                name = user_inputs[user_k][0]
                 user_k += 1
-                env[n] = ctx.fb.param(name, _static_type(val, f"input {name!r}"))
+                ty = _static_type(val, f"input {name!r}") if symbols is None else \
+                    TensorType(shape_of(val, symbols), torch_dtype_name(val.dtype))
+                env[n] = ctx.fb.param(name, ty)
             else:  # an int/float argument: specialized into the program by export
                 env[n] = val
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -260,7 +296,9 @@ def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str]
             raise UnsupportedOpError(f"program input {n.name!r} of kind {spec.kind.name} "
                                      f"(script objects, effect tokens) is not supported",
                                      node=n.name)
-    _convert_nodes(ctx, graph, env)
+    _convert_nodes(ctx, graph, env, symbols)
+    if ctx.missing_shape_funcs:
+        raise ShapeFunctionMissingError(ctx.missing_shape_funcs)
     out_node = next(n for n in graph.nodes if n.op == "output")
     flat = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) \
         else [out_node.args[0]]
@@ -277,18 +315,25 @@ def from_exported_program(ep, decompose: bool = True, input_names: Sequence[str]
         names.append(spec.arg.name)
     func = ctx.fb.finish(outputs)
     func.attrs["output_names"] = names
+    if symbols is not None and symbols.used:
+        func.attrs["symbol_bounds"] = symbols.symbol_bounds()
     return IRModule.from_function(func), ctx.params
 
 
-def _convert_nodes(ctx, graph, env) -> None:
-    """Convert every ``call_function`` node of ``graph`` in order, filling ``env``."""
+def _convert_nodes(ctx, graph, env, symbols=None) -> None:
+    """Convert every ``call_function`` node of ``graph`` in order, filling ``env`` (a
+    symbolic size node gets the dimension expression torch recorded for it)."""
     import torch
     for n in graph.nodes:
         if n.op != "call_function":
             continue
-        view = TorchNode(n)
+        view = TorchNode(n, symbols)
         if view.op_type in _NO_OPS:
             env[n] = None
+            continue
+        if _is_sym_scalar(n):
+            v = n.meta["val"]
+            env[n] = symbols.dim(v) if isinstance(v, torch.SymInt) and symbols else None
             continue
         conv = registry.lookup(n.target)
         args = torch.fx.node.map_arg(n.args, lambda a: env[a])
@@ -312,14 +357,17 @@ def _convert_nodes(ctx, graph, env) -> None:
 
 
 def _check(view: TorchNode, out) -> None:
-    """Compare converter outputs with torch's recorded values (shape, dtype)."""
+    """Compare converter outputs with torch's recorded values (shape, dtype; symbolic
+    dimensions by their normal forms)."""
     import torch
+    from ...tir.symbolic import dims_equal
     vals = view.val if isinstance(view.val, (list, tuple)) else [view.val]
     outs = out if isinstance(out, (list, tuple)) else [out]
     for k, (o, v) in enumerate(zip(outs, vals)):
         if o is None or not isinstance(v, torch.Tensor) or not hasattr(o, "type"):
             continue
-        want = TensorType(tuple(int(d) for d in v.shape), torch_dtype_name(v.dtype))
-        if tuple(o.type.shape) != want.shape or o.type.dtype != want.dtype:
+        want = TensorType(shape_of(v, view.symbols), torch_dtype_name(v.dtype))
+        if len(o.type.shape) != len(want.shape) or o.type.dtype != want.dtype or not all(
+                dims_equal(a, b) for a, b in zip(o.type.shape, want.shape)):
             raise ShapeMismatchError(f"{view.where}output {k} converts to {o.type}, torch "
                                      f"computes {want} (a converter bug: please report it)")

@@ -41,8 +41,9 @@ def _export_hint(e: BaseException) -> str:
     return "\n".join(lines[:12]) + ("\n..." if len(lines) > 12 else "")
 
 
-def export_module(module, example_inputs: tuple):
-    """``torch.export.export(module, example_inputs)`` under ``torch.no_grad()``.
+def export_module(module, example_inputs: tuple, dynamic_shapes=None):
+    """``torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)`` under
+    ``torch.no_grad()``.
 
     Raises:
         TorchExportError: export could not trace the module (torch's message kept, with what
@@ -52,7 +53,7 @@ def export_module(module, example_inputs: tuple):
     import torch
     try:
         with torch.no_grad():
-            return torch.export.export(module, example_inputs)
+            return torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
     except Exception as e:
         raise TorchExportError(
             f"torch.export could not trace {type(module).__name__}.forward with the given "
@@ -80,14 +81,18 @@ def compile_module(module, example_inputs, target="llvm", dynamic_shapes=None):
         module: the module, normally in ``eval()`` mode.
         example_inputs: a tuple of tensors (a single tensor is accepted) fixing the input
             shapes and dtypes.
-        dynamic_shapes: not supported yet (symbolic dimensions need ember's dynamic-shapes
-            support); must be ``None``.
+        dynamic_shapes: torch's own spec, passed to ``torch.export.export``
+            (``{"x": {0: Dim("batch", min=1, max=8), 1: Dim("seq", max=128)}}``): those
+            sizes become ember symbols named after the Dims, with their bounds, and the model
+            compiles once for every size within them (docs/torch.md).
     Returns:
         a ``CompiledModel`` whose ``input_names`` are ``forward``'s parameter names, whose
         ``run`` takes NumPy arrays and returns the flattened outputs as NumPy arrays.
     Raises:
         InputError: no ``example_inputs``.
-        ShapeMismatchError: ``dynamic_shapes`` given.
+        ShapeMismatchError: ``dynamic_shapes`` for a TorchScript module; at run time, sizes
+            outside a Dim's bounds or contradicting a symbol (naming the input and symbol).
+        ShapeFunctionMissingError: symbolic sizes reach operators without a shape function.
         TorchExportError: torch could not capture the module.
         UnsupportedOpError: the module's unsupported operators, all in one error.
     """
@@ -95,19 +100,19 @@ def compile_module(module, example_inputs, target="llvm", dynamic_shapes=None):
     from ...driver import build
     from ...target import Target
     args = _as_tuple(example_inputs)
-    if dynamic_shapes is not None:
-        raise ShapeMismatchError(
-            "dynamic_shapes= (torch.export.Dim) is not supported yet: ember compiles static "
-            "shapes only until symbolic dimensions land; compile once per input shape")
     target = Target(target)
     if isinstance(module, torch.jit.ScriptModule):
+        if dynamic_shapes is not None:
+            raise ShapeMismatchError(
+                "dynamic_shapes= (torch.export.Dim) needs torch.export, which cannot take a "
+                "torch.jit.ScriptModule: compile the eager module instead")
         return _compile_script(module, args, target)
     from .importer import from_exported_program
-    ep = export_module(module, args)
+    ep = export_module(module, args, dynamic_shapes)
     n_tensors = sum(isinstance(a, torch.Tensor) for a in args)
     names = forward_arg_names(module, len(args))
     names = [n for n, a in zip(names, args) if isinstance(a, torch.Tensor)][:n_tensors]
-    mod, params = from_exported_program(ep, input_names=names)
+    mod, params = from_exported_program(ep, input_names=names, dynamic_shapes=dynamic_shapes)
     del ep
     compiled = build(mod, target, params, _consume_params=True)
     compiled.info.update(executor="static", frontend="torch.export")

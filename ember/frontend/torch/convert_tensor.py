@@ -135,6 +135,9 @@ def select(ctx, node, x, dim, index):
     """``x[..., index, ...]``: the slice at ``index`` along ``dim``, that dim removed."""
     dim = dim % x.type.ndim
     n = x.type.shape[dim]
+    if is_symbolic(n) or is_symbolic(index):  # in range: torch's guards on the export
+        i = as_dim(as_expr(n) + index) if not is_symbolic(index) and index < 0 else index
+        return _reshape(ctx, _slice(ctx, x, dim, i, as_dim(as_expr(i) + 1), 1), node.shape)
     if not -n <= index < n:
         raise UnsupportedOpError(f"select index {index} is out of range for size {n}")
     i = index % n

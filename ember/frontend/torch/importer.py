@@ -340,20 +340,31 @@ def _convert_nodes(ctx, graph, env, symbols=None) -> None:
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
         ctx.node = view
         try:
-            out = conv(ctx, view, *args, **kwargs)
-        except EmberError as e:
-            msg = str(e)
-            if view.where not in msg:
-                msg = view.where + msg
-            err = UnsupportedOpError(msg, op=view.op_type, node=view.name) \
-                if isinstance(e, UnsupportedOpError) else type(e)(msg)
-            raise err from None
-        except Exception as e:  # a converter's bug on an argument form it did not foresee
-            raise UnsupportedOpError(f"{view.where}the converter failed on this argument form "
-                                     f"({type(e).__name__}: {e}); {REGISTER_HINT}",
-                                     op=view.op_type, node=view.name) from e
-        _check(view, out)
+            out = _call_converter(ctx, view, conv, args, kwargs)
+        except Exception:
+            if ctx.missing_shape_funcs:  # placeholder types after an op without one
+                raise ShapeFunctionMissingError(ctx.missing_shape_funcs) from None
+            raise
+        if not ctx.missing_shape_funcs:
+            _check(view, out)
         env[n] = out
+
+
+def _call_converter(ctx, view, conv, args, kwargs):
+    """``conv(ctx, view, *args, **kwargs)`` with its errors named after the node."""
+    try:
+        return conv(ctx, view, *args, **kwargs)
+    except EmberError as e:
+        msg = str(e)
+        if view.where not in msg:
+            msg = view.where + msg
+        err = UnsupportedOpError(msg, op=view.op_type, node=view.name) \
+            if isinstance(e, UnsupportedOpError) else type(e)(msg)
+        raise err from None
+    except Exception as e:  # a converter's bug on an argument form it did not foresee
+        raise UnsupportedOpError(f"{view.where}the converter failed on this argument form "
+                                 f"({type(e).__name__}: {e}); {REGISTER_HINT}",
+                                 op=view.op_type, node=view.name) from e
 
 
 def _check(view: TorchNode, out) -> None:

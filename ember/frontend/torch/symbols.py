@@ -88,6 +88,16 @@ class TorchSymbols:
         return {n: list(self.bounds.get(n, (0, None))) for n in sorted(self.used)}
 
 
+def _finite(v):
+    """An ``int`` of a sympy range bound, ``None`` for torch's ``int_oo`` / sympy's ``oo``
+    (``int_oo.is_finite`` is true, so it is compared by identity)."""
+    import sympy
+    from torch.utils._sympy.numbers import int_oo
+    if v is None or v in (int_oo, -int_oo, sympy.oo, -sympy.oo):
+        return None
+    return int(v)
+
+
 def _spec_of(dynamic_shapes, k: int, name: str):
     if dynamic_shapes is None:
         return None
@@ -136,8 +146,6 @@ def program_symbols(ep, inputs: Sequence[tuple], dynamic_shapes=None) -> TorchSy
     bounds: dict[str, tuple] = {}
     for s, vr in getattr(ep, "range_constraints", {}).items():
         n = names.get(str(s), str(s))
-        lo, hi = vr.lower, vr.upper
-        lo = int(lo) if getattr(lo, "is_finite", True) and lo is not None else 0
-        hi = int(hi) if getattr(hi, "is_finite", True) and hi is not None else None
-        bounds[n] = (max(lo, 0), hi)
+        lo, hi = _finite(vr.lower), _finite(vr.upper)
+        bounds[n] = (max(lo or 0, 0), hi)
     return TorchSymbols(names, bounds)

@@ -485,8 +485,8 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     naming symbols (``("batch", "seq")``) do the same for those inputs. Static executor.
 
     A ``torch.nn.Module`` (or ``torch.jit.ScriptModule``) is compiled by the PyTorch frontend
-    with ``example_inputs=(x, ...)`` fixing its input shapes (``dynamic_shapes`` is not
-    supported yet and raises ``ShapeMismatchError``); see ``docs/torch.md``.
+    with ``example_inputs=(x, ...)`` fixing its input shapes; ``dynamic_shapes=`` (torch's
+    ``torch.export.Dim`` spec) compiles it once for symbolic sizes; see ``docs/torch.md``.
 
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError;

@@ -75,6 +75,7 @@ def test_bert_encoder_dynamic_batch_and_seq():
                "attention_mask": np.ones((1, 33), np.int64)})
 
 
+@pytest.mark.slow(reason="a second whole-model symbolic compile (GPT-2-style, ~8 s)")
 def test_gpt2_decoder_dynamic_seq_sliced_buffer():
     m, (ids,) = tm.gpt2(seq=8, batch=2)  # pos buffer sliced to seq, causal attention
     c = ember.compile(m, example_inputs=(ids,),

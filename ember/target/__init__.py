@@ -21,7 +21,9 @@ GPU kinds (see docs/gpu.md):
 
 GPU options override attributes: ``-max_threads_per_block=N``, ``-max_shared_memory_per_block=
 BYTES``, ``-thread_warp_size=N``, ``-max_num_blocks=N`` (workgroups per grid dimension),
-``-arch=sm_XX``, ``-l2_cache_size_bytes=BYTES``.
+``-arch=sm_XX``, ``-l2_cache_size_bytes=BYTES``, ``-max_storage_buffer_binding_size=BYTES`` (the
+largest tensor one kernel binding may hold; webgpu: 134,217,728, the WebGPU spec's default
+maxStorageBufferBindingSize; dense weights above it are split by the ``SplitDense`` graph pass).
 
 Accelerator kind (see docs/npu.md): ``Target("npu")`` is the VTA-class NPU of ``ember.npu`` with
 its default hardware description (``ember/npu/configs/default.json``), ``Target("npu
@@ -43,13 +45,14 @@ NPU_KINDS = {"npu"}
 # attribute defaults per GPU kind: WebGPU's from the WebGPU spec's "limits" defaults
 GPU_DEFAULTS: dict[str, dict] = {
     "webgpu": {"max_threads_per_block": 256, "max_shared_memory_per_block": 16384,
-               "thread_warp_size": 1, "max_num_blocks": 65535},
+               "thread_warp_size": 1, "max_num_blocks": 65535,
+               "max_storage_buffer_binding_size": 134217728},
     "cuda": {"arch": "sm_75", "max_threads_per_block": 1024,
              "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
              "max_num_blocks": 65535, "l2_cache_size_bytes": 4 * 1024 * 1024},
 }
 _INT_ATTRS = ("max_threads_per_block", "max_shared_memory_per_block", "thread_warp_size",
-              "max_num_blocks", "l2_cache_size_bytes")
+              "max_num_blocks", "l2_cache_size_bytes", "max_storage_buffer_binding_size")
 
 
 class Target:

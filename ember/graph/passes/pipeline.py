@@ -61,6 +61,12 @@ PIPELINES["cuda"] = [n for n in PIPELINES["llvm"] if n not in (
 # micro-kernel calls): ember/graph/passes/decompose_attention.py
 for _kind in ("webgpu", "cuda"):
     PIPELINES[_kind].insert(PIPELINES[_kind].index("SimplifyInference"), "DecomposeAttention")
+# both: dense weights over one storage-buffer binding split along the output features, after
+# the last FoldConstant (weights are constants, CombineParallelDense has run) and before
+# FuseOps: ember/graph/passes/split_dense.py (budget: the target's
+# max_storage_buffer_binding_size or the SplitDense.max_weight_bytes config)
+for _kind in ("webgpu", "cuda"):
+    PIPELINES[_kind].insert(PIPELINES[_kind].index("EliminateDeadCode"), "SplitDense")
 
 
 def pipeline_names(target="llvm") -> list[str]:

@@ -112,6 +112,12 @@ def current_chooser():
     return _CHOOSER.get()
 
 
+def current_target() -> str:
+    """The build's target string installed by ``algorithm_scope`` ("" when unknown); passes
+    that size their rewrites by the target (``SplitDense``) read it."""
+    return _TARGET.get()
+
+
 def conv_workload(call, out_type) -> list:
     """``[op, attrs, [input types], [output type]]`` (types as ``[shape, dtype]``; JSON-able)
     of a qualifying convolution ``call`` (data and weight only: a bias is added after either
@@ -190,4 +196,5 @@ def WinogradConv(func, mod, ctx):
 
 
 __all__ = ["WinogradConv", "winograd_function", "choose_tile", "padded_rows", "WINOGRAD_TILE",
-           "algorithm_scope", "conv_workload", "default_tile", "current_chooser"]
+           "algorithm_scope", "conv_workload", "default_tile", "current_chooser",
+           "current_target"]

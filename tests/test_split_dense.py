@@ -121,3 +121,29 @@ def test_split_dense_on_webgpu_matches_onnxruntime(kw):
     if kw.get("relu", True):
         ref = np.maximum(ref, 0)
     assert_close(got, ref, 1e-4, 1e-5, "split dense vs numpy")
+
+
+@needs_adapter
+def test_chunks_over_the_adapters_real_limit_still_raise(monkeypatch):
+    from ember.errors import DeviceError
+    from ember.runtime import webgpu as rt
+    adapter, device = rt.get_device()
+
+    def with_limit(n):
+        class SmallDevice:  # the real device with a smaller max-storage-buffer-binding-size
+            limits = dict(device.limits, **{"max-storage-buffer-binding-size": n})
+
+            def __getattr__(self, name):
+                return getattr(device, name)
+        monkeypatch.setattr(rt, "get_device", lambda: (adapter, SmallDevice()))
+
+    model = dense_model()  # 12,800-byte weight, chunks of 3,328 bytes at a 4,096-byte budget
+    target = "webgpu -max_storage_buffer_binding_size=4096"
+    with_limit(2048)
+    with pytest.raises(DeviceError, match=r"of node .*nn\.gemm.* above the adapter's "
+                                          r"max-storage-buffer-binding-size=2048"):
+        ember.compile(model, target=target)
+    with_limit(8192)
+    x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+    got = ember.compile(model, target=target).run({"x": x})[0]
+    assert_close(got, _ort(model, {"x": x}), 1e-4, 1e-5, "split under the adapter's limit")

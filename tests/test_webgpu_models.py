@@ -222,13 +222,6 @@ def test_light_models_match_onnxruntime(name):
     rng = np.random.default_rng(0)
     feeds = {k: rng.standard_normal(v.shape).astype(np.float32)
              for k, v in default_model_input(m).items()}
-    from ember.runtime.webgpu import get_device
-    limit = get_device()[1].limits["max-storage-buffer-binding-size"]
-    if max(numpy_helper.to_array(t).nbytes for t in m.graph.initializer) > limit:
-        # AlexNet, VGG-19, ZFNet-512 on lavapipe (128 MiB): their first classifier weight
-        # does not fit one binding; the refusal names the node and the limit
-        with pytest.raises(DeviceError, match=r"of node .* above the adapter's "
-                                              r"max-storage-buffer-binding-size"):
-            ember.compile(m, target="webgpu")
-        return
+    # AlexNet, VGG-19, ZFNet-512: their first classifier weight (151-411 MB) is over lavapipe's
+    # 128 MiB max-storage-buffer-binding-size; SplitDense splits it into output-feature chunks
     check_model(m, feeds)

@@ -138,8 +138,10 @@ class WebGPUModel:
                                   + (f" of {' and '.join(users)}" if users else "")
                                   + f" takes {storage_nbytes(s)} bytes, above the adapter's "
                                   f"max-storage-buffer-binding-size={max_bind} "
-                                  f"({self.info['adapter']}); use smaller shapes or the CPU "
-                                  f"target")
+                                  f"({self.info['adapter']}); use smaller shapes, the CPU "
+                                  f"target, or (a dense weight) the target "
+                                  f"'webgpu -max_storage_buffer_binding_size={max_bind}' so "
+                                  f"that the SplitDense pass splits it")
         usage = (wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
                  | wgpu.BufferUsage.COPY_SRC)
         self.where: dict[int, tuple] = {}  # slot -> (buffer name, offset)

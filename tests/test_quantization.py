@@ -279,3 +279,55 @@ def test_residual_and_max_pool_stay_int8_and_match_onnxruntime(tmp_path):
         assert np.abs(got - want).max() <= step * 1.001
         for o in others:
             np.testing.assert_array_equal(o.run(x)[0], got)
+
+
+def qdq_reference(path, x):
+    """onnxruntime with its graph optimizations off: the QDQ graph as written (Q/DQ in float),
+    the ONNX semantics of the model."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, x)
+
+
+def test_onnxruntime_qdq_bert_encoder_dense_layers_run_int8(tmp_path):
+    """A 1-layer BERT encoder quantized by onnxruntime (QDQ, per channel): the six dense
+    layers and the pooler run on qnn.conv2d, and both outputs (DequantizeLinear of the last
+    LayerNorm; Tanh of the dequantized pooler, 1-Lipschitz) are within one output step of the
+    QDQ graph's float semantics."""
+    from ember.testing.models import bert_encoder, bert_inputs
+    model = bert_encoder(num_layers=1, hidden=64, heads=4, seq=16, vocab=100)
+    cal = [bert_inputs(model, seed=s) for s in range(4)]
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(cal)
+
+        def get_next(self):
+            return next(self.it, None)
+    src, dst = tmp_path / "b.onnx", tmp_path / "b.qdq.onnx"
+    onnx.save(model, src)
+    quantization.quantize_static(str(src), str(dst), Reader(),
+                                 quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    q = onnx.load(dst)
+    inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    prod = {o: n for n in q.graph.node for o in n.output}
+    steps = []
+    for out in q.graph.output:
+        n = prod[out.name]
+        while n.op_type in ("Identity", "Tanh"):
+            n = prod[n.input[0]]
+        assert n.op_type == "DequantizeLinear"
+        steps.append(float(inits[n.input[1]]))
+    m = ember.compile(str(dst))
+    assert int8_steps(m) == 7  # Q, K, V, attention output, FFN in, FFN out, pooler
+    for seed in (7, 8):
+        x = bert_inputs(model, seed=seed, pad=seed - 5)
+        for got, want, step in zip(m.run(x), qdq_reference(str(dst), x), steps):
+            assert np.abs(got - want).max() <= step * 1.001
+
+
+def test_calibrated_quantize_other_than_int8_names_bf16():
+    with pytest.raises(QuantizationError, match="bf16"):
+        ember.compile(small_cnn(), quantize="int4", calibration=feeds(1))

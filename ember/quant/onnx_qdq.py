@@ -180,7 +180,9 @@ def compile_quantized(model, target, shapes, quantize: str, calibration, calibra
     from ..frontend.onnx import from_onnx, load_model
     from .ptq import quantize_with_report
     if quantize != "int8":
-        raise QuantizationError(f"quantize={quantize!r}: only 'int8' is implemented")
+        raise QuantizationError(f"quantize={quantize!r}: calibrated quantization is 'int8' "
+                                f"only; bf16 (no calibration) is ember.compile(model, "
+                                f"quantize='bf16')")
     if calibration is None:
         raise QuantizationError("quantize='int8' needs calibration= (an iterable of input "
                                 "dicts, or an .npz file / directory of them)")

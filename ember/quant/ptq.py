@@ -183,7 +183,8 @@ def quantize_with_report(mod: IRModule, params: Mapping[str, np.ndarray], calibr
     127``) instead of asymmetric uint8: the NPU target's form (docs/npu.md)."""
     if dtype != "int8":
         raise QuantizationError(f"dtype={dtype!r}: only 'int8' post-training quantization is "
-                                f"implemented (bf16 is not)")
+                                f"implemented; bf16 needs no calibration: ember.compile(model, "
+                                f"quantize='bf16')")
     if calibrate not in METHODS:
         raise QuantizationError(f"calibrate={calibrate!r}: use one of {METHODS}")
     params = dict(params or {})

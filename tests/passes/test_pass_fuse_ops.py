@@ -215,3 +215,20 @@ def @main(%x: {T}, %w: Tensor[(2, 2, 3, 3), float32], %b: Tensor[(2,), float32],
     x["v"] = np.abs(x["v"]) + 0.1
     got = ember.build(mod, params={}).run(x)[0]
     np.testing.assert_allclose(got, run_reference(mod, x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_far_dominator_does_not_hit_the_recursion_limit():
+    """A value read at the start and the end of a 1500-op chain (as a 12-layer QDQ BERT's
+    attention mask is): its post-dominator lies 1500 bindings away; the partition walks it
+    with explicit stacks and still caps groups at max_depth (256)."""
+    t = "Tensor[(4,), float32]"
+    lines = [f"  %0 = nn.relu(%x) : {t}"]
+    for i in range(1, 1501):  # an even number of negations
+        lines.append(f"  %{i} = negative(%{i - 1}) : {t}")
+    lines.append(f"  %1501 = add(%1500, %0) : {t}")
+    text = f"def @main(%x: {t}) {{\n" + "\n".join(lines) + "\n  return %1501\n}"
+    mod = IRModule.from_text(text)
+    x = {"x": np.linspace(-2, 2, 4).astype(np.float32)}
+    out = FuseOps()(mod)
+    assert 6 <= len(out.main.bindings) <= 12  # 1501 ops in groups of at most 256
+    np.testing.assert_array_equal(run_reference(out, x)[0], np.maximum(x["x"], 0) * 2)

@@ -165,49 +165,48 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
     dom = post_dominators(nodes)
     g = _Groups(nodes)
 
+    # the walks below use explicit stacks: a dominator sink can lie hundreds of bindings
+    # away (a 12-layer QDQ BERT), past Python's recursion limit
     def check_path(src, sink, fcond):
-        seen = set()
-
-        def visit(k):
+        seen, stack = set(), [c for c, _ in nodes[src].outputs]
+        while stack:
+            k = stack.pop()
             if k in seen:
-                return True
+                continue
             seen.add(k)
             if not fcond(g.pattern[g.find(k)], k == sink):
                 return False
-            if k == sink:
-                return True
-            return all(visit(c) for c, _ in nodes[k].outputs)
-        return all(visit(c) for c, _ in nodes[src].outputs)
+            if k != sink:
+                stack.extend(c for c, _ in nodes[k].outputs)
+        return True
 
     def commit(src, sink):
         target = sink
         seen = set()
 
-        def visit(k):
+        stack = [src]
+        while stack:
+            k = stack.pop()
             if k == sink or k in seen:
-                return
+                continue
             seen.add(k)
             g.merge(k, target)
-            for c, _ in nodes[k].outputs:
-                visit(c)
-        visit(src)
+            stack.extend(c for c, _ in nodes[k].outputs)
 
     def group_size_with(src, sink):
+        """Size of the group ``src .. sink`` would make (stops counting past max_depth)."""
         seen, total = set(), g.size[g.find(sink)]
-
-        def visit(k):
-            nonlocal total
+        roots_seen, stack = {g.find(sink)}, [src]
+        while stack and total <= max_depth:
+            k = stack.pop()
             if k == sink or k in seen:
-                return
+                continue
             seen.add(k)
             r = g.find(k)
             if r not in roots_seen:
                 roots_seen.add(r)
                 total += g.size[r]
-            for c, _ in nodes[k].outputs:
-                visit(c)
-        roots_seen = {g.find(sink)}
-        visit(src)
+            stack.extend(c for c, _ in nodes[k].outputs)
         return total
 
     for phase in (0, 1):

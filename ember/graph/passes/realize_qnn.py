@@ -155,10 +155,13 @@ class QnnConvCallback(PatternCallback):
             return m.emit("qnn.conv2d", [xq] + consts, attrs)
         attrs["layout"] = "rows"
         lead = tuple(xq.type.shape[:-1])
-        x2 = xq if xq.type.ndim == 2 else m.emit("reshape", [xq], {"newshape": [-1, k]})
+        if xq.type.ndim != 2 and not all(isinstance(d, (int, np.integer)) for d in lead):
+            return None  # symbolic leading dims: keep the QDQ form
+        rows = int(np.prod(lead, dtype=np.int64))  # reshape wants resolved dims, not -1
+        x2 = xq if xq.type.ndim == 2 else m.emit("reshape", [xq], {"newshape": [rows, k]})
         y = m.emit("qnn.conv2d", [x2] + consts, attrs)
-        return y if xq.type.ndim == 2 else m.emit("reshape", [y], {"newshape": list(lead) +
-                                                                   [cout]})
+        return y if xq.type.ndim == 2 else m.emit("reshape", [y], {"newshape": [int(d) for d in lead]
+                                                                   + [cout]})
 
 
 def realize_qnn_function(func, requantize: str = "float"):

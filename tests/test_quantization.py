@@ -331,3 +331,37 @@ def test_onnxruntime_qdq_bert_encoder_dense_layers_run_int8(tmp_path):
 def test_calibrated_quantize_other_than_int8_names_bf16():
     with pytest.raises(QuantizationError, match="bf16"):
         ember.compile(small_cnn(), quantize="int4", calibration=feeds(1))
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+@pytest.mark.parametrize("dtype", [TensorProto.UINT8, TensorProto.INT8])
+def test_fused_qdq_elementwise_kernels_equal_onnxruntime(isa, dtype):
+    """An 8-bit -> 8-bit fused elementwise chain (dequantize, divide, quantize, dequantize,
+    divide, quantize: what QDQ models put between int8 layers) prints as vector code (8-bit
+    loads widened to float32 lanes, the requantize-dequantize round trip, 8-bit stores) with a
+    scalar remainder; bit-exact with onnxruntime's float QDQ execution on every ISA."""
+    target = ember.Target(f"llvm -isa={isa}")
+    if target.isa != isa:
+        pytest.skip(f"this machine / compiler cannot run {isa} code")
+    n = 1000  # not a multiple of the vector width: the scalar remainder runs too
+    np_t = np.uint8 if dtype == TensorProto.UINT8 else np.int8
+    zp = 128 if dtype == TensorProto.UINT8 else 3
+    init = [numpy_helper.from_array(np.array(v, t), name) for name, v, t in
+            [("s0", 0.05, np.float32), ("z0", zp, np_t), ("s1", 0.03, np.float32),
+             ("z1", zp - 5, np_t), ("s2", 0.021, np.float32), ("z2", zp + 2, np_t),
+             ("c1", 0.7, np.float32), ("c2", -1.9, np.float32)]]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s0", "z0"], ["a"]),
+             helper.make_node("Div", ["a", "c1"], ["b"]),
+             helper.make_node("QuantizeLinear", ["b", "s1", "z1"], ["bq"]),
+             helper.make_node("DequantizeLinear", ["bq", "s1", "z1"], ["c"]),
+             helper.make_node("Div", ["c", "c2"], ["d"]),
+             helper.make_node("QuantizeLinear", ["d", "s2", "z2"], ["y"])]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", dtype, [1, n])],
+                          [helper.make_tensor_value_info("y", dtype, [1, n])], init)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    info = np.iinfo(np_t)
+    x = {"x": np.random.default_rng(0).integers(info.min, info.max + 1, (1, n)).astype(np_t)}
+    got = ember.compile(model, target=f"llvm -isa={isa}").run(x)[0]
+    want = qdq_reference(model.SerializeToString(), x)[0]
+    np.testing.assert_array_equal(got, want)

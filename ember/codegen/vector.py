@@ -20,6 +20,23 @@ from ..tir.stmt import For, Seq, Store
 _FLOATS = ("float32", "bfloat16")  # bfloat16 values: float32 lanes, rounded where the IR rounds
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_INT8 = {"uint8": "ember_u8x", "int8": "ember_s8x"}  # vector type prefixes (unaligned)
+
+
+def _is_clamped(e: Expr, dtype: str) -> bool:
+    """True when float32 ``e`` is ``min(max(v, lo), hi)`` (either order) with constant bounds
+    inside ``dtype``'s range, so converting it to ``dtype`` cannot overflow."""
+    lo_hi = {"uint8": (0, 255), "int8": (-128, 127)}[dtype]
+    if not (isinstance(e, BinOp) and e.op in ("min", "max") and isinstance(e.b, Const)):
+        return False
+    inner = e.a
+    if not (isinstance(inner, BinOp) and inner.op in ("min", "max") and inner.op != e.op
+            and isinstance(inner.b, Const)):
+        return False
+    bounds = sorted((float(e.b.value), float(inner.b.value)))
+    return lo_hi[0] <= bounds[0] and bounds[1] <= lo_hi[1]
+
+
 _CALLS = {"exp", "tanh", "erf", "sigmoid", "sqrt", "log", "abs", "floor", "ceil", "round",
           "trunc"}
 
@@ -63,6 +80,8 @@ def vector_types(lanes: int) -> str:
         f"typedef float {f} __attribute__((vector_size({4 * L})));\n"
         f"typedef float {fu} __attribute__((vector_size({4 * L}), aligned(4)));\n"
         f"typedef int32_t {i} __attribute__((vector_size({4 * L})));\n"
+        f"typedef uint8_t ember_u8x{L}u __attribute__((vector_size({L}), aligned(1)));\n"
+        f"typedef int8_t ember_s8x{L}u __attribute__((vector_size({L}), aligned(1)));\n"
         f"static inline {f} ember_vsel_{L}({i} m, {f} a, {f} b) {{ return ({f})((m & ({i})a) | "
         f"(~m & ({i})b)); }}\n"
         f"static inline {f} ember_vmax_{L}({f} a, {f} b) {{ return ember_vsel_{L}((a > b) | "
@@ -274,6 +293,19 @@ class VectorLoop:
             return f"ember_vsel_{L}({self.vmask(e.cond)}, {self.vexpr(e.t)}, {self.vexpr(e.f)})"
         if isinstance(e, Call) and e.name in _CALLS and e.dtype == "float32" and len(e.args) == 1:
             return f"ember_v{e.name}_{L}({self.vexpr(e.args[0])})"
+        if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype in _INT8 and \
+                isinstance(e.value, Load) and self._coef(e.value.src, e.value.indices) == 1:
+            # 8-bit integers (quantized activations) widen exactly to float32 lanes
+            t = _INT8[e.value.dtype]
+            return (f"__builtin_convertvector(*(const {t}{L}u*)&"
+                    f"{self.p.access(e.value.src, e.value.indices)}, ember_f32x{L})")
+        if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype in _INT8 and \
+                isinstance(e.value, Cast) and e.value.value.dtype == "float32" and \
+                _is_clamped(e.value.value, e.value.dtype):
+            # requantize then dequantize (QDQ between fused ops): the clamped value truncated
+            # to an integer, as the 8-bit cast does, and back to float32
+            return (f"__builtin_convertvector(__builtin_convertvector("
+                    f"{self.vexpr(e.value.value)}, ember_i32x{L}), ember_f32x{L})")
         if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype == "float32":
             return self.vexpr(e.value)
         if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype == "bfloat16":
@@ -308,6 +340,13 @@ class VectorLoop:
         if st.buffer.dtype == "float32":
             return f"*(ember_f32x{L}u*){ptr} = {self.vexpr(st.value)};"
         v = st.value
+        if st.buffer.dtype in _INT8 and isinstance(v, Cast) and v.dtype == st.buffer.dtype \
+                and v.value.dtype == "float32" and _is_clamped(v.value, st.buffer.dtype):
+            # a float32 value already clamped to the 8-bit range (qnn.quantize): the C cast
+            # truncates it, lane-wise as the scalar code does
+            t = _INT8[st.buffer.dtype]
+            return (f"*({t}{L}u*){ptr} = __builtin_convertvector(__builtin_convertvector("
+                    f"{self.vexpr(v.value)}, ember_i32x{L}), {t}{L}u);")
         if st.buffer.dtype == "bfloat16" and v.dtype in _FLOATS:
             # the store encodes the float value (round to nearest even), as the scalar code does
             self.p.deps.setdefault(f"ember_vector_bf16_{L}", bf16_vector_helpers(L))

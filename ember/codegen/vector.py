@@ -7,7 +7,10 @@ are broadcast, arithmetic, ``min``/``max`` (NaN-propagating), comparisons and ``
 lane-wise (selects on a lane-varying condition as bit blends of load-free branches, so no
 branch and no reliance on the C compiler's if-conversion; a loop-invariant condition picks one
 side, keeping guarded loads guarded), ``exp``/``tanh``/``erf``/``sigmoid``/``sqrt``... call vector helpers. A
-remainder of ``extent % L`` iterations runs as scalar code. Loops this cannot express (other
+remainder of ``extent % L`` iterations runs as scalar code. 8-bit integers (QDQ kernels):
+unit-stride uint8/int8 loads widened to float32 lanes, ``float32(int8(v))`` of a clamped
+``v`` (requantize then dequantize) and stores of a clamped float32 value to a uint8/int8
+buffer convert lane-wise, truncating as the scalar C casts do. Loops this cannot express (other
 dtypes, strided stores, nested loops) are printed as scalar loops under ``#pragma omp simd``.
 """
 

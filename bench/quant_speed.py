@@ -109,6 +109,38 @@ def bert_case(args, tmp: str):
     return fp32_path, qdq_path, bert_inputs(model, seed=1000), desc
 
 
+def engines(threads: int, fp32_path: str, qdq_path: str):
+    """``(ember int8, ember fp32, onnxruntime int8, onnxruntime fp32, ember int8 compile
+    seconds)`` on ``threads`` threads."""
+    import onnxruntime as ort
+    import ember
+    target = f"llvm -num-threads={threads}"
+    t0 = time.perf_counter()
+    e_int8 = ember.compile(qdq_path, target=target)
+    t_c8 = time.perf_counter() - t0
+    e_fp32 = ember.compile(fp32_path, target=target)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    o_int8 = ort.InferenceSession(qdq_path, so, providers=["CPUExecutionProvider"])
+    o_fp32 = ort.InferenceSession(fp32_path, so, providers=["CPUExecutionProvider"])
+    return e_int8, e_fp32, o_int8, o_fp32, t_c8
+
+
+def openvino_request(threads: int, qdq_path: str):
+    """``(OpenVINO infer request on the QDQ model, version)`` (its low-precision
+    transformations run it in int8), or ``(None, None)`` without the ``openvino`` package."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None, None
+    core = ov.Core()
+    core.set_property("CPU", {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1,
+                              "PERFORMANCE_HINT": "LATENCY"})
+    return core.compile_model(core.read_model(qdq_path), "CPU").create_infer_request(), \
+        ov.__version__
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -126,7 +158,6 @@ def main(argv=None) -> int:
 
     import onnx
     import onnxruntime as ort
-    import ember
     from ember.zoo import default_model_input, randomized_light_model
 
     model = modern(randomized_light_model("resnet50", seed=0))
@@ -141,16 +172,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     ort_quantize_static(fp32_path, qdq_path, cal, per_channel=True, pre_process=True)
     t_q = time.perf_counter() - t0
-    target = f"llvm -num-threads={args.threads}"
-    t0 = time.perf_counter()
-    e_int8 = ember.compile(qdq_path, target=target)
-    t_c8 = time.perf_counter() - t0
-    e_fp32 = ember.compile(fp32_path, target=target)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    o_int8 = ort.InferenceSession(qdq_path, so, providers=["CPUExecutionProvider"])
-    o_fp32 = ort.InferenceSession(fp32_path, so, providers=["CPUExecutionProvider"])
+    e_int8, e_fp32, o_int8, o_fp32, t_c8 = engines(args.threads, fp32_path, qdq_path)
     n_int8 = sum(1 for s in e_int8.plan["steps"] if s.get("op") == "qnn.conv2d")
 
     y8 = e_int8.run(x)[0]
@@ -167,19 +189,11 @@ def main(argv=None) -> int:
 
     runs = {"ember_int8": lambda: e_int8.run(x), "ember_fp32": lambda: e_fp32.run(x),
             "ort_int8": lambda: o_int8.run(None, x), "ort_fp32": lambda: o_fp32.run(None, x)}
-    ov_version = None
-    try:  # OpenVINO on the same QDQ model (its low-precision transformations run it in int8)
-        import openvino as ov
-        core = ov.Core()
-        core.set_property("CPU", {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1,
-                                  "PERFORMANCE_HINT": "LATENCY"})
-        ov_req = core.compile_model(core.read_model(qdq_path), "CPU").create_infer_request()
+    ov_req, ov_version = openvino_request(args.threads, qdq_path)
+    if ov_req is not None:
         runs["openvino_int8"] = lambda: ov_req.infer(x)
-        ov_version = ov.__version__
         agree["openvino_int8_max_diff_in_steps"] = float(
             np.abs(next(iter(ov_req.infer(x).values())) - r8).max() / step) if step else None
-    except ImportError:
-        pass
     for f in runs.values():  # warm up
         f()
         f()
@@ -213,22 +227,12 @@ def run_bert(args) -> int:
     """The BERT case: agreement with onnxruntime int8 / its QDQ reference, int8 kernel count,
     interleaved timing; writes ``args.out``."""
     import onnxruntime as ort
-    import ember
     from quant_common import interleaved_times
     tmp = tempfile.mkdtemp()
     t0 = time.perf_counter()
     fp32_path, qdq_path, x, desc = bert_case(args, tmp)
     t_q = time.perf_counter() - t0
-    target = f"llvm -num-threads={args.threads}"
-    t0 = time.perf_counter()
-    e_int8 = ember.compile(qdq_path, target=target)
-    t_c8 = time.perf_counter() - t0
-    e_fp32 = ember.compile(fp32_path, target=target)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    o_int8 = ort.InferenceSession(qdq_path, so, providers=["CPUExecutionProvider"])
-    o_fp32 = ort.InferenceSession(fp32_path, so, providers=["CPUExecutionProvider"])
+    e_int8, e_fp32, o_int8, o_fp32, t_c8 = engines(args.threads, fp32_path, qdq_path)
     so0 = ort.SessionOptions()
     so0.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     o_ref = ort.InferenceSession(qdq_path, so0, providers=["CPUExecutionProvider"])
@@ -243,17 +247,9 @@ def run_bert(args) -> int:
                                                   for a, b in zip(ys, yf)]}
     runs = {"ember_int8": lambda: e_int8.run(x), "ember_fp32": lambda: e_fp32.run(x),
             "ort_int8": lambda: o_int8.run(None, x), "ort_fp32": lambda: o_fp32.run(None, x)}
-    ov_version = None
-    try:
-        import openvino as ov
-        core = ov.Core()
-        core.set_property("CPU", {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1,
-                                  "PERFORMANCE_HINT": "LATENCY"})
-        ov_req = core.compile_model(core.read_model(qdq_path), "CPU").create_infer_request()
+    ov_req, ov_version = openvino_request(args.threads, qdq_path)
+    if ov_req is not None:
         runs["openvino_int8"] = lambda: ov_req.infer(x)
-        ov_version = ov.__version__
-    except ImportError:
-        pass
     times = interleaved_times(runs, args.rounds)
     med = {k: float(np.median(v) * 1e3) for k, v in times.items()}
     ratios = [a / b for a, b in zip(times["ember_int8"], times["ember_fp32"])]

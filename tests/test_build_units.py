@@ -99,8 +99,8 @@ def test_a_unit_the_compiler_rejects_is_a_codegen_error_with_that_unit():
 
 
 def test_a_flipped_weight_byte_in_a_saved_model_is_an_artifact_error(tmp_path, monkeypatch):
-    """Weights are read from the artifact with os.preadv straight into the weight arena; the
-    member's CRC-32 is still checked, so a damaged file is refused, not run with bad weights."""
+    """Weights are read from the artifact straight into the weight arena; the member's CRC-32
+    is checked, so a damaged file is refused, not run with bad weights."""
     import zipfile
     from ember.errors import ArtifactError
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))

@@ -160,51 +160,13 @@ def _read_aligned(z: zipfile.ZipFile, name: str, dest: np.ndarray | None = None)
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         buf = dest if dest is not None and dest.nbytes >= n else aligned_empty(max(n, 1))
         view = memoryview(buf)[:n]
-        info = z.getinfo(name)
-        if info.compress_type == zipfile.ZIP_STORED and n and _file_backed(z):
-            _pread_stored(z, info, f.tell(), view)
-        else:
-            got = 0
-            while got < n:  # in chunks: a member's readinto reads into a temporary of its size
-                k = f.readinto(view[got:got + READ_CHUNK])
-                if not k:
-                    raise ValueError(f"{name}: truncated")
-                got += k
+        got = 0
+        while got < n:  # in chunks: a zip member's readinto reads into a temporary of its size
+            k = f.readinto(view[got:got + READ_CHUNK])
+            if not k:
+                raise ValueError(f"{name}: truncated")
+            got += k
         return buf[:n].view(dtype).reshape(shape) if n else np.empty(shape, dtype)
-
-
-def _file_backed(z: zipfile.ZipFile) -> bool:
-    """True when the archive is an OS file that ``os.preadv`` can read (not a BytesIO)."""
-    try:
-        z.fp.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        return False
-    return hasattr(os, "preadv")
-
-
-def _pread_stored(z: zipfile.ZipFile, info: zipfile.ZipInfo, header_len: int,
-                  view: memoryview) -> None:
-    """The data of a stored (uncompressed) ``.npy`` member read from the file straight into
-    ``view`` (one copy, no zip buffering: 100 MB of weights in tens of ms instead of hundreds),
-    then checked against the member's CRC-32 like ``zipfile`` does."""
-    import zlib
-    fp = z.fp
-    fp.seek(info.header_offset)
-    local = fp.read(30)  # the local file header: its name and extra field lengths at 26..30
-    if len(local) != 30 or local[:4] != b"PK\x03\x04":
-        raise ValueError(f"{info.filename}: bad local header")
-    start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
-        int.from_bytes(local[28:30], "little")
-    fp.seek(start)
-    head = fp.read(header_len)
-    got, fd = 0, fp.fileno()
-    while got < len(view):
-        k = os.preadv(fd, [view[got:]], start + header_len + got)
-        if k <= 0:
-            raise ValueError(f"{info.filename}: truncated")
-        got += k
-    if zlib.crc32(view, zlib.crc32(head)) != info.CRC:
-        raise ValueError(f"{info.filename}: CRC-32 mismatch (corrupted)")
 
 
 def load_artifact(path, num_threads: int | None = None):

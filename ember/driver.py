@@ -12,7 +12,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .codegen.aot import AOT_SYMBOL, generate_aot_entry
+from .codegen.aot import (AOT_SYMBOL, SYMBOLIC_AOT_SYMBOL, generate_aot_entry,
+                          generate_symbolic_aot_entry, symbolic_aot_symbols)
 from .codegen.build import build_library
 from .codegen.module import generate_c_units
 from .graph.ir import Constant, IRModule, Var
@@ -325,9 +326,13 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     for st, fl in zip(plan["steps"], flops):
         st["flops"] = fl if not symbolic else None
         st["bytes"] = sum(_nbytes(plan["slots"][a]) for a in st["args"]) if not symbolic else None
-    if not symbolic:  # a symbolic plan runs kernel by kernel with the run's sizes
+    if not symbolic:
         units[0] += "\n" + generate_aot_entry(plan)
         plan["aot"] = AOT_SYMBOL
+    else:  # offsets and symbol values are tables the runtime fills per set of symbol values
+        units[0] += "\n" + generate_symbolic_aot_entry(plan)
+        plan["aot"] = SYMBOLIC_AOT_SYMBOL
+        plan["aot_symbols"] = symbolic_aot_symbols(plan)
     source = "\n".join(f"/* ---- translation unit {i} of {len(units)} ---- */\n{u}"
                         for i, u in enumerate(units)) if len(units) > 1 else units[0]
     t_codegen = time.perf_counter()

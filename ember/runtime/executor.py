@@ -232,11 +232,15 @@ class GraphExecutor:
         for st in plan["steps"]:
             fn = getattr(lib, st["symbol"])
             fn.restype = ctypes.c_int32
-            fn.argtypes = [ctypes.c_void_p] * len(st["args"])
+            # (a symbolic plan's kernels take the symbols as trailing int64 arguments)
+            fn.argtypes = [ctypes.c_void_p] * len(st["args"]) + \
+                [ctypes.c_int64] * len(st.get("symbols", ()))
             self._steps.append((fn, list(st["args"]), st))
         self._run_lock = threading.Lock()
         self._aot = None
-        if plan.get("aot") and hasattr(lib, plan["aot"]):
+        from .symbolic_run import SymbolicRunner, is_symbolic_plan
+        symbolic = is_symbolic_plan(plan)
+        if plan.get("aot") and hasattr(lib, plan["aot"]) and not symbolic:
             self._aot = getattr(lib, plan["aot"])
             self._aot.restype = ctypes.c_int32
             self._aot.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -252,10 +256,9 @@ class GraphExecutor:
         # source (a view of the arena, a parameter, or an input)
         self._input_checks = [(d["name"], _dtype(d["dtype"]), tuple(d["shape"]))
                               for d in self.input_specs]
-        from .symbolic_run import SymbolicRunner, is_symbolic_plan
-        self.symbolic = SymbolicRunner(self) if is_symbolic_plan(plan) else None
-        if self.symbolic is not None:
-            self.use_aot = False
+        self.symbolic = SymbolicRunner(self) if symbolic else None
+        if self.symbolic is not None:  # its entry takes offset and symbol tables
+            self.use_aot = self.symbolic.has_aot
             self._out_src = []
             self._ext_inputs = []
             return
@@ -348,8 +351,7 @@ class GraphExecutor:
             InputError: a missing/unknown input or a wrong shape or dtype.
         """
         if self.symbolic is not None:  # symbolic dimensions: sizes bound per run
-            from .symbolic_run import bind_symbolic_inputs
-            arrays = bind_symbolic_inputs(self.input_specs, inputs)
+            arrays = self.symbolic.bind(inputs)
             with self._run_lock:
                 return self.symbolic.run(arrays)
         arrays = self._bind_inputs(inputs)
@@ -421,20 +423,35 @@ class GraphExecutor:
         """New arrays holding the outputs of the run just done on the bound ``arrays``."""
         return [(src if src is not None else arrays[k]).copy() for src, k in self._out_src]
 
-    def time_steps(self, inputs, repeat: int = 10) -> list[dict]:
-        """Per-kernel median time in ms over ``repeat`` runs: ``[{"op", "name", "ms"}]``.
-        Holds the run lock (the kernels write the arena a concurrent ``run`` uses)."""
+    def step_calls(self, inputs) -> tuple[list, list]:
+        """Each kernel with its arguments for a run on ``inputs`` (checked as by ``run``), for
+        calling them one by one (profiling): ``([(fn, [arg, ...])], keep)``, where ``keep``
+        holds the arrays the arguments point into (keep it alive while calling). A symbolic
+        plan binds its symbols and places its slots for the inputs' sizes
+        (``SymbolicRunner.step_calls``). Call under ``_run_lock``: the kernels write the
+        arena."""
+        if self.symbolic is not None:
+            arrays = self.symbolic.bind(inputs)
+            calls, keep = self.symbolic.step_calls(arrays)
+            return calls, [arrays, keep]
         arrays = self._bind_inputs(inputs)
         ptr = list(self._ptr)
         self.bind_pointers(ptr, arrays)
+        return [(fn, [ptr[a] for a in args]) for fn, args, _ in self._steps], [arrays]
+
+    def time_steps(self, inputs, repeat: int = 10) -> list[dict]:
+        """Per-kernel median time in ms over ``repeat`` runs: ``[{"op", "name", "ms"}]``.
+        Holds the run lock (the kernels write the arena a concurrent ``run`` uses)."""
         times = [[] for _ in self._steps]
         with self._run_lock:
+            calls, keep = self.step_calls(inputs)
             self.apply_num_threads()
             for _ in range(repeat):
-                for k, (fn, args, st) in enumerate(self._steps):
+                for k, (fn, args) in enumerate(calls):
                     t0 = time.perf_counter()
-                    fn(*[ptr[a] for a in args])
+                    fn(*args)
                     times[k].append((time.perf_counter() - t0) * 1e3)
+        del keep
         return [{"op": st["op"], "name": st["name"], "symbol": st["symbol"],
                  "ms": float(np.median(t))} for (_, _, st), t in zip(self._steps, times)]
 

@@ -217,14 +217,11 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
                          f"warmup={warmup}): every time it reports is a median over the "
                          f"repeats")
     plan = model.plan
-    arrays = ex._bind_inputs(inputs)
-    ptr = list(ex._ptr)
-    ex.bind_pointers(ptr, arrays)
-    calls = [(fn, [ptr[a] for a in args]) for fn, args, _ in ex._steps]
     # the kernels write the model's arena: hold its run lock while they run (a concurrent
     # model.run waits), released for the end-to-end model.run of each repeat
     lock = ex._run_lock
     with lock:
+        calls, keep = ex.step_calls(inputs)  # noqa: F841 - keeps the pointed-to arrays alive
         ex.apply_num_threads()  # the library may be shared with a model of another count
         for _ in range(warmup):
             for fn, a in calls:
@@ -261,8 +258,8 @@ def profile(model, inputs, repeat: int = 10, warmup: int = 2, hot: bool = False)
     stats = []
     for k, st in enumerate(plan["steps"]):
         ms = float(np.median([r[k][1] for r in samples])) / 1e3
-        fl = float(st.get("flops", 0.0))
-        by = int(st.get("bytes", 0))
+        fl = float(st.get("flops") or 0.0)  # None: a symbolic kernel (no static count)
+        by = int(st.get("bytes") or 0)
         g = fl / ms / 1e6 if ms > 0 else 0.0
         stats.append(KernelStat(k, st["name"], st["op"], st["symbol"], ms, fl, by,
                                 gflops=g, peak_percent=100 * g / peak if peak == peak else 0.0,

@@ -1,7 +1,8 @@
 """The compiled-model cache: ``ember.compile`` of a model it has compiled before loads the saved
 artifact instead of running the passes, schedules and code generation again (warm compile).
 
-The key is a digest of the ONNX model's bytes, the target, the input ``shapes``, the current
+The key is a digest of the ONNX model's bytes, the target, the input ``shapes`` (which may name
+symbols), the ``dynamic=`` symbols and bounds of a symbolic compile, the current
 ``PassContext`` (opt_level, disabled/required passes, config) and ember's own source code (so a
 changed compiler never serves a stale program). Entries are artifacts under
 ``<kernel cache>/models/``; the folder is pruned to ``MAX_BYTES`` (oldest first). The cache is
@@ -15,6 +16,7 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from .codegen.build import cache_dir
@@ -52,10 +54,11 @@ def model_digest(model, proto, external_files=()) -> bytes:
     return h.digest()
 
 
-def cache_key(model_bytes, target, shapes, ctx) -> str | None:
+def cache_key(model_bytes, target, shapes, ctx, dynamic=None) -> str | None:
     """The cache key, or ``None`` when this compilation must not be cached. ``model_bytes``:
     the model's bytes, or a callable returning their SHA-256 digest (``model_digest``), called
-    only when the compilation is cached."""
+    only when the compilation is cached. ``dynamic``: ``compile``'s ``dynamic=`` (``True`` or
+    ``{symbol: (lo, hi)}``; ``None`` for a static compile), part of the key."""
     if os.environ.get("EMBER_NO_MODEL_CACHE") == "1":
         return None
     if getattr(ctx, "instruments", None):
@@ -72,9 +75,22 @@ def cache_key(model_bytes, target, shapes, ctx) -> str | None:
             "required": sorted(getattr(ctx, "required_pass", ()) or ()),
             "config": sorted((k, repr(v)) for k, v in (ctx.config or {}).items()),
             "ember": source_digest()}
+    if dynamic is not None:
+        desc["dynamic"] = _dynamic_desc(dynamic)
     h = hashlib.sha256(json.dumps(desc, sort_keys=True).encode())
     h.update(model_bytes() if callable(model_bytes) else hashlib.sha256(model_bytes).digest())
     return h.hexdigest()
+
+
+def _dynamic_desc(dynamic):
+    """``dynamic=`` as JSON for the key: ``True``/``False``, or ``[[symbol, lo, hi], ...]``
+    sorted (``frontend.onnx.check_dynamic`` has checked it; anything else: its ``repr``)."""
+    if isinstance(dynamic, bool):
+        return dynamic
+    if isinstance(dynamic, Mapping):
+        return sorted([str(k), *(list(v) if v is not None else [None, None])]
+                      for k, v in dynamic.items())
+    return repr(dynamic)
 
 
 def _folder() -> Path:

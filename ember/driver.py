@@ -627,12 +627,15 @@ def _compile_static(model, target, shapes, dynamic=None) -> CompiledModel:
     proto = load_model(model, external)
     # a large model is not serialized again for its key (that held two more copies of the
     # weights): the key hashes the file (and its external data files) or the bytes given
+    if dynamic is not None and dynamic is not True and dynamic is not False:
+        from .frontend.onnx import check_dynamic
+        check_dynamic(dynamic)  # a bad dynamic= raises before it is hashed into a key
     key = compile_cache.cache_key(lambda: compile_cache.model_digest(model, proto, external),
-                                  target, shapes, PassContext.current())
+                                  target, shapes, PassContext.current(), dynamic)
     if key is not None and stamp != _file_stamp(model):
         key = None  # the file changed while it was read: its hash may not be what was compiled
-    if target.is_gpu or target.is_npu or dynamic is not None or _names_symbols(shapes):
-        key = None  # the compiled-model cache stores static CPU artifacts only
+    if target.is_gpu or target.is_npu:
+        key = None  # the compiled-model cache stores CPU artifacts only (static or symbolic)
     if key is not None:
         from .frontend.converters.random import has_unseeded_random
         if has_unseeded_random(proto):

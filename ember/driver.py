@@ -458,8 +458,9 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         m = ember.compile("resnet50.onnx", target="llvm -mcpu=native")
         y, = m.run({"data": x})
 
-    A model compiled before (same bytes, target, shapes, ``PassContext`` and ember version) is
-    loaded from the compiled-model cache (``ember.compile_cache``; ``info["cache_hit"]``).
+    A model compiled before (same bytes, target, shapes, ``dynamic``, ``PassContext`` and ember
+    version) is loaded from the compiled-model cache (``ember.compile_cache``;
+    ``info["cache_hit"]``), symbolic compiles included.
 
     ``executor``:
       - ``"static"``: the whole model as one ahead-of-time compiled ``CompiledModel`` (static

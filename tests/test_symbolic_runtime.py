@@ -212,3 +212,16 @@ def test_second_symbolic_compile_is_a_warm_cache_hit(model_cache, tmp_path, monk
     assert [o.info.get("cache_hit", False) for o in others] == [False] * 4
     assert others[0].info["symbols"]["seq"] == [1, 8]
     assert ember.compile(path, dynamic=True).info["cache_hit"]
+
+
+def test_a_plan_without_the_entry_runs_kernel_by_kernel():
+    # an artifact saved before ``ember_run_sym`` existed has no ``plan["aot"]``
+    from ember.runtime.executor import GraphExecutor
+    m = _two_input_model()
+    model = ember.compile(m, dynamic={"seq": (1, 16)})
+    plan = {k: v for k, v in model.plan.items() if k not in ("aot", "aot_symbols")}
+    ex = GraphExecutor(model._executor.lib, plan, dict(model.params))
+    assert not ex.use_aot and not ex.symbolic.has_aot
+    a = np.random.default_rng(1).standard_normal((3, 4, 8)).astype(np.float32)
+    np.testing.assert_allclose(ex.run({"a": a, "b": a})[0],
+                               _session(m).run(None, {"a": a, "b": a})[0], rtol=1e-4, atol=1e-5)

@@ -152,6 +152,44 @@ C_DIALECT = Dialect(name="c", kernel_prefix="int32_t", types=C_TYPES,
                     loop="for ({t} {v} = 0; {v} < {n}; ++{v}) {{", index_dtype="int64")
 
 
+def _conj(terms: list) -> Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = BinOp("and", out, t)
+    return out
+
+
+def _lane_guard_terms(cond: Expr, lane: Var) -> tuple:
+    """``(fixed, moving, monotone)`` of a vectorized loop's guard ``cond`` (a conjunction):
+    the terms free of the lane variable, those that move with it, and whether every moving
+    one is a comparison ``e < b`` (``<=``, ``>``, ``>=``) affine in the lane on
+    the left and free of it on the right (monotone in the lane: the first and last lanes
+    decide it for all)."""
+    from ..tir.arith import linear_terms
+    terms, fixed, moving = [cond], [], []
+    ok = True
+    while terms:
+        e = terms.pop()
+        if isinstance(e, BinOp) and e.op == "and":
+            terms += [e.b, e.a]
+            continue
+        used = any(x is lane for x in collect(e, lambda n: isinstance(n, Var)))
+        if not used:
+            fixed.append(e)
+            continue
+        moving.append(e)
+        if not (isinstance(e, BinOp) and e.op in ("lt", "le", "gt", "ge")) or any(
+                x is lane for x in collect(e.b, lambda n: isinstance(n, Var))):
+            ok = False
+            continue
+        lt = linear_terms(e.a)
+        if lt is None or any(atom is not lane and any(
+                x is lane for x in collect(atom, lambda n: isinstance(n, Var)))
+                for atom, _ in lt[0].values()):
+            ok = False
+    return fixed, moving, ok
+
+
 class CFunctionPrinter(CStylePrinter):
     """Prints one PrimFunc as C (the ``CStylePrinter`` walk with the C dialect, plus parallel
     outlining, SIMD loops, narrow dtypes and micro-kernel calls). Use ``emit_c_function``."""
@@ -387,16 +425,30 @@ class CFunctionPrinter(CStylePrinter):
                 self.parallel_for(s, pad)
                 return
             if s.kind == "vectorized" and isinstance(s.body, IfThenElse) \
-                    and s.body.else_ is None \
-                    and not any(x is s.var for x in collect(s.body.cond,
-                                                            lambda n: isinstance(n, Var))):
-                # a guard that does not move with the lanes (a GEMM epilogue's row tail on a
-                # symbolic row count): test it once, vectorize the loop inside
-                self.lines.append(f"{pad}if ({self.expr(s.body.cond)}) {{")
-                self.loop(For(s.var, s.extent, s.body.then, s.kind, dict(s.annotations)),
-                          ind + 1)
-                self.lines.append(f"{pad}}}")
-                return
+                    and s.body.else_ is None:
+                fixed, moving, monotone = _lane_guard_terms(s.body.cond, s.var)
+                if fixed:
+                    # a guard that does not move with the lanes (a GEMM epilogue's row tail on
+                    # a symbolic row count): test it once, vectorize the loop inside
+                    self.lines.append(f"{pad}if ({self.expr(_conj(fixed))}) {{")
+                    body = s.body.then if not moving else IfThenElse(_conj(moving), s.body.then)
+                    self.loop(For(s.var, s.extent, body, s.kind, dict(s.annotations)), ind + 1)
+                    self.lines.append(f"{pad}}}")
+                    return
+                if moving and monotone and isinstance(s.extent, int) and s.extent > 1:
+                    # a guard monotone in the lane (a column tail on a symbolic column count):
+                    # when the first and last lanes pass, all do: the whole loop as vector code
+                    from ..tir.arith import substitute
+                    ends = [substitute(_conj(moving), {s.var: Const(x, "int64")})
+                            for x in (0, s.extent - 1)]
+                    self.lines.append(f"{pad}if ({self.expr(BinOp('and', *ends))}) {{")
+                    self.loop(For(s.var, s.extent, s.body.then, s.kind, dict(s.annotations)),
+                              ind + 1)
+                    self.lines.append(f"{pad}}} else {{")
+                    self.loop(For(s.var, s.extent, s.body, "serial", dict(s.annotations)),
+                              ind + 1)
+                    self.lines.append(f"{pad}}}")
+                    return
             v = self.expr(s.var)
             self._declare(v, "int64_t")
             if s.kind == "vectorized" and not isinstance(s.extent, int):

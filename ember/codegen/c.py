@@ -152,6 +152,23 @@ C_DIALECT = Dialect(name="c", kernel_prefix="int32_t", types=C_TYPES,
                     loop="for ({t} {v} = 0; {v} < {n}; ++{v}) {{", index_dtype="int64")
 
 
+def _hoist_workspaces(s: Stmt, var: Var, out: list, ok) -> Stmt:
+    """``s`` (the body of a parallel loop over ``var``) without its heap workspaces that are
+    allocated outside any inner loop with a size free of ``var`` (``ok(buffer)`` also holds);
+    their buffers are appended to ``out``, for the caller to allocate once per task."""
+    from ..tir.stmt import Seq
+    if isinstance(s, Allocate):
+        size = s.buffer.alloc_size
+        if s.buffer.scope != "local" and ok(s.buffer) and not (isinstance(size, Expr) and any(
+                x is var for x in collect(size, lambda n: isinstance(n, Var)))):
+            out.append(s.buffer)
+            return _hoist_workspaces(s.body, var, out, ok)
+        return Allocate(s.buffer, _hoist_workspaces(s.body, var, out, ok))
+    if isinstance(s, Seq):
+        return Seq([_hoist_workspaces(x, var, out, ok) for x in s.stmts])
+    return s
+
+
 def _conj(terms: list) -> Expr:
     out = terms[0]
     for t in terms[1:]:
@@ -368,7 +385,23 @@ class CFunctionPrinter(CStylePrinter):
         self._declare(v, "int64_t")
         self.bounds[s.var] = loop_range(s.extent, self.bounds)
         self.in_outlined += 1
-        self.stmt(s.body, 2)
+        # workspaces allocated at the top of every iteration whose size does not depend on
+        # the iteration (a compute_at row buffer of a symbolic row length): once per task
+        hoisted = []
+        inner = _hoist_workspaces(s.body, s.var, hoisted,
+                                  lambda b: self.buf_name(b) not in self.decl)
+        pre, post = [], []
+        for b in hoisted:
+            name = self.buf_name(b)
+            ct = c_type(b.dtype)
+            self._declare(name, f"{ct}* restrict")
+            size = b.alloc_size
+            nbytes = size * itemsize(b.dtype) if isinstance(size, int) else \
+                f"(size_t)({self.extent_text(size)}) * {itemsize(b.dtype)}"
+            pre += [f"  {ct}* restrict {name} = ({ct}*)ember_alloc({nbytes});",
+                    f"  if (!{name}) abort();"]
+            post.insert(0, f"  free({name});")
+        self.stmt(inner, 2)
         self.in_outlined -= 1
         del self.bounds[s.var]
         used, declared = self.scopes.pop()
@@ -390,7 +423,8 @@ class CFunctionPrinter(CStylePrinter):
         text = [f"{ctx_t} {{ {' '.join(fields) if fields else 'char unused_;'} }};",
                 f"static inline __attribute__((always_inline)) void {fname}_body("
                 f"int64_t lo_, int64_t hi_{''.join(', ' + x for x in params)}) {{",
-                f"  for (int64_t {v} = lo_; {v} < hi_; ++{v}) {{", *body, "  }", "}",
+                *pre, f"  for (int64_t {v} = lo_; {v} < hi_; ++{v}) {{", *body, "  }", *post,
+                "}",
                 f"static void {fname}(int64_t lo_, int64_t hi_, void* ctx_) {{",
                 f"  const {ctx_t}* c_ = (const {ctx_t}*)ctx_;",
                 "  (void)c_;",
@@ -451,9 +485,7 @@ class CFunctionPrinter(CStylePrinter):
                     return
             v = self.expr(s.var)
             self._declare(v, "int64_t")
-            if s.kind == "vectorized" and not isinstance(s.extent, int):
-                self.lines.append(f"{pad}#pragma omp simd")  # a symbolic trip count
-            elif s.kind == "vectorized":
+            if s.kind == "vectorized":
                 from .vector import VectorLoop
                 self.bounds[s.var] = loop_range(s.extent, self.bounds)
                 done = VectorLoop(self, s, self.target.vector_lanes).emit(pad)
@@ -461,8 +493,7 @@ class CFunctionPrinter(CStylePrinter):
                 if done:
                     return
                 self.lines.append(f"{pad}#pragma omp simd")
-            elif s.kind == "serial" and isinstance(s.body, Store) and not s.body.indices \
-                    and isinstance(s.extent, int):
+            elif s.kind == "serial" and isinstance(s.body, Store) and not s.body.indices:
                 from .vector import VectorReduction
                 self.bounds[s.var] = loop_range(s.extent, self.bounds)
                 done = VectorReduction(self, s, self.target.vector_lanes).emit(pad)

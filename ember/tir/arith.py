@@ -634,7 +634,12 @@ def flat_index(buf: Buffer, indices, bounds: Bounds | None = None) -> Expr:
     if buf.origin is not None:
         indices = [binop("sub", i, o) for i, o in zip(indices, buf.origin)]
     flat: Expr = Const(0, "int64")
-    for i, st in zip(indices, buf.elem_strides()):
+    strides = buf.elem_strides()
+    for i, st in zip(indices, strides):
         flat = binop("add", flat, binop("mul", i, st if isinstance(st, Expr) else
                                         Const(st, "int64")))
+    if any(isinstance(st, Expr) for st in strides):  # symbolic strides: the normal form
+        from .symbolic import normal_index
+        folded = normal_index(flat)
+        flat = flat if folded is None else folded
     return canonical(flat, bounds)

@@ -89,9 +89,26 @@ def test_symbolic_reduction_batch_matmul():
 
 
 def test_tail_of_a_non_row_predicate_is_refused():
-    """``tensorize`` turns only a row-split predicate into a tail: a split of the lane loop
-    that does not divide still raises ``ScheduleError``."""
+    """``tensorize`` turns only a row- or column-split predicate into a tail: a split of a
+    reduction loop that does not divide still raises ``ScheduleError``."""
     from ember.errors import ScheduleError
+    from ember.tir.schedule.schedule import Schedule
+    a = te.placeholder((8, 15), "float32", "a")
+    w = te.placeholder((15, 16), "float32", "w")
+    k = te.reduce_axis(15, "k")
+    c = te.compute((8, 16), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="c")
+    sch = Schedule(create_prim_func([a, w, c], "f"))
+    i, j, kk = sch.get_loops("c")
+    ko, ki = sch.split(kk, [None, 4])
+    sch.reorder(i, ko, ki, j)
+    with pytest.raises(ScheduleError, match="row or column tail|predicate"):
+        sch.tensorize(ko, "gemm.avx512.f32")
+
+
+def test_column_tail_of_a_lane_split():
+    """A split of the lane loop that does not divide (24 columns in tiles of 16) is a column
+    tail: the full-width call where the tile is in range, else calls of 8, 4, 2 and 1
+    columns for the remaining width."""
     from ember.tir.schedule.schedule import Schedule
     a = te.placeholder((8, 16), "float32", "a")
     w = te.placeholder((16, 24), "float32", "w")
@@ -100,9 +117,15 @@ def test_tail_of_a_non_row_predicate_is_refused():
     sch = Schedule(create_prim_func([a, w, c], "f"))
     i, j, kk = sch.get_loops("c")
     jo, ji = sch.split(j, [None, 16])
-    sch.reorder(i, jo, kk, ji)
-    with pytest.raises(ScheduleError, match="row tail|predicate"):
-        sch.tensorize(kk, "gemm.avx512.f32")
+    sch.reorder(jo, i, kk, ji)
+    sch.tensorize(kk, "gemm.avx512.f32")
+    src = emit_c_function(sch.func)
+    assert "ember_ukr_gemm_avx512_f32_1x16_r1" in src and "_1x8_r1" in src
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((8, 16)).astype(np.float32),
+          rng.standard_normal((16, 24)).astype(np.float32)]
+    got = compile_prim_func(sch.func).run(xs)[0]
+    np.testing.assert_allclose(got, xs[0] @ xs[1], rtol=1e-5, atol=1e-5)
 
 
 def test_epilogue_under_the_row_guard_is_vector_code():

@@ -355,28 +355,41 @@ def tensorize(sch, loop, intrin: str) -> None:
             tail = For(u, nr, IfThenElse(substitute(col_pred, {nl.var: u}),
                                          block_call(rows, row, 1, u)))
             return IfThenElse(ends, full, tail)
-        parts, b = [], 1
-        while b * 2 < nr:
-            b *= 2
-        w = simplify(width)  # repeated in each test: the C compiler computes it once
-        while b >= 1:
-            start = simplify(binop("sub", w, binop("floormod", w, Const(2 * b, "int64"))))
-            parts.append(IfThenElse(
-                binop("ge", binop("floormod", w, Const(2 * b, "int64")), Const(b, "int64")),
-                block_call(rows, row, b, start)))
-            b //= 2
-        return IfThenElse(ends, full, Seq(parts))
+        return IfThenElse(ends, full, Seq(_binary_parts(
+            width, nr, lambda b, start: block_call(rows, row, b, start))))
 
     call = cols_part(mr)
     if row_pred is not None:
         # row tail: the whole block when its first and last rows are in range (each term of
-        # the predicate is monotone in the row, so all rows between are), else one-row calls
-        # for the rows the predicate keeps
-        t = Var(ml.var.name + "_t", "int64")
+        # the predicate is monotone in the row, so all rows between are), else blocks of
+        # 4, 2, 1... rows for the remaining height (one-row calls for the rows the predicate
+        # keeps when it is not a plain ``row + e < bound``)
         ends = [substitute(row_pred, {ml.var: Const(r, "int64")}) for r in (0, mr - 1)]
-        tail = For(t, mr, IfThenElse(substitute(row_pred, {ml.var: t}), cols_part(1, t)))
+        height = _tail_width(row_pred, ml, mr)
+        if height is None:
+            t = Var(ml.var.name + "_t", "int64")
+            tail = For(t, mr, IfThenElse(substitute(row_pred, {ml.var: t}), cols_part(1, t)))
+        else:
+            tail = Seq(_binary_parts(height, mr, lambda b, start: cols_part(b, start)))
         call = IfThenElse(simplify(binop("and", *ends)), call, tail)
     replace_nest(sch, f, blk, chain, call, intrin)
+
+
+def _binary_parts(width: Expr, n: int, part) -> list:
+    """The tail of a register block of ``n`` rows or columns of which the first ``width``
+    (an int64 expression below ``n``) are in range, as one statement per power of two ``b <
+    n``: ``part(b, start)`` when bit ``b`` of ``width`` is set, ``start`` the rows or columns
+    the larger parts cover (``width = 13``: 8, 4 and 1 at 0, 8 and 12)."""
+    parts, b = [], 1
+    while b * 2 < n:
+        b *= 2
+    w = simplify(width)  # repeated in each test: the C compiler computes it once
+    while b >= 1:
+        m = binop("floormod", w, Const(2 * b, "int64"))
+        parts.append(IfThenElse(binop("ge", m, Const(b, "int64")),
+                                part(b, simplify(binop("sub", w, m)))))
+        b //= 2
+    return parts
 
 
 def _split_tail_predicate(pred: Expr, chain: list, ml, nl, where: str,

@@ -420,7 +420,7 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     n_ext = _n_extent(g)
     if not is_static_extent(n_ext):
         return None  # a symbolic column count is not tuned: the rule's default schedule
-    tile = choose_tile(m_ext, n_ext, lanes, max_acc, SYMBOLIC_MAX_MR if _symbolic_m(g) else None)
+    tile = _choose_tile(g, m_ext, n_ext, lanes, max_acc)
     if tile is None or (tile[0] * tile[1] < 16 and n_ext * m_ext < 64):
         return None
     cands = sorted(tile_candidates(m_ext, n_ext, lanes, max_acc), key=lambda c: -c[0])
@@ -586,6 +586,8 @@ def _default_prefetch(g, kblocked: bool, panel_split: bool = False) -> int:
         return 1
     if not _image_ivs(g):
         return 0
+    if any(not is_static_extent(d) for d in g["B"].src.shape):
+        return 0  # an activation of symbolic size (attention's V), not a weight stream
     return 1 if _buffer_bytes(g["B"].src) >= PREFETCH_MIN_B_BYTES else 0
 
 
@@ -639,8 +641,8 @@ def _default_order(g) -> str:
 # run as one-row micro-kernel calls (``tensorize``'s row tail)
 SYMBOLIC_M_NOMINAL = 80313433200
 # the largest register-row count for a symbolic row count: the tail (up to ``mr - 1`` rows)
-# runs as one-row calls, which a short sequence would be made entirely of
-SYMBOLIC_MAX_MR = 8
+# runs as calls of power-of-two heights (``tensorize``), which a short sequence is made of
+SYMBOLIC_MAX_MR = 16
 # a symbolic dimension counts as this many elements in the rule's cache-size heuristics
 SYMBOLIC_DIM_NOMINAL = 128
 
@@ -668,15 +670,22 @@ def _symbolic_n_ok(g) -> bool:
 
 
 def _choose_tile(g, m_ext: int, n_ext: int, lanes: int, max_acc: int):
-    """``choose_tile`` with the caps of symbolic extents: ``mr <= SYMBOLIC_MAX_MR`` for a
-    symbolic row count; for a symbolic column count ``nr`` a multiple of the lanes up to
-    ``SYMBOLIC_MAX_NR`` (the column tail then splits into power-of-two widths)."""
+    """``choose_tile`` with the caps of symbolic extents: ``mr`` a power of two up to
+    ``SYMBOLIC_MAX_MR`` for a symbolic row count; for a symbolic column count ``nr`` a
+    multiple of the lanes up to ``SYMBOLIC_MAX_NR`` (the tails then split into power-of-two
+    heights and widths)."""
     max_mr = SYMBOLIC_MAX_MR if _symbolic_m(g) else None
-    if not _symbolic_n(g):
-        return choose_tile(m_ext, n_ext, lanes, max_acc, max_mr)
+    if not _symbolic_n(g) and max_mr is None:
+        return choose_tile(m_ext, n_ext, lanes, max_acc)
     best, best_score = None, 0.0
-    for score, (mr, nr) in tile_candidates(m_ext, n_ext, lanes, max_acc):
-        if nr % lanes or nr > SYMBOLIC_MAX_NR or (max_mr is not None and mr > max_mr):
+    full = [c for c in tile_candidates(m_ext, n_ext, lanes, max_acc)
+            if c[1][1] % lanes == 0 and c[1][0] * (c[1][1] // lanes) >= MIN_FULL_LANE_ACC]
+    for score, (mr, nr) in full or tile_candidates(m_ext, n_ext, lanes, max_acc):
+        if _symbolic_n(g) and (nr % lanes or nr > SYMBOLIC_MAX_NR):
+            continue
+        # a symbolic row count: power-of-two row blocks (the tail then is one call per bit of
+        # the remaining rows, and sequence lengths are often powers of two)
+        if max_mr is not None and (mr > max_mr or mr & (mr - 1)):
             continue
         if score > best_score:
             best, best_score = (mr, nr), score

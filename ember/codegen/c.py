@@ -479,8 +479,10 @@ class CFunctionPrinter(CStylePrinter):
                     self.loop(For(s.var, s.extent, s.body.then, s.kind, dict(s.annotations)),
                               ind + 1)
                     self.lines.append(f"{pad}}} else {{")
-                    self.loop(For(s.var, s.extent, s.body, "serial", dict(s.annotations)),
-                              ind + 1)
+                    self._declare(self.expr(s.var), "int64_t")
+                    self.lines.append(f"{pad}  #pragma omp simd")  # as without the split
+                    self.serial_loop(For(s.var, s.extent, s.body, "serial",
+                                         dict(s.annotations)), ind + 1)
                     self.lines.append(f"{pad}}}")
                     return
             v = self.expr(s.var)

@@ -152,3 +152,24 @@ def test_epilogue_under_the_row_guard_is_vector_code():
               rng.standard_normal((64, 64)).astype(np.float32) * 0.2]
         want = erf((xs[0] @ xs[1]).astype(np.float64))
         np.testing.assert_allclose(k.run(_packed(g, xs))[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_symbolic_parallel_loop_keeps_quotient_per_task():
+    """``(batch, m, 32) x (32, 64)``: the parallel loop over ``batch x ceil(m / mr)`` row
+    blocks keeps its quotient and remainder per task (``lo / D`` once, then an increment) and
+    divides by the symbolic block count nowhere in the loop; every chunk of the thread pool
+    starts at its own ``lo``, so sizes with many chunks check the start."""
+    shapes = [(B, M, 32), (32, 64)]
+    g, attrs_n = _kernel("matmul", shapes, {})
+    src = emit_c_function(g)
+    assert "if (++r0_ ==" in src
+    body = src.split("_body(")[1].split("\n}\n")[0]
+    assert "ember_floordiv_int64" not in body and "ember_floormod_int64" not in body
+    for threads in (1, 2):
+        k = compile_prim_func(g, f"llvm -num-threads={threads}")
+        rng = np.random.default_rng(4)
+        for b, m in ((1, 1), (3, 7), (5, 17), (2, 64), (7, 33)):
+            xs = [rng.standard_normal(s).astype(np.float32)
+                  for s in ((b, m, 32), (32, 64))]
+            np.testing.assert_allclose(k.run(_packed(g, xs))[0], xs[0] @ xs[1], rtol=1e-4,
+                                       atol=1e-4, err_msg=f"batch={b} m={m}")

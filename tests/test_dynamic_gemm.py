@@ -89,9 +89,26 @@ def test_symbolic_reduction_batch_matmul():
 
 
 def test_tail_of_a_non_row_predicate_is_refused():
-    """``tensorize`` turns only a row-split predicate into a tail: a split of the lane loop
-    that does not divide still raises ``ScheduleError``."""
+    """``tensorize`` turns only a row- or column-split predicate into a tail: a split of a
+    reduction loop that does not divide still raises ``ScheduleError``."""
     from ember.errors import ScheduleError
+    from ember.tir.schedule.schedule import Schedule
+    a = te.placeholder((8, 15), "float32", "a")
+    w = te.placeholder((15, 16), "float32", "w")
+    k = te.reduce_axis(15, "k")
+    c = te.compute((8, 16), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="c")
+    sch = Schedule(create_prim_func([a, w, c], "f"))
+    i, j, kk = sch.get_loops("c")
+    ko, ki = sch.split(kk, [None, 4])
+    sch.reorder(i, ko, ki, j)
+    with pytest.raises(ScheduleError, match="row or column tail|predicate"):
+        sch.tensorize(ko, "gemm.avx512.f32")
+
+
+def test_column_tail_of_a_lane_split():
+    """A split of the lane loop that does not divide (24 columns in tiles of 16) is a column
+    tail: the full-width call where the tile is in range, else calls of 8, 4, 2 and 1
+    columns for the remaining width."""
     from ember.tir.schedule.schedule import Schedule
     a = te.placeholder((8, 16), "float32", "a")
     w = te.placeholder((16, 24), "float32", "w")
@@ -100,9 +117,15 @@ def test_tail_of_a_non_row_predicate_is_refused():
     sch = Schedule(create_prim_func([a, w, c], "f"))
     i, j, kk = sch.get_loops("c")
     jo, ji = sch.split(j, [None, 16])
-    sch.reorder(i, jo, kk, ji)
-    with pytest.raises(ScheduleError, match="row tail|predicate"):
-        sch.tensorize(kk, "gemm.avx512.f32")
+    sch.reorder(jo, i, kk, ji)
+    sch.tensorize(kk, "gemm.avx512.f32")
+    src = emit_c_function(sch.func)
+    assert "ember_ukr_gemm_avx512_f32_1x16_r1" in src and "_1x8_r1" in src
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((8, 16)).astype(np.float32),
+          rng.standard_normal((16, 24)).astype(np.float32)]
+    got = compile_prim_func(sch.func).run(xs)[0]
+    np.testing.assert_allclose(got, xs[0] @ xs[1], rtol=1e-5, atol=1e-5)
 
 
 def test_epilogue_under_the_row_guard_is_vector_code():
@@ -129,3 +152,24 @@ def test_epilogue_under_the_row_guard_is_vector_code():
               rng.standard_normal((64, 64)).astype(np.float32) * 0.2]
         want = erf((xs[0] @ xs[1]).astype(np.float64))
         np.testing.assert_allclose(k.run(_packed(g, xs))[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_symbolic_parallel_loop_keeps_quotient_per_task():
+    """``(batch, m, 32) x (32, 64)``: the parallel loop over ``batch x ceil(m / mr)`` row
+    blocks keeps its quotient and remainder per task (``lo / D`` once, then an increment) and
+    divides by the symbolic block count nowhere in the loop; every chunk of the thread pool
+    starts at its own ``lo``, so sizes with many chunks check the start."""
+    shapes = [(B, M, 32), (32, 64)]
+    g, attrs_n = _kernel("matmul", shapes, {})
+    src = emit_c_function(g)
+    assert "if (++r0_ ==" in src
+    body = src.split("_body(")[1].split("\n}\n")[0]
+    assert "ember_floordiv_int64" not in body and "ember_floormod_int64" not in body
+    for threads in (1, 2):
+        k = compile_prim_func(g, f"llvm -num-threads={threads}")
+        rng = np.random.default_rng(4)
+        for b, m in ((1, 1), (3, 7), (5, 17), (2, 64), (7, 33)):
+            xs = [rng.standard_normal(s).astype(np.float32)
+                  for s in ((b, m, 32), (32, 64))]
+            np.testing.assert_allclose(k.run(_packed(g, xs))[0], xs[0] @ xs[1], rtol=1e-4,
+                                       atol=1e-4, err_msg=f"batch={b} m={m}")

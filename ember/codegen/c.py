@@ -152,6 +152,61 @@ C_DIALECT = Dialect(name="c", kernel_prefix="int32_t", types=C_TYPES,
                     loop="for ({t} {v} = 0; {v} < {n}; ++{v}) {{", index_dtype="int64")
 
 
+def _hoist_workspaces(s: Stmt, var: Var, out: list, ok) -> Stmt:
+    """``s`` (the body of a parallel loop over ``var``) without its heap workspaces that are
+    allocated outside any inner loop with a size free of ``var`` (``ok(buffer)`` also holds);
+    their buffers are appended to ``out``, for the caller to allocate once per task."""
+    from ..tir.stmt import Seq
+    if isinstance(s, Allocate):
+        size = s.buffer.alloc_size
+        if s.buffer.scope != "local" and ok(s.buffer) and not (isinstance(size, Expr) and any(
+                x is var for x in collect(size, lambda n: isinstance(n, Var)))):
+            out.append(s.buffer)
+            return _hoist_workspaces(s.body, var, out, ok)
+        return Allocate(s.buffer, _hoist_workspaces(s.body, var, out, ok))
+    if isinstance(s, Seq):
+        return Seq([_hoist_workspaces(x, var, out, ok) for x in s.stmts])
+    return s
+
+
+def _conj(terms: list) -> Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = BinOp("and", out, t)
+    return out
+
+
+def _lane_guard_terms(cond: Expr, lane: Var) -> tuple:
+    """``(fixed, moving, monotone)`` of a vectorized loop's guard ``cond`` (a conjunction):
+    the terms free of the lane variable, those that move with it, and whether every moving
+    one is a comparison ``e < b`` (``<=``, ``>``, ``>=``) affine in the lane on
+    the left and free of it on the right (monotone in the lane: the first and last lanes
+    decide it for all)."""
+    from ..tir.arith import linear_terms
+    terms, fixed, moving = [cond], [], []
+    ok = True
+    while terms:
+        e = terms.pop()
+        if isinstance(e, BinOp) and e.op == "and":
+            terms += [e.b, e.a]
+            continue
+        used = any(x is lane for x in collect(e, lambda n: isinstance(n, Var)))
+        if not used:
+            fixed.append(e)
+            continue
+        moving.append(e)
+        if not (isinstance(e, BinOp) and e.op in ("lt", "le", "gt", "ge")) or any(
+                x is lane for x in collect(e.b, lambda n: isinstance(n, Var))):
+            ok = False
+            continue
+        lt = linear_terms(e.a)
+        if lt is None or any(atom is not lane and any(
+                x is lane for x in collect(atom, lambda n: isinstance(n, Var)))
+                for atom, _ in lt[0].values()):
+            ok = False
+    return fixed, moving, ok
+
+
 class CFunctionPrinter(CStylePrinter):
     """Prints one PrimFunc as C (the ``CStylePrinter`` walk with the C dialect, plus parallel
     outlining, SIMD loops, narrow dtypes and micro-kernel calls). Use ``emit_c_function``."""
@@ -169,6 +224,8 @@ class CFunctionPrinter(CStylePrinter):
         self.outlined: list[str] = []  # outlined parallel-loop functions
         self.in_outlined = 0
         self.fname = "KERNEL"
+        self._divmod: dict = {}  # id(parallel loop var) -> fused divisors (_fused_divisors)
+        self._divmod_names: list = []
 
     # expressions (the walk is CStylePrinter's) ----------------------------------------------
     def literal(self, value, dtype: str) -> str:
@@ -203,8 +260,54 @@ class CFunctionPrinter(CStylePrinter):
             return f"({a} {self.dialect.infix[e.op]} {b})"
         return self.binop_special(e, self.expr(e.a), self.expr(e.b))
 
+    def _fused_divisors(self, s: For, body: Stmt) -> dict:
+        """The symbolic divisors ``D`` of ``floordiv(v, D)`` / ``floormod(v, D)`` in the
+        ``body`` of parallel loop ``s`` over ``v`` whose extent is a multiple of ``D`` (the
+        loops ``fuse`` joined: ``batch x ceil(seq / 8)`` row blocks): ``{key: [q, r, D,
+        used]}``, registered so that ``binop_special`` prints the names ``q``/``r`` of a
+        quotient and remainder the task keeps incrementally (``parallel_for``) instead of a
+        division per iteration (tens of cycles for a divisor that is not a constant)."""
+        from ..tir.arith import stmt_exprs, walk_stmt
+        from ..tir.symbolic import Symbol, _poly, dim_key
+        out: dict = {}
+        if isinstance(s.extent, int):
+            return out
+        v = s.var
+        nodes = []
+        for st in walk_stmt(body):
+            for e in stmt_exprs(st) + ([st.extent] if isinstance(st, For) and isinstance(
+                    st.extent, Expr) else []):
+                nodes += collect(e, lambda n: isinstance(n, BinOp) and n.a is v
+                                 and n.op in ("floordiv", "floormod")
+                                 and not isinstance(n.b, Const))
+        for n in nodes:
+            if any(not isinstance(x, Symbol) for x in collect(n.b, lambda z: isinstance(z, Var))):
+                continue
+            try:
+                key = dim_key(n.b)
+                if key in out or _poly(s.extent).exact_div(_poly(n.b)) is None:
+                    continue
+            except Exception:  # noqa: BLE001 - not a dimension expression: left as it is
+                continue
+            k = len(self._divmod_names)
+            self._divmod_names.append(key)
+            out[key] = [f"q{k}_", f"r{k}_", n.b, False]
+        if out:
+            self._divmod[id(v)] = out
+        return out
+
     def binop_special(self, e: BinOp, a: str, b: str) -> str:
         op = e.op
+        if op in ("floordiv", "floormod") and self._divmod and isinstance(e.a, Var) \
+                and id(e.a) in self._divmod and not isinstance(e.b, Const):
+            from ..tir.symbolic import dim_key
+            try:
+                hit = self._divmod[id(e.a)].get(dim_key(e.b))
+            except Exception:  # noqa: BLE001
+                hit = None
+            if hit is not None:
+                hit[3] = True
+                return hit[0] if op == "floordiv" else hit[1]
         dt = _compute_dtype(e.a.dtype)
         if op == "div":
             if is_float(dt) or _safe_divisor(e.b):
@@ -330,7 +433,33 @@ class CFunctionPrinter(CStylePrinter):
         self._declare(v, "int64_t")
         self.bounds[s.var] = loop_range(s.extent, self.bounds)
         self.in_outlined += 1
-        self.stmt(s.body, 2)
+        # workspaces allocated at the top of every iteration whose size does not depend on
+        # the iteration (a compute_at row buffer of a symbolic row length): once per task
+        hoisted = []
+        inner = _hoist_workspaces(s.body, s.var, hoisted,
+                                  lambda b: self.buf_name(b) not in self.decl)
+        pre, post = [], []
+        for b in hoisted:
+            name = self.buf_name(b)
+            ct = c_type(b.dtype)
+            self._declare(name, f"{ct}* restrict")
+            size = b.alloc_size
+            nbytes = size * itemsize(b.dtype) if isinstance(size, int) else \
+                f"(size_t)({self.extent_text(size)}) * {itemsize(b.dtype)}"
+            pre += [f"  {ct}* restrict {name} = ({ct}*)ember_alloc({nbytes});",
+                    f"  if (!{name}) abort();"]
+            post.insert(0, f"  free({name});")
+        fused = self._fused_divisors(s, inner)
+        self.stmt(inner, 2)
+        for q, r, d, use in fused.values():
+            if use:  # quotient and remainder kept per task instead of divided per iteration
+                dt = self.expr(d)
+                self._declare(q, "int64_t")
+                self._declare(r, "int64_t")
+                pre += [f"  int64_t {q} = 0, {r} = 0;",
+                        f"  if (lo_ < hi_) {{ {q} = lo_ / ({dt}); {r} = lo_ % ({dt}); }}"]
+                self.lines.append(f"    if (++{r} == ({dt})) {{ {r} = 0; ++{q}; }}")
+        self._divmod.pop(id(s.var), None)
         self.in_outlined -= 1
         del self.bounds[s.var]
         used, declared = self.scopes.pop()
@@ -352,7 +481,8 @@ class CFunctionPrinter(CStylePrinter):
         text = [f"{ctx_t} {{ {' '.join(fields) if fields else 'char unused_;'} }};",
                 f"static inline __attribute__((always_inline)) void {fname}_body("
                 f"int64_t lo_, int64_t hi_{''.join(', ' + x for x in params)}) {{",
-                f"  for (int64_t {v} = lo_; {v} < hi_; ++{v}) {{", *body, "  }", "}",
+                *pre, f"  for (int64_t {v} = lo_; {v} < hi_; ++{v}) {{", *body, "  }", *post,
+                "}",
                 f"static void {fname}(int64_t lo_, int64_t hi_, void* ctx_) {{",
                 f"  const {ctx_t}* c_ = (const {ctx_t}*)ctx_;",
                 "  (void)c_;",
@@ -387,21 +517,35 @@ class CFunctionPrinter(CStylePrinter):
                 self.parallel_for(s, pad)
                 return
             if s.kind == "vectorized" and isinstance(s.body, IfThenElse) \
-                    and s.body.else_ is None \
-                    and not any(x is s.var for x in collect(s.body.cond,
-                                                            lambda n: isinstance(n, Var))):
-                # a guard that does not move with the lanes (a GEMM epilogue's row tail on a
-                # symbolic row count): test it once, vectorize the loop inside
-                self.lines.append(f"{pad}if ({self.expr(s.body.cond)}) {{")
-                self.loop(For(s.var, s.extent, s.body.then, s.kind, dict(s.annotations)),
-                          ind + 1)
-                self.lines.append(f"{pad}}}")
-                return
+                    and s.body.else_ is None:
+                fixed, moving, monotone = _lane_guard_terms(s.body.cond, s.var)
+                if fixed:
+                    # a guard that does not move with the lanes (a GEMM epilogue's row tail on
+                    # a symbolic row count): test it once, vectorize the loop inside
+                    self.lines.append(f"{pad}if ({self.expr(_conj(fixed))}) {{")
+                    body = s.body.then if not moving else IfThenElse(_conj(moving), s.body.then)
+                    self.loop(For(s.var, s.extent, body, s.kind, dict(s.annotations)), ind + 1)
+                    self.lines.append(f"{pad}}}")
+                    return
+                if moving and monotone and isinstance(s.extent, int) and s.extent > 1:
+                    # a guard monotone in the lane (a column tail on a symbolic column count):
+                    # when the first and last lanes pass, all do: the whole loop as vector code
+                    from ..tir.arith import substitute
+                    ends = [substitute(_conj(moving), {s.var: Const(x, "int64")})
+                            for x in (0, s.extent - 1)]
+                    self.lines.append(f"{pad}if ({self.expr(BinOp('and', *ends))}) {{")
+                    self.loop(For(s.var, s.extent, s.body.then, s.kind, dict(s.annotations)),
+                              ind + 1)
+                    self.lines.append(f"{pad}}} else {{")
+                    self._declare(self.expr(s.var), "int64_t")
+                    self.lines.append(f"{pad}  #pragma omp simd")  # as without the split
+                    self.serial_loop(For(s.var, s.extent, s.body, "serial",
+                                         dict(s.annotations)), ind + 1)
+                    self.lines.append(f"{pad}}}")
+                    return
             v = self.expr(s.var)
             self._declare(v, "int64_t")
-            if s.kind == "vectorized" and not isinstance(s.extent, int):
-                self.lines.append(f"{pad}#pragma omp simd")  # a symbolic trip count
-            elif s.kind == "vectorized":
+            if s.kind == "vectorized":
                 from .vector import VectorLoop
                 self.bounds[s.var] = loop_range(s.extent, self.bounds)
                 done = VectorLoop(self, s, self.target.vector_lanes).emit(pad)
@@ -409,8 +553,7 @@ class CFunctionPrinter(CStylePrinter):
                 if done:
                     return
                 self.lines.append(f"{pad}#pragma omp simd")
-            elif s.kind == "serial" and isinstance(s.body, Store) and not s.body.indices \
-                    and isinstance(s.extent, int):
+            elif s.kind == "serial" and isinstance(s.body, Store) and not s.body.indices:
                 from .vector import VectorReduction
                 self.bounds[s.var] = loop_range(s.extent, self.bounds)
                 done = VectorReduction(self, s, self.target.vector_lanes).emit(pad)

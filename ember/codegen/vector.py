@@ -203,6 +203,16 @@ class VectorLoop:
         self.v = loop.var
         self._uses_memo: dict = {}  # id(expr) -> (uses v, expr) for ``_uses_v``
 
+    def _main(self, n) -> tuple:
+        """``(main, n, tail)``: the C text of the vector part's end (a multiple of ``L``), of
+        the extent, and whether a scalar remainder may follow. A symbolic extent (a row of
+        ``seq`` elements, an ``int64`` argument) is split at run time."""
+        L = self.L
+        if isinstance(n, int):
+            return n - n % L, n, n % L != 0
+        text = self.p.extent_text(n)
+        return f"(({text}) / {L} * {L})", f"({text})", True
+
     def _stores(self):
         body = self.loop.body
         stmts = body.stmts if isinstance(body, Seq) else [body]
@@ -388,7 +398,7 @@ class VectorLoop:
         returns False, printing nothing, when the extent is below ``L`` or the body is not a
         sequence of unit-stride float32 stores of vectorizable values."""
         L, n = self.L, self.loop.extent
-        if n < L:
+        if isinstance(n, int) and n < L:
             return False
         try:
             stores = self._stores()
@@ -399,11 +409,11 @@ class VectorLoop:
             return False
         self.p.deps.setdefault(f"ember_vector_types_{L}", vector_types(L))
         v = self.p.expr(self.v)
-        main = n - n % L
+        main, n, tail = self._main(n)
         self.p.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {main}; {v} += {L}) {{")
         self.p.lines += [f"{pad}  {x}" for x in lines]
         self.p.lines.append(f"{pad}}}")
-        if main < n:
+        if tail:
             self.p.lines.append(f"{pad}for (int64_t {v} = {main}; {v} < {n}; ++{v}) {{")
             ind = len(pad) // 2 + 1
             for st in stores:
@@ -426,7 +436,7 @@ class VectorReduction(VectorLoop):
         or the extent is below ``2 * L``."""
         L, n = self.L, self.loop.extent
         st = self.loop.body
-        if n < 2 * L or not isinstance(st, Store) or st.indices or st.buffer.shape \
+        if (isinstance(n, int) and n < 2 * L) or not isinstance(st, Store) or st.indices or st.buffer.shape \
                 or st.buffer.scope != "local" or st.buffer.dtype != "float32":
             return False
         val = st.value
@@ -447,7 +457,7 @@ class VectorReduction(VectorLoop):
         self.p.deps.setdefault(f"ember_vector_types_{L}", vector_types(L))
         acc = self.p.buf_name(st.buffer)
         v = self.p.expr(self.v)
-        main = n - n % L
+        main, n, tail = self._main(n)
         comb = (lambda a, b: f"({a} + {b})") if op == "+" else \
             (lambda a, b: f"ember_v{op}_{L}({a}, {b})")
         scomb = (lambda a, b: f"({a} + {b})") if op == "+" else \
@@ -457,7 +467,7 @@ class VectorReduction(VectorLoop):
         P.append(f"{pad}  for (int64_t {v} = 0; {v} < {main}; {v} += {L}) "
                  f"vacc_ = {comb('vacc_', vr)};")
         P.append(f"{pad}  for (int k_ = 0; k_ < {L}; ++k_) {acc} = {scomb(acc, 'vacc_[k_]')}; }}")
-        if main < n:
+        if tail:
             P.append(f"{pad}for (int64_t {v} = {main}; {v} < {n}; ++{v}) {{")
             self.p.stmt(st, len(pad) // 2 + 1)
             P.append(f"{pad}}}")

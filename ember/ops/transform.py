@@ -53,9 +53,63 @@ def _reshape_type(types, attrs):
     return [TensorType(shape, x.dtype)]
 
 
+def reshape_groups(src, dst) -> list | None:
+    """Axis groups of a reshape from shape ``src`` to ``dst``: ``[(src_axes, dst_axes), ...]``
+    (consecutive ranges covering both shapes) whose dimension products are equal, the finest
+    such split found greedily (``(batch, seq, 64) -> (batch, seq, 4, 16)``: ``batch``,
+    ``seq``, ``64 -> 4 x 16``); ``None`` when there are fewer than two groups. Dimensions may
+    be symbolic: products are compared in the symbolic normal form (``dims_equal``) and the
+    side to grow is the one whose product is smaller at a sample point of the symbols."""
+    from ..tir.symbolic import dims_equal, evaluate, prod, symbols_of
+    names = symbols_of(tuple(src) + tuple(dst))
+    env = {n: 1009 + 7 * k for k, n in enumerate(names)}  # a point where no product ties
+
+    def size(axes, shape):
+        return evaluate(prod(shape[k] for k in axes), env)
+
+    groups, i, j = [], 0, 0
+    while i < len(src) and j < len(dst):
+        gi, gj = [i], [j]
+        i, j = i + 1, j + 1
+        while not dims_equal(prod(src[k] for k in gi), prod(dst[k] for k in gj)):
+            if size(gi, src) < size(gj, dst) and i < len(src):
+                gi.append(i)
+                i += 1
+            elif size(gi, src) > size(gj, dst) and j < len(dst):
+                gj.append(j)
+                j += 1
+            else:
+                return None
+        groups.append((gi, gj))
+    if not groups:
+        return None
+    # what is left on one side are unit dims: they join the last group
+    if any(not dims_equal(src[k], 1) for k in range(i, len(src))) or \
+            any(not dims_equal(dst[k], 1) for k in range(j, len(dst))):
+        return None
+    groups[-1] = (groups[-1][0] + list(range(i, len(src))),
+                  groups[-1][1] + list(range(j, len(dst))))
+    return groups if len(groups) > 1 else None
+
+
 def _reshape_compute(inputs, attrs, out_types):
     x = inputs[0]
     shape = out_types[0].shape
+    from ..tir.symbolic import is_symbolic
+    groups = reshape_groups(x.shape, shape) if any(
+        is_symbolic(d) for d in tuple(x.shape) + tuple(shape)) else None
+    if groups is not None:
+        # a symbolic reshape maps index groups separately: a flat offset over symbolic dims
+        # becomes nested floordiv/floormod by symbolic products the simplifier cannot undo
+        def f(*i):
+            idx = [None] * x.ndim
+            for gi, gj in groups:
+                sub = unravel(ravel([i[k] for k in gj], [shape[k] for k in gj]),
+                              [x.shape[k] for k in gi])
+                for k, e in zip(gi, sub):
+                    idx[k] = e
+            return x[tuple(idx)]
+        return [te.compute(shape, f, name="reshape")]
     return [te.compute(shape, lambda *i: x[tuple(unravel(ravel(i, shape), x.shape))]
                        if x.ndim else x[()], name="reshape")]
 

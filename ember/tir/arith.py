@@ -17,6 +17,7 @@ from ..dtypes import is_ext
 from .expr import (AddressOf, BinOp, Call, Cast, Const, Expr, Load, Reduce, Select, Unary, Var,
                    is_float, is_int)
 from .stmt import Allocate, Block, Buffer, For, IfThenElse, KernelCall, Seq, Stmt, Store, seq
+from .symbolic import Symbol
 
 Bounds = dict
 
@@ -122,7 +123,10 @@ def interval(e: Expr, bounds: Bounds) -> tuple[float, float]:
         v = e.value
         return (v, v) if not isinstance(v, bool) else (int(v), int(v))
     if isinstance(e, Var):
-        return bounds.get(e, (-INF, INF))
+        got = bounds.get(e)
+        if got is None:  # symbolic dimensions are non-negative (docs/dynamic_shapes.md)
+            return (0, INF) if isinstance(e, Symbol) else (-INF, INF)
+        return got
     if isinstance(e, BinOp) and not is_float(e.dtype):
         op = e.op
         if op in ("add", "sub", "mul", "min", "max", "floordiv", "floormod"):
@@ -134,6 +138,8 @@ def interval(e: Expr, bounds: Bounds) -> tuple[float, float]:
             if op == "mul":
                 cands = [x * y for x in a for y in b if not (math.isinf(x) or math.isinf(y))]
                 if len(cands) < 4:
+                    if a[0] >= 0 and b[0] >= 0:  # non-negative with an unbounded end
+                        return (a[0] * b[0], INF)
                     return (-INF, INF)
                 return (min(cands), max(cands))
             if op == "min":
@@ -148,6 +154,15 @@ def interval(e: Expr, bounds: Bounds) -> tuple[float, float]:
                 if a[0] >= 0 and a[1] < b[0]:
                     return a
                 return (0, b[0] - 1)
+            # a divisor known only to be non-negative (a symbolic one: ``(seq + 7) // 8``);
+            # a zero divisor gives 0 in ember's C helpers (``ember_floordiv_int64``)
+            if op == "floordiv" and b[0] >= 0 and a[0] >= 0:
+                return (0, a[1] // max(b[0], 1) if not math.isinf(a[1]) else INF)
+            if op == "floormod" and b[0] >= 0:
+                hi = max(b[1] - 1, 0)
+                if a[0] >= 0:
+                    hi = min(hi, a[1])
+                return (0, hi)
     return (-INF, INF)
 
 
@@ -619,7 +634,12 @@ def flat_index(buf: Buffer, indices, bounds: Bounds | None = None) -> Expr:
     if buf.origin is not None:
         indices = [binop("sub", i, o) for i, o in zip(indices, buf.origin)]
     flat: Expr = Const(0, "int64")
-    for i, st in zip(indices, buf.elem_strides()):
+    strides = buf.elem_strides()
+    for i, st in zip(indices, strides):
         flat = binop("add", flat, binop("mul", i, st if isinstance(st, Expr) else
                                         Const(st, "int64")))
+    if any(isinstance(st, Expr) for st in strides):  # symbolic strides: the normal form
+        from .symbolic import normal_index
+        folded = normal_index(flat)
+        flat = flat if folded is None else folded
     return canonical(flat, bounds)

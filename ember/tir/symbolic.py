@@ -260,6 +260,71 @@ def as_dim(d) -> Dim:
     return _poly(d).to_expr()
 
 
+def normal_index(e: Expr) -> Expr | None:
+    """An integer index expression (over loop variables and symbols) in the symbolic normal
+    form, with the quotient/remainder pairs of fused loops folded back (``(i // s) * (s * k) +
+    (i % s) * k`` is ``i * k``, also through nested quotients: ``(i // (4 * s)) * (4 * s * s)
+    + ((i // s) % 4) * (s * s) + (i % s) * s`` is ``i * s``); ``None`` when ``e`` is not such
+    an expression (a load or select in it) or two of its variables share a name (the normal
+    form keys atoms by name). The flat offsets of symbolic buffers go through it
+    (``arith.flat_index``): a fused parallel loop over ``batch x seq`` rows otherwise divides
+    by ``seq`` in every iteration."""
+    from .arith import collect
+    names: dict = {}
+    for v in collect(e, lambda n: isinstance(n, Var)):
+        if names.setdefault(v.name, v) is not v:
+            return None
+    try:
+        p = _fold_divmod(_poly(e))
+    except ShapeMismatchError:
+        return None
+    return _as_expr(p.to_expr())
+
+
+def _fold_divmod(p: _Poly) -> _Poly:
+    """``p`` with every pair ``k * R * (x // c) * c`` + ``k * R * (x % c)`` (``R`` a
+    monomial, ``c`` one monomial) replaced by ``k * R * x``; ``x // c`` may also appear as
+    ``y // (d * c)`` when ``x`` is ``y // d``."""
+    changed = True
+    while changed:
+        changed = False
+        for key, atom in list(p.atoms.items()):
+            if not (isinstance(atom, BinOp) and atom.op == "floormod"):
+                continue
+            if not any(key in m for m in p.terms):
+                continue
+            x, c = atom.a, atom.b
+            pc = _poly(c)
+            if len(pc.terms) != 1:
+                continue
+            (mc, cc), = pc.terms.items()
+            if cc <= 0:
+                continue
+            cands = [BinOp("floordiv", x, c)]
+            if isinstance(x, BinOp) and x.op == "floordiv":
+                cands.append(BinOp("floordiv", x.a, _as_expr(_poly(x.b).mul(pc).to_expr())))
+            div_keys = [_atom_key(d) for d in cands]
+            for m, k in list(p.terms.items()):
+                if key not in m:
+                    continue
+                rest = list(m)
+                rest.remove(key)
+                for dk in div_keys:
+                    target = tuple(sorted(rest + [dk] + list(mc)))
+                    if p.terms.get(target) == k * cc:
+                        t = dict(p.terms)
+                        del t[m], t[target]
+                        mono = _Poly({tuple(sorted(rest)): k}, p.atoms)
+                        q = _Poly(t, p.atoms).add(_poly(x).mul(mono))
+                        p, changed = q, True
+                        break
+                if changed:
+                    break
+            if changed:
+                break
+    return p
+
+
 def as_expr(d) -> Expr:
     """A dimension as a ``tir`` ``int64`` expression (ints become ``Const``)."""
     d = as_dim(d)

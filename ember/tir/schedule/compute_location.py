@@ -9,6 +9,7 @@ from ...errors import ScheduleError
 from ..arith import INF, interval, map_accesses, post_order, prove, simplify, substitute, walk_stmt
 from ..expr import BinOp, Const, Expr, IterVar, Load, Var, binop
 from ..stmt import Allocate, Block, Buffer, For, KernelCall, Seq, Stmt, Store, seq
+from ..symbolic import as_dim, is_symbolic
 from .analysis import (block_access_indices, block_reads, block_writes, blocks_in,
                        check_in_scope, exclusive_nest, find_path, loop_bounds, preorder_index, prune, region,
                        replace_node)
@@ -71,9 +72,11 @@ def _build_nest(blk: Block, spatial_dims, reduce_full=True, prim="compute_at"):
             loops.append((v, ext))
             e = simplify(binop("add", base, v))
             binds.append(e)
-            lo, hi = interval(e, {**_BOUNDS.get(), v: (0, ext - 1)})
+            lo, hi = interval(e, {**_BOUNDS.get(),
+                                  v: (0, ext - 1 if isinstance(ext, int) else INF)})
             if isinstance(iv.extent, Expr):  # symbolic: kept unless the region proves it
-                if not _below_symbolic(e, v, ext, iv.extent):
+                if not (_below_symbolic(e, v, ext, iv.extent)
+                        or _whole_extent(e, v, ext, iv.extent)):
                     if lo < 0:
                         conds.append(binop("ge", e, Const(0, "int64")))
                     conds.append(binop("lt", e, iv.extent))
@@ -109,6 +112,13 @@ def _below_symbolic(e, v, ext, extent) -> bool:
         return False
     base = simplify(substitute(e, {v: Const(0, "int64")}))
     return _in_range(base, extent)
+
+
+def _whole_extent(e, v, ext, extent) -> bool:
+    """True when index ``e`` is ``v`` itself over a region of the whole symbolic ``extent``
+    (a compute_at row buffer of ``seq`` elements)."""
+    from ..symbolic import dims_equal
+    return e is v and not isinstance(ext, int) and dims_equal(ext, extent)
 
 
 def _in_range(e, extent) -> bool:
@@ -161,8 +171,13 @@ def _compact(sch, buf: Buffer, loop_var: Var, reg) -> None:
         return
     shape = [ext for _, ext in reg]
     origin = [base for base, _ in reg]
-    nbytes = int(max(1, _prod(shape))) * _itemsize(buf.dtype)
-    scope = "local" if nbytes <= LOCAL_LIMIT_BYTES else buf.scope
+    if any(is_symbolic(e) for e in shape):
+        # a symbolic region (a row of ``seq`` elements): a workspace, which the C printer
+        # allocates once per task of a parallel loop rather than per iteration
+        scope = "global"
+    else:
+        nbytes = int(max(1, _prod(shape))) * _itemsize(buf.dtype)
+        scope = "local" if nbytes <= LOCAL_LIMIT_BYTES else buf.scope
     nb = Buffer(buf.name, shape, buf.dtype, scope, None, origin)
     alloc = alloc_path[-1]
     body = replace_node(sch.body, alloc, alloc.body)
@@ -272,7 +287,16 @@ def _union_region(tuples_with_loops, shape, outer_bounds):
         bases = [r[d] for r in regs]
         b0 = bases[0][0]
         diffs = [_const_diff(b, b0) for b, _ in bases]
-        if all(x is not None for x in diffs):
+        if all(x is not None for x in diffs) and any(is_symbolic(e) for _, e in bases):
+            # a symbolic extent (a row of ``seq`` elements): one region when every tuple
+            # reads the same one
+            from ..symbolic import dims_equal
+            if len(set(diffs)) == 1 and all(dims_equal(e, bases[0][1]) for _, e in bases):
+                out.append((simplify(binop("add", b0, Const(diffs[0], "int64"))),
+                            as_dim(bases[0][1])))
+            else:
+                out.append((Const(0, "int64"), n))
+        elif all(x is not None for x in diffs):
             lo = min(diffs)
             hi = max(dd + ext - 1 for dd, (_, ext) in zip(diffs, bases))
             out.append((simplify(binop("add", b0, Const(lo, "int64"))), hi - lo + 1))

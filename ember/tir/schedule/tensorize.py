@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 
 from ...errors import ScheduleError
-from ..arith import linear_terms, loop_range, simplify, substitute
+from ..arith import linear_terms, loop_range, prove, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var, binop, is_static_extent
-from ..stmt import Block, For, IfThenElse, KernelCall
+from ..stmt import Block, For, IfThenElse, KernelCall, Seq
 from .analysis import replace_node
 
 ISAS = {"avx512": 16, "avx2": 8, "scalar": 4}
@@ -321,49 +321,92 @@ def tensorize(sch, loop, intrin: str) -> None:
     mr = ml.extent if ml is not None else 1
     nr = nl.extent
     accumulate = accumulate_flag(blk, chain, where)
-    if blk.predicate is not None:
-        _check_row_tail(blk.predicate, chain, ml, where)
+    row_pred, col_pred = (None, None) if blk.predicate is None else \
+        _split_tail_predicate(blk.predicate, chain, ml, nl, where, bounds)
 
-    def block_call(rows: int, row=None):
-        """The micro-kernel call of ``rows`` register rows starting at row loop value
-        ``row`` (``None``: 0)."""
+    def block_call(rows: int, row=None, cols: int = nr, col=None):
+        """The micro-kernel call of ``rows`` x ``cols`` register block starting at row loop
+        value ``row`` and lane loop value ``col`` (``None``: 0)."""
         zmap = {c.var: Const(0, "int64") for c in live}
         if row is not None:
             zmap[ml.var] = row
+        if col is not None:
+            zmap[nl.var] = col
         return gemm_kernel_call(
-            isa, dtype, rows, nr,
+            isa, dtype, rows, cols,
             AddressOf(st.buffer, [simplify(substitute(i, zmap)) for i in cidx]),
             AddressOf(la.src, [simplify(substitute(i, zmap)) for i in aidx]),
             AddressOf(lb.src, [simplify(substitute(i, zmap)) for i in bidx]),
             cc.get(id(ml.var), 0) if ml else 0, ca.get(id(ml.var), 0) if ml else 0,
             red_args, accumulate, a_vec, pf_next="pfnext" in intrin_options(intrin), where=where)
-    call = block_call(mr)
-    if blk.predicate is not None:
+
+    def cols_part(rows: int, row=None):
+        """``rows`` rows at ``row``, all ``nr`` columns or the column tail: the whole width
+        when its last column is in range, else one call per power of two of the remaining
+        width ``w`` (``w = 13``: 8, 4 and 1 columns at 0, 8 and 12)."""
+        full = block_call(rows, row)
+        if col_pred is None:
+            return full
+        width = _tail_width(col_pred, nl, nr)
+        ends = simplify(binop("and", *[substitute(col_pred, {nl.var: Const(c, "int64")})
+                                       for c in (0, nr - 1)]))
+        if width is None:  # not a plain ``col + e < bound``: one-column calls
+            u = Var(nl.var.name + "_t", "int64")
+            tail = For(u, nr, IfThenElse(substitute(col_pred, {nl.var: u}),
+                                         block_call(rows, row, 1, u)))
+            return IfThenElse(ends, full, tail)
+        return IfThenElse(ends, full, Seq(_binary_parts(
+            width, nr, lambda b, start: block_call(rows, row, b, start))))
+
+    call = cols_part(mr)
+    if row_pred is not None:
         # row tail: the whole block when its first and last rows are in range (each term of
-        # the predicate is monotone in the row, so all rows between are), else one-row calls
-        # for the rows the predicate keeps
-        t = Var(ml.var.name + "_t", "int64")
-        ends = [substitute(blk.predicate, {ml.var: Const(r, "int64")}) for r in (0, mr - 1)]
-        tail = For(t, mr, IfThenElse(substitute(blk.predicate, {ml.var: t}),
-                                     block_call(1, t)))
+        # the predicate is monotone in the row, so all rows between are), else blocks of
+        # 4, 2, 1... rows for the remaining height (one-row calls for the rows the predicate
+        # keeps when it is not a plain ``row + e < bound``)
+        ends = [substitute(row_pred, {ml.var: Const(r, "int64")}) for r in (0, mr - 1)]
+        height = _tail_width(row_pred, ml, mr)
+        if height is None:
+            t = Var(ml.var.name + "_t", "int64")
+            tail = For(t, mr, IfThenElse(substitute(row_pred, {ml.var: t}), cols_part(1, t)))
+        else:
+            tail = Seq(_binary_parts(height, mr, lambda b, start: cols_part(b, start)))
         call = IfThenElse(simplify(binop("and", *ends)), call, tail)
     replace_nest(sch, f, blk, chain, call, intrin)
 
 
-def _check_row_tail(pred: Expr, chain: list, ml, where: str) -> None:
-    """A predicate ``tensorize`` turns into a row tail: a conjunction of comparisons
-    ``e < bound`` (``<=``, ``>``, ``>=``) with ``e`` affine in the row loop ``ml`` and ``bound``
-    free of it (each term monotone in the row), and no other loop of the nest (a split of the
-    row dim that does not divide, a symbolic row count, with ``compute_at``'s bound checks).
+def _binary_parts(width: Expr, n: int, part) -> list:
+    """The tail of a register block of ``n`` rows or columns of which the first ``width``
+    (an int64 expression below ``n``) are in range, as one statement per power of two ``b <
+    n``: ``part(b, start)`` when bit ``b`` of ``width`` is set, ``start`` the rows or columns
+    the larger parts cover (``width = 13``: 8, 4 and 1 at 0, 8 and 12)."""
+    parts, b = [], 1
+    while b * 2 < n:
+        b *= 2
+    w = simplify(width)  # repeated in each test: the C compiler computes it once
+    while b >= 1:
+        m = binop("floormod", w, Const(2 * b, "int64"))
+        parts.append(IfThenElse(binop("ge", m, Const(b, "int64")),
+                                part(b, simplify(binop("sub", w, m)))))
+        b //= 2
+    return parts
+
+
+def _split_tail_predicate(pred: Expr, chain: list, ml, nl, where: str,
+                          bounds: dict | None = None) -> tuple:
+    """``(row terms, column terms)`` of a block predicate ``tensorize`` turns into tails
+    (each a conjunction or ``None``): every term is a comparison ``e < bound`` (``<=``,
+    ``>``, ``>=``) with ``e`` affine in either the row loop ``ml`` or the lane loop ``nl``
+    (not both), ``bound`` free of them, and no other loop of the nest (a split that does not
+    divide: a symbolic row or column count, with ``compute_at``'s bound checks). Terms that
+    hold for every point of the loops' ``bounds`` (``col >= 0``) are dropped.
 
     Raises:
         ScheduleError: any other predicate."""
-    msg = (f"{where}: the block's predicate is not a row tail (a split of the row loop that "
-           f"does not divide); use divisible tiles")
-    if ml is None or ml.extent < 2:
-        raise ScheduleError(msg)
-    inner = {id(c.var) for c in chain if c is not ml}
-    terms = [pred]
+    msg = (f"{where}: the block's predicate is not a row or column tail (a split of the row "
+           f"or lane loop that does not divide); use divisible tiles")
+    inner = {id(c.var) for c in chain if c is not ml and c is not nl}
+    terms, rows, cols = [pred], [], []
     while terms:
         e = terms.pop()
         if isinstance(e, BinOp) and e.op == "and":
@@ -371,12 +414,56 @@ def _check_row_tail(pred: Expr, chain: list, ml, where: str) -> None:
             continue
         if not (isinstance(e, BinOp) and e.op in ("lt", "le", "gt", "ge")):
             raise ScheduleError(msg)
-        if any(id(v) in inner for v in _vars(e)) or any(v is ml.var for v in _vars(e.b)):
+        if any(id(v) in inner for v in _vars(e)):
             raise ScheduleError(msg)
+        if bounds is not None and prove(e, bounds) is True:
+            continue
+        for lp, out in ((ml, rows), (nl, cols)):
+            if lp is None or not any(v is lp.var for v in _vars(e)):
+                continue
+            other = nl if lp is ml else ml
+            if (other is not None and any(v is other.var for v in _vars(e))) \
+                    or any(v is lp.var for v in _vars(e.b)) or lp.extent < 2:
+                raise ScheduleError(msg)
+            lt = linear_terms(e.a)
+            if lt is None or any(atom is not lp.var and any(v is lp.var for v in _vars(atom))
+                                 for atom, _ in lt[0].values()):
+                raise ScheduleError(msg)  # the loop inside a non-linear term
+            out.append(e)
+            break
+        else:
+            raise ScheduleError(msg)  # a term free of both loops: not a tail
+    conj = (lambda ts: None if not ts else
+            ts[0] if len(ts) == 1 else binop("and", *ts))
+    return conj(rows), conj(cols)
+
+
+def _tail_width(col_pred: Expr, nl, nr: int):
+    """How many lane values ``0 <= u < nr`` the column terms ``col_pred`` keep, as an int64
+    expression, when every term is ``nl + e < bound`` or ``<=`` (the lane loop with
+    coefficient 1: a split of the column loop), else ``None``. The kept lanes are then
+    ``0 .. width - 1``."""
+    terms, bounds = [col_pred], []
+    while terms:
+        e = terms.pop()
+        if isinstance(e, BinOp) and e.op == "and":
+            terms += [e.a, e.b]
+            continue
+        if e.op not in ("lt", "le"):
+            return None
         lt = linear_terms(e.a)
-        if lt is None or any(atom is not ml.var and any(v is ml.var for v in _vars(atom))
-                             for atom, _ in lt[0].values()):
-            raise ScheduleError(msg)  # the row inside a non-linear term
+        if lt is None:
+            return None
+        coef = [c for atom, c in lt[0].values() if atom is nl.var]
+        if coef != [1]:
+            return None
+        base = simplify(substitute(e.a, {nl.var: Const(0, "int64")}))
+        w = binop("sub", e.b, base)
+        bounds.append(binop("add", w, Const(1, "int64")) if e.op == "le" else w)
+    width = bounds[0]
+    for b in bounds[1:]:
+        width = binop("min", width, b)
+    return binop("max", binop("min", width, Const(nr, "int64")), Const(0, "int64"))
 
 
 def gemm_kernel_call(isa: str, dtype: str, mr: int, nr: int, c: AddressOf, a: AddressOf,

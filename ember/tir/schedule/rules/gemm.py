@@ -231,11 +231,11 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     lanes = ISAS[target.isa]
     m_sym = _symbolic_m(g)
     m_ext = _m_extent(g)
-    n_ext = _n_extent(g)
-    if not is_static_extent(n_ext):
+    n_sym = _symbolic_n(g)
+    if n_sym and not _symbolic_n_ok(g):
         return None
-    tile = choose_tile(m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa],
-                       SYMBOLIC_MAX_MR if m_sym else None)
+    n_ext = SYMBOLIC_N_NOMINAL if n_sym else _n_extent(g)
+    tile = _choose_tile(g, m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa])
     if tile is None:
         return None
     mr, nr = tile
@@ -249,10 +249,10 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
             raise ScheduleError(f"gemm rule: register tile {[mr, nr]} is not legal for a "
                                 f"{m_ext}x{n_ext} output (see tile_candidates)")
     kc = cfg.get("kblock")
-    if g["group_n"] is not None or m_sym:
+    if g["group_n"] is not None or m_sym or n_sym:
         if kc is not None and int(kc) > 0:
-            raise ScheduleError("gemm rule: a grouped convolution's or a symbolic row "
-                                "count's reduction is not blocked")
+            raise ScheduleError("gemm rule: a grouped convolution's or a symbolic row or "
+                                "column count's reduction is not blocked")
         kc = 0
     if kc is not None and int(kc) > 0:
         kb = _kblock_plan(g, mr, nr, lanes, kc=int(kc), max_acc=MAX_ACCUMULATORS[target.isa])
@@ -329,9 +329,13 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         order = [no] + list(outer) + [ni]
     sch.reorder(*order)
     fused_outer = [x for x in order[:-2 if mi is not None else -1]]
-    serial = (int(cfg["fuse"]) if cfg.get("fuse") is not None
-              else _default_serial(g, nr, order_kind if mi is not None else None,
-                                   len(fused_outer)))
+    if cfg.get("fuse") is not None:
+        serial = int(cfg["fuse"])
+    elif m_sym or n_sym:
+        serial = _symbolic_serial(sch, fused_outer)
+    else:
+        serial = _default_serial(g, nr, order_kind if mi is not None else None,
+                                 len(fused_outer))
     if not 0 <= serial < len(fused_outer):
         raise ScheduleError(f"gemm rule: cannot keep {serial} of the {len(fused_outer)} outer "
                             f"loops serial")
@@ -415,8 +419,8 @@ def gemm_knobs(func: PrimFunc, target: Target) -> dict | None:
     max_acc = MAX_ACCUMULATORS[target.isa]
     n_ext = _n_extent(g)
     if not is_static_extent(n_ext):
-        return None
-    tile = choose_tile(m_ext, n_ext, lanes, max_acc, SYMBOLIC_MAX_MR if _symbolic_m(g) else None)
+        return None  # a symbolic column count is not tuned: the rule's default schedule
+    tile = _choose_tile(g, m_ext, n_ext, lanes, max_acc)
     if tile is None or (tile[0] * tile[1] < 16 and n_ext * m_ext < 64):
         return None
     cands = sorted(tile_candidates(m_ext, n_ext, lanes, max_acc), key=lambda c: -c[0])
@@ -479,7 +483,7 @@ def _default_serial(g, nr: int, order_kind: str | None, n_outer: int) -> int:
     the (smaller) activation in full."""
     if order_kind != "panels" or g["m"] is None or n_outer < 2:
         return 0
-    if g["n"].extent // nr < MIN_PANELS_PER_TASK_SPLIT:
+    if not is_static_extent(g["n"].extent) or g["n"].extent // nr < MIN_PANELS_PER_TASK_SPLIT:
         return 0
     image = _image_ivs(g)
     bivs = _plain_ivs(g["B"].indices, g["R"].iter_vars)
@@ -488,6 +492,33 @@ def _default_serial(g, nr: int, order_kind: str | None, n_outer: int) -> int:
     if image and _b_bytes(g) < PANEL_SPLIT_MIN_B_OVER_A * _a_bytes(g):
         return 0
     return n_outer - 1
+
+
+# a symbolic nest keeps its tile loops serial inside the parallel loop when the loops left to
+# fuse have at least this many static iterations (attention's heads)
+SYMBOLIC_MIN_STATIC_TASKS = 4
+
+
+def _symbolic_serial(sch: Schedule, fused_outer: list) -> int:
+    """The ``fuse`` decision of a nest with a symbolic row or column count: the loops fused
+    into the parallel loop are split back by division by their (symbolic) extents in every
+    iteration, a real integer division (tens of cycles each) where static extents divide by a
+    constant. So the innermost outer loop (a tile loop) always stays serial, and every loop
+    with a symbolic extent at the inner end too while the loops outside them keep
+    ``SYMBOLIC_MIN_STATIC_TASKS`` static iterations for the threads (``Q K^T``:
+    ``batch x heads`` parallel, the row and column tiles serial in each task)."""
+    if len(fused_outer) < 2:
+        return 0
+    exts = [sch.find_loop(x, "gemm rule")[0].extent for x in fused_outer]
+    serial = 1
+    while serial < len(exts) - 1 and not is_static_extent(exts[-serial - 1]):
+        static = 1
+        for e in exts[:-serial - 1]:
+            static *= e if is_static_extent(e) else 1
+        if static < SYMBOLIC_MIN_STATIC_TASKS:
+            break
+        serial += 1
+    return serial
 
 
 def _loop_of(sch: Schedule, block: str, iv):
@@ -555,6 +586,8 @@ def _default_prefetch(g, kblocked: bool, panel_split: bool = False) -> int:
         return 1
     if not _image_ivs(g):
         return 0
+    if any(not is_static_extent(d) for d in g["B"].src.shape):
+        return 0  # an activation of symbolic size (attention's V), not a weight stream
     return 1 if _buffer_bytes(g["B"].src) >= PREFETCH_MIN_B_BYTES else 0
 
 
@@ -608,10 +641,55 @@ def _default_order(g) -> str:
 # run as one-row micro-kernel calls (``tensorize``'s row tail)
 SYMBOLIC_M_NOMINAL = 80313433200
 # the largest register-row count for a symbolic row count: the tail (up to ``mr - 1`` rows)
-# runs as one-row calls, which a short sequence would be made entirely of
-SYMBOLIC_MAX_MR = 8
+# runs as calls of power-of-two heights (``tensorize``), which a short sequence is made of
+SYMBOLIC_MAX_MR = 16
 # a symbolic dimension counts as this many elements in the rule's cache-size heuristics
 SYMBOLIC_DIM_NOMINAL = 128
+
+
+# a symbolic column count (attention's keys: ``Q K^T`` is ``(seq, d) x (d, seq)``) is tiled
+# as if it were ``SYMBOLIC_N_NOMINAL`` columns, with ``nr`` at most ``SYMBOLIC_MAX_NR``: the
+# last ``N % nr`` columns run as narrower calls (``tensorize``'s column tail: one call per
+# power of two of the remaining width)
+SYMBOLIC_N_NOMINAL = 1024
+SYMBOLIC_MAX_NR = 32
+
+
+def _symbolic_n(g) -> bool:
+    """True when the GEMM's column dim ``n`` has a symbolic extent."""
+    return not is_static_extent(g["n"].extent)
+
+
+def _symbolic_n_ok(g) -> bool:
+    """A symbolic column count is tiled when ``B`` is an activation read in place (a
+    constant ``B`` would be packed at compile time into panels of a static width) and the
+    GEMM is neither grouped nor depthwise."""
+    if g["group_n"] is not None or g["a_vec"] or g["bf16"] or g["b_const"]:
+        return False
+    return _lane_stride(g["B"], g["n"]) == 1
+
+
+def _choose_tile(g, m_ext: int, n_ext: int, lanes: int, max_acc: int):
+    """``choose_tile`` with the caps of symbolic extents: ``mr`` a power of two up to
+    ``SYMBOLIC_MAX_MR`` for a symbolic row count; for a symbolic column count ``nr`` a
+    multiple of the lanes up to ``SYMBOLIC_MAX_NR`` (the tails then split into power-of-two
+    heights and widths)."""
+    max_mr = SYMBOLIC_MAX_MR if _symbolic_m(g) else None
+    if not _symbolic_n(g) and max_mr is None:
+        return choose_tile(m_ext, n_ext, lanes, max_acc)
+    best, best_score = None, 0.0
+    full = [c for c in tile_candidates(m_ext, n_ext, lanes, max_acc)
+            if c[1][1] % lanes == 0 and c[1][0] * (c[1][1] // lanes) >= MIN_FULL_LANE_ACC]
+    for score, (mr, nr) in full or tile_candidates(m_ext, n_ext, lanes, max_acc):
+        if _symbolic_n(g) and (nr % lanes or nr > SYMBOLIC_MAX_NR):
+            continue
+        # a symbolic row count: power-of-two row blocks (the tail then is one call per bit of
+        # the remaining rows, and sequence lengths are often powers of two)
+        if max_mr is not None and (mr > max_mr or mr & (mr - 1)):
+            continue
+        if score > best_score:
+            best, best_score = (mr, nr), score
+    return best
 
 
 def _symbolic_m(g) -> bool:

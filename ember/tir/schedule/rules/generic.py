@@ -117,8 +117,11 @@ def _vectorize_innermost(sch: Schedule, nest: For, target: Target) -> None:
             continue
         if not isinstance(f.extent, int):
             continue  # a symbolic innermost loop: the C compiler's omp simd
+        # a symbolic kernel splits every lane multiple: the head merge of attention reads
+        # ``x[.., v // 16, .., v % 16]``, contiguous only within a split of 16 lanes
+        split_min = lanes if sch.func.attrs.get("symbols") else 4 * lanes
         try:
-            if f.extent > 4 * lanes and f.extent % lanes == 0:
+            if f.extent > split_min and f.extent % lanes == 0:
                 _, inner = sch.split(loops[-1], [None, lanes])
                 sch.vectorize(inner)
             elif f.extent >= 4:

@@ -94,11 +94,11 @@ def row_reduction_rule(func: PrimFunc, target: Target) -> Schedule | None:
         if b.init is None:  # an elementwise row stage (softmax's exp): vectorize its row
             lp = sch.get_loops(b.name)[-1]
             ext = sch.find_loop(lp, "row reduction rule")[0].extent
-            if isinstance(ext, int) and ext >= target.vector_lanes:
-                sch.vectorize(lp)
+            if not isinstance(ext, int) or ext >= target.vector_lanes:
+                sch.vectorize(lp)  # a symbolic row: vector steps and a remainder at run time
     last = sch.get_loops(out.name)[-1]
     f, _ = sch.find_loop(last, "row reduction rule")
-    if isinstance(f.extent, int) and f.extent >= target.vector_lanes:
+    if not isinstance(f.extent, int) or f.extent >= target.vector_lanes:
         sch.vectorize(last)
     total = 1
     for d in func.params[-1].shape:

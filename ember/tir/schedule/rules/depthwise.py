@@ -52,35 +52,77 @@ def choose_dw_tile(ow: int, c: int, lanes: int, max_acc: int) -> tuple[int, int]
     return best
 
 
-def _is_depthwise(func: PrimFunc, g) -> bool:
-    """Rank-4 NHWC output, the weights a constant (C, 1, kh, kw) parameter, one reduction."""
-    if g is None or not g["a_vec"] or len(g["sp"]) != 4:
-        return False
+def choose_group_tile(ow: int, c: int, cg: int, lanes: int, max_acc: int) -> tuple[int, int]:
+    """``(wr, nr)`` of a grouped block (``cg`` channels per group, ``cg`` rotations of
+    accumulators per pixel and vector: ``microkernel_dwconv``'s ``gconv``): ``wr`` divides
+    ``ow``, ``nr`` divides ``c`` and is a multiple of ``cg``; ``wr x nv x cg`` accumulators
+    plus ``nv x cg`` weight vectors and two loads fit the register file; maximizes lane use x
+    accumulators (up to 24), then ``wr``."""
+    regs = REGISTERS.get(lanes, 16)
+    cap = min(max_acc, regs * 3 // 4)
+    best, best_score = (1, cg), -1.0
+    for nr in (d for d in range(cg, min(c, 4 * lanes) + 1, cg) if c % d == 0):
+        nv = -(-nr // lanes)
+        lane_eff = nr / (nv * lanes)
+        for wr in (d for d in range(1, min(ow, MAX_WR) + 1) if ow % d == 0):
+            acc = wr * nv * cg
+            if acc > cap or acc + nv * cg + 2 > regs:
+                continue
+            score = lane_eff * min(acc, cap) / cap + 0.001 * wr + 0.0001 * nr
+            if score > best_score:
+                best, best_score = (wr, nr), score
+    return best
+
+
+def _depthwise_groups(func: PrimFunc, g, lanes: int) -> int | None:
+    """Channels per group ``cg`` when ``func`` is a depthwise (``cg = 1``) or grouped
+    convolution this rule takes: rank-4 NHWC output, the weights a constant ``(C, cg, kh, kw)``
+    parameter, one reduction, as many input as output channels; grouped: ``cg`` output
+    channels per group too, ``cg`` below the vector width and dividing it (else ``None``)."""
+    if g is None or len(g["sp"]) != 4:
+        return None
     A, B = g["A"], g["B"]
     consts = func.attrs.get("constant_params")
     pidx = {id(p): k for k, p in enumerate(func.params)}
     if consts is None or pidx.get(id(B.src)) not in consts:
-        return False
-    if len(B.src.shape) != 4 or B.src.shape[1] != 1 or len(A.src.shape) != 4:
-        return False
-    return B.src.shape[0] == g["n"].extent == A.src.shape[3]
+        return None
+    if len(B.src.shape) != 4 or len(A.src.shape) != 4:
+        return None
+    if not (B.src.shape[0] == g["n"].extent == A.src.shape[3]):
+        return None
+    if g["a_vec"] and B.src.shape[1] == 1:
+        return 1
+    cg = B.src.shape[1]
+    if g["group_n"] != cg or not 1 < cg < lanes or lanes % cg:
+        return None
+    return cg
 
 
 def depthwise_rule(func: PrimFunc, target: Target) -> Schedule | None:
     """Depthwise convolution as ``dwconv`` register blocks (see the module doc)."""
     g = analyze(func)
-    if target.isa not in ISAS or not _is_depthwise(func, g) or g["bf16"]:
+    if target.isa not in ISAS:
+        return None
+    lanes = ISAS[target.isa]
+    cg = _depthwise_groups(func, g, lanes)
+    if cg is None or g["bf16"]:
         return None  # (bf16 operands: the dwconv kernels are float32 only)
     R, n_iv = g["R"], g["n"]
     ow_iv = g["sp"][2]
-    lanes = ISAS[target.isa]
-    wr, nr = choose_dw_tile(ow_iv.extent, n_iv.extent, lanes, MAX_ACCUMULATORS[target.isa])
+    if cg == 1:
+        wr, nr = choose_dw_tile(ow_iv.extent, n_iv.extent, lanes, MAX_ACCUMULATORS[target.isa])
+    else:
+        wr, nr = choose_group_tile(ow_iv.extent, n_iv.extent, cg, lanes,
+                                   MAX_ACCUMULATORS[target.isa])
     sch = Schedule(func)
-    # weights [C, 1, kh, kw] -> [1, kh, kw, C]: one tap's channels contiguous
     reads = block_reads(R)
     widx = [id(b) for b in reads].index(id(g["B"].src))
-    sch.transform_layout(R.name, ("read", widx),
-                         IndexMap.from_func(4, lambda c, z, r, s: (z, r, s, c)))
+    if cg == 1:  # weights [C, 1, kh, kw] -> [1, kh, kw, C]: one tap's channels contiguous
+        imap = IndexMap.from_func(4, lambda c, z, r, s: (z, r, s, c))
+    else:  # [C, cg, kh, kw] -> [kh, kw, cg, C] rotated within the groups (microkernel_dwconv)
+        imap = IndexMap.from_func(4, lambda o, k, r, s: (
+            r, s, (k + cg - o % cg) % cg, (o // cg) * cg + k))
+    sch.transform_layout(R.name, ("read", widx), imap)
     # the zero padding is read through a guard instead of a padded copy
     A = g["A"].src
     producers = [b.name for b in blocks_in(sch.body) if any(w is A for w in block_writes(b))]
@@ -107,7 +149,10 @@ def depthwise_rule(func: PrimFunc, target: Target) -> Schedule | None:
     lw = _loop_of(sch, R.name, ow_iv)
     lc = _loop_of(sch, R.name, n_iv)
     taps = [x for x in (_loop_of(sch, R.name, iv) for iv in g["rd"]) if x is not None]
-    order = taps + [x for x in (lw, lc) if x is not None]
+    lanes_loops = [lc] if lc is not None else []
+    if cg > 1 and lc is not None:  # the block's groups x the channels inside a group
+        lanes_loops = list(sch.split(lc, [None, cg])) if nr > cg else [lc]
+    order = taps + [x for x in [lw] + lanes_loops if x is not None]
     if not order:
         return None
     if len(order) > 1:

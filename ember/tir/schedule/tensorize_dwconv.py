@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from ...errors import ScheduleError
 from ..arith import flat_index, linear_terms, loop_range, simplify, substitute
 from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Select
@@ -118,7 +120,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     live = [c for c in chain if c.extent > 1]
     ids = {id(c.var) for c in live}
     cc = affine_coeffs(flat_index(st.buffer, cidx), ids, where, "the output index")
-    if len(widx) == 4 and _has_floormod(widx[2]):
+    if any(_has_floormod(e) for e in widx):
         return _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, widx,
                                   cc, norm, isa, dtype, where)
     cw = affine_coeffs(flat_index(lw.src, widx), ids, where, "the weight index")
@@ -202,7 +204,18 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
     from ..expr import Var
     ids = {id(c.var) for c in live}
     cx = [affine_coeffs(e, ids, where, f"input index {d}") for d, e in enumerate(xidx)]
-    cwd = {d: affine_coeffs(widx[d], ids, where, f"weight index {d}") for d in (0, 1, 3)}
+    rots = [d for d, e in enumerate(widx) if _has_floormod(e)]
+    if len(rots) != 1 or rots[0] == len(widx) - 1:
+        raise ScheduleError(f"{where}: the grouped weights need one rotation index before the "
+                            f"lanes")
+    rd = rots[0]
+    wd = [d for d in range(len(widx)) if d != rd]
+    wsh = lw.src.shape
+    wst = [int(np.prod(wsh[d + 1:], dtype=np.int64)) for d in range(len(wsh))]
+    cwd = {d: affine_coeffs(widx[d], ids, where, f"weight index {d}") for d in wd}
+
+    def wstride(c):  # the weights' element stride along loop c, the rotation index aside
+        return sum(cwd[d].get(id(c.var), 0) * wst[d] for d in wd) if c else 0
 
     def moves(c):
         return [d for d in range(4) if cx[d].get(id(c.var), 0) != 0]
@@ -214,12 +227,11 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
     kl, ml_c = kk[0], mm[0]
     cg = kl.extent
     check_reduction_loops(blk, [kl], where)
-    if not (cx[3][id(kl.var)] == 1 and cwd[3].get(id(kl.var)) == 1
-            and cwd[3].get(id(ml_c.var), 0) == 0):
+    if not (cx[3][id(kl.var)] == 1 and wstride(kl) == 1 and wstride(ml_c) == 0):
         raise ScheduleError(f"{where}: the in-group loops must step the input channel and the "
                             f"weights' lanes by 1")
     # the rotation index must be (k - m) mod cg exactly (it depends on those two loops only)
-    rot = widx[2]
+    rot = widx[rd]
     if any(not (v is kl.var or v is ml_c.var) for v in collect(rot, lambda x: isinstance(x, Var))):
         raise ScheduleError(f"{where}: the weights' rotation index depends on other loops")
     from ..expr import Const as _C
@@ -230,7 +242,7 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
                 raise ScheduleError(f"{where}: the weights are not packed rotated "
                                     f"((k - m) mod {cg} at k={a}, m={b})")
     gl = [c for c in live if c not in (kl, ml_c) and cc.get(id(c.var), 0) == cg
-          and moves(c) == [3] and cx[3][id(c.var)] == cg and cwd[3].get(id(c.var)) == cg]
+          and moves(c) == [3] and cx[3][id(c.var)] == cg and wstride(c) == cg]
     gi = gl[0] if gl else None
     pix = [c for c in live if c not in (kl, ml_c, gi) and cc.get(id(c.var), 0) != 0]
     if len(pix) > 1:
@@ -239,7 +251,7 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
     ml = pix[0] if pix else None
     sw = 1
     if ml is not None:
-        if moves(ml) != [2] or any(cwd[d].get(id(ml.var), 0) for d in (0, 1, 3)):
+        if moves(ml) != [2] or wstride(ml):
             raise ScheduleError(f"{where}: the pixel loop {ml.var.name} must move only the "
                                 f"input's w index and not the weights")
         sw = cx[2][id(ml.var)]
@@ -249,7 +261,7 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
             continue
         check_reduction_loops(blk, [c], where)
         m = moves(c)
-        if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps or cwd[3].get(id(c.var), 0):
+        if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps:
             raise ScheduleError(f"{where}: reduction loop {c.var.name} must move exactly one of "
                                 f"the input's h and w indices (moves dims {m})")
         taps[m[0]] = c
@@ -268,11 +280,6 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
                             f"{wr * nv * cg} accumulators; {isa} has room for "
                             f"{MAX_ACCUMULATORS[isa]}")
     _, H, W, Cx = lx.src.shape
-    wsh = lw.src.shape
-    wst = [wsh[1] * wsh[2] * wsh[3], wsh[2] * wsh[3], wsh[3], 1]
-
-    def wstride(c):
-        return sum(cwd[d].get(id(c.var), 0) * wst[d] for d in (0, 1, 3)) if c else 0
     if guard is not None:
         _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
     accumulate = accumulate_flag(blk, chain, where)
@@ -282,7 +289,7 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
         return simplify(substitute(e, zmap))
     z = Const(0, "int64")
     params = (cg, wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx, wstride(th), wstride(tw),
-              wst[2], cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
+              wst[rd], cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
     call = dwconv_kernel_call(isa, dtype, params, AddressOf(st.buffer, [at0(i) for i in cidx]),
                               AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
                               AddressOf(lw.src, [at0(i) for i in widx]),

@@ -119,9 +119,11 @@ def depthwise_rule(func: PrimFunc, target: Target) -> Schedule | None:
     widx = [id(b) for b in reads].index(id(g["B"].src))
     if cg == 1:  # weights [C, 1, kh, kw] -> [1, kh, kw, C]: one tap's channels contiguous
         imap = IndexMap.from_func(4, lambda c, z, r, s: (z, r, s, c))
-    else:  # [C, cg, kh, kw] -> [kh, kw, cg, C] rotated within the groups (microkernel_dwconv)
+    else:  # [C, cg, kh, kw] -> [C / nr, kh, kw, cg, nr]: per channel tile a contiguous panel,
+        # rotated within the groups (microkernel_dwconv); a tile's weights at a stride of C
+        # floats fell into a few L1 sets (cg = 8: 5x slower)
         imap = IndexMap.from_func(4, lambda o, k, r, s: (
-            r, s, (k + cg - o % cg) % cg, (o // cg) * cg + k))
+            o // nr, r, s, (k + cg - o % cg) % cg, (o % nr) // cg * cg + k))
     sch.transform_layout(R.name, ("read", widx), imap)
     # the zero padding is read through a guard instead of a padded copy
     A = g["A"].src
@@ -143,6 +145,11 @@ def depthwise_rule(func: PrimFunc, target: Target) -> Schedule | None:
             inner.append(i)
     if not outer:
         return None
+    if cg > 1 and sp[3] is not None:
+        # grouped: channel tiles outermost, so one tile's weight panel (9 x cg x nr floats)
+        # stays in L1 while the image's pixels stream past it (a block reads each weight
+        # vector for only wr FMAs)
+        outer = [outer[-1]] + outer[:-1]
     sch.reorder(*outer, *inner)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.compute_at(R.name, par)

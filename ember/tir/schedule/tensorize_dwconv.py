@@ -120,7 +120,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     live = [c for c in chain if c.extent > 1]
     ids = {id(c.var) for c in live}
     cc = affine_coeffs(flat_index(st.buffer, cidx), ids, where, "the output index")
-    if any(_has_floormod(e) for e in widx):
+    if any(_has_floormod(e, ids) for e in widx):
         return _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, widx,
                                   cc, norm, isa, dtype, where)
     cw = affine_coeffs(flat_index(lw.src, widx), ids, where, "the weight index")
@@ -184,9 +184,13 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
 
 
-def _has_floormod(e: Expr) -> bool:
+def _has_floormod(e: Expr, ids: set) -> bool:
+    """Whether ``e`` takes a ``floormod`` of an expression over the loops ``ids`` (the
+    grouped weights' rotation index; outer loops may appear in floormods of either form)."""
     from ..arith import collect
-    return bool(collect(e, lambda x: isinstance(x, BinOp) and x.op == "floormod"))
+    from ..expr import Var
+    return any(any(id(v) in ids for v in collect(m, lambda x: isinstance(x, Var)))
+               for m in collect(e, lambda x: isinstance(x, BinOp) and x.op == "floormod"))
 
 
 def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, widx, cc, norm,
@@ -204,7 +208,7 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
     from ..expr import Var
     ids = {id(c.var) for c in live}
     cx = [affine_coeffs(e, ids, where, f"input index {d}") for d, e in enumerate(xidx)]
-    rots = [d for d, e in enumerate(widx) if _has_floormod(e)]
+    rots = [d for d, e in enumerate(widx) if _has_floormod(e, ids)]
     if len(rots) != 1 or rots[0] == len(widx) - 1:
         raise ScheduleError(f"{where}: the grouped weights need one rotation index before the "
                             f"lanes")

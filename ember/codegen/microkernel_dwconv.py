@@ -16,6 +16,9 @@ each row and pixel. Every shape constant (tap counts, strides, dilations, the im
 and element strides, the weight strides) is compiled in, so addresses are immediate offsets and
 loads shared by neighbouring taps (stride 1) are loaded once.
 
+The ``gconv`` family (below) is the same block for a grouped convolution with ``cg`` channels
+per group: ``cg`` accumulator sets per pixel over rotated weights.
+
 Key: ``("dwconv", isa, dtype, wr, nr, kh, kw, sw, dh, dw, H, W, sxh, sxw, swh, sww, ldc,
 guarded[, epi])``; C signature ``void name(float* C, const float* X, const float* Wt, int64_t
 ih0, int64_t iw0, int32_t accumulate)``, with ``epi`` (a register epilogue, see
@@ -127,7 +130,8 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
 # ---------------------------------------------------------------------------------------------
 # ``gconv``: a grouped convolution with ``cg`` input = output channels per group (``cg`` divides
 # the vector width; depthwise is ``cg = 1``). Lane ``c`` of a block is channel ``c`` of the image;
-# the weights are packed *rotated*, ``Wt[r, s, t, c] = W[o, k, r, s]`` with ``k = c % cg`` (the
+# the weights are packed *rotated*, ``Wt[r, s, t, c] = W[o, k, r, s]`` (element strides ``swh``,
+# ``sww``, ``swt``, 1; the rule packs one panel per channel tile) with ``k = c % cg`` (the
 # input channel lane ``c`` holds) and ``o = (c // cg) * cg + (k - t) mod cg``: accumulator set
 # ``t`` of a pixel sums ``X[.., c] * Wt[r, s, t, c]``, lane ``c`` holding a partial sum of output
 # channel ``(c // cg) * cg + (c % cg - t) mod cg``. The inner loop is plain lane-wise FMAs (no

@@ -19,6 +19,12 @@ the micro-kernel then skips taps outside the image (``ember.codegen.microkernel_
 nest becomes ``ember_ukr_dwconv_<isa>_<dtype>_<wr>x<nr>_k<kh>x<kw>_<digest>(C, X, Wt, ih0, iw0,
 accumulate)`` where ``X`` points at image pixel (0, 0) and ``ih0``/``iw0`` are the (possibly
 negative) input coordinates of the block's first tap.
+
+The grouped form (``_tensorize_grouped``, ``cg`` channels per group): the weights carry a
+rotation index ``(k - m) mod cg`` (a ``floormod`` over the nest's own loops marks the form),
+the lanes are two loops, the block's groups (stride ``cg``) x the channel in a group ``m``
+(output stride 1, absent from the input), and one more reduction loop ``k`` (extent ``cg``)
+moves the input's channel; the call is ``ember_ukr_gconv_<isa>_<dtype>_g<cg>_...``.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ def _simd_grouped(name, p, isa, lanes, vt, load, loadm, store, storem, zero, fma
         for i, off in pixels:
             out.append(f"{indent}{{")
             for j in range(nv):
-                out.append(f"{indent}  const {vt} xv{j} = {ld(f'{xptr(i)} + {off + j * lanes}', j)};")
+                out.append(f"{indent}  const {vt} xv{j} = {ld(xptr(i, off + j * lanes), j)};")
                 for t in range(cg):
                     out.append(f"{indent}  {acc[i][t][j]} = {fma(f'xv{j}', f'w{t}_{j}', acc[i][t][j])};")
             out.append(f"{indent}}}")
@@ -214,29 +214,30 @@ def _simd_grouped(name, p, isa, lanes, vt, load, loadm, store, storem, zero, fma
     for r in range(kh):
         for s in range(kw):
             L.append("    {")
-            L += tap("      ", lambda i: "x0", f"Wt + {r * swh + s * sww}",
+            L += tap("      ", lambda i, o: f"x0 + {o}", f"Wt + {r * swh + s * sww}",
                      [(i, r * dh * sxh + (i * sw + s * dw) * sxw) for i in range(wr)])
             L.append("    }")
     if p["guarded"]:
+        # border blocks: the same unrolled taps, each tap row and pixel behind its bounds check
+        # (a loop over the taps, as the dwconv kernel's, spilled the cg x nv weights)
         L.append("  } else {")
-        L.append(f"    for (int64_t r = 0; r < {kh}; ++r) {{")
-        L.append(f"      const int64_t ih = ih0 + r * {dh};")
-        L.append(f"      if (ih < 0 || ih >= {H}) continue;")
-        L.append(f"      const float* xr = X + ih * {sxh}LL;")
-        L.append(f"      for (int64_t s = 0; s < {kw}; ++s) {{")
-        L.append(f"        const float* wp = Wt + r * {swh}LL + s * {sww}LL;")
-        L.append(f"        const int64_t iwb = iw0 + s * {dw};")
-        body = tap("          ", lambda i: f"(xr + (iwb + {i * sw}) * {sxw}LL)", "wp",
-                   [(i, 0) for i in range(wr)])
-        # guard each pixel's block (the lines after the weight loads come in per-pixel groups)
+        # (integer offsets: no pointer is formed outside the image)
+        L.append(f"    const int64_t xo = ih0 * {sxh}LL + iw0 * {sxw}LL;")
         nw = cg * nv
-        L += body[:nw]
-        per = (len(body) - nw) // wr
-        for i in range(wr):
-            L.append(f"          if (iwb + {i * sw} >= 0 && iwb + {i * sw} < {W})")
-            L += body[nw + i * per: nw + (i + 1) * per]
-        L.append("      }")
-        L.append("    }")
+        for r in range(kh):
+            L.append(f"    if (ih0 + {r * dh} >= 0 && ih0 + {r * dh} < {H}) {{")
+            for s in range(kw):
+                body = tap("      ", lambda i, o: f"X + (xo + {o})", f"Wt + {r * swh + s * sww}",
+                           [(i, r * dh * sxh + (i * sw + s * dw) * sxw) for i in range(wr)])
+                per = (len(body) - nw) // wr
+                L.append("     {")
+                L += body[:nw]
+                for i in range(wr):
+                    c = i * sw + s * dw
+                    L.append(f"      if (iw0 + {c} >= 0 && iw0 + {c} < {W})")
+                    L += body[nw + i * per: nw + (i + 1) * per]
+                L.append("     }")
+            L.append("    }")
     L.append("  }")
     out = [[f"c{i}_0_{j}" for j in range(nv)] for i in range(wr)]
     for t in range(1, cg):

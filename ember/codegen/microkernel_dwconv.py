@@ -16,6 +16,9 @@ each row and pixel. Every shape constant (tap counts, strides, dilations, the im
 and element strides, the weight strides) is compiled in, so addresses are immediate offsets and
 loads shared by neighbouring taps (stride 1) are loaded once.
 
+The ``gconv`` family (below) is the same block for a grouped convolution with ``cg`` channels
+per group: ``cg`` accumulator sets per pixel over rotated weights.
+
 Key: ``("dwconv", isa, dtype, wr, nr, kh, kw, sw, dh, dw, H, W, sxh, sxw, swh, sww, ldc,
 guarded[, epi])``; C signature ``void name(float* C, const float* X, const float* Wt, int64_t
 ih0, int64_t iw0, int32_t accumulate)``, with ``epi`` (a register epilogue, see
@@ -122,6 +125,172 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
             L.append(f"  {storem(ptr, acc[i][j]) if (tail and j == nv - 1) else store(ptr, acc[i][j])};")
     L.append("}")
     return "#include <immintrin.h>\n" + "\n".join(L) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# ``gconv``: a grouped convolution with ``cg`` input = output channels per group (``cg`` divides
+# the vector width; depthwise is ``cg = 1``). Lane ``c`` of a block is channel ``c`` of the image;
+# the weights are packed *rotated*, ``Wt[r, s, t, c] = W[o, k, r, s]`` (element strides ``swh``,
+# ``sww``, ``swt``, 1; the rule packs one panel per channel tile) with ``k = c % cg`` (the
+# input channel lane ``c`` holds) and ``o = (c // cg) * cg + (k - t) mod cg``: accumulator set
+# ``t`` of a pixel sums ``X[.., c] * Wt[r, s, t, c]``, lane ``c`` holding a partial sum of output
+# channel ``(c // cg) * cg + (c % cg - t) mod cg``. The inner loop is plain lane-wise FMAs (no
+# shuffles, one input vector load feeds ``cg`` FMAs); after the taps each set ``t > 0`` is
+# rotated back within the groups (one in-register permute per set) and summed.
+
+_GFIELDS = ("cg",) + _FIELDS[:13] + ("swt",) + _FIELDS[13:]
+
+
+def gconv_params(key: tuple) -> dict:
+    """The named parameters of a whole ``gconv`` micro-kernel key: ``cg, wr, nr, kh, kw, sw,
+    dh, dw, H, W, sxh, sxw, swh, sww, swt, ldc, guarded[, epi]`` (``swt``: the weights' stride
+    between rotations ``t``)."""
+    p = dict(zip(_GFIELDS, key[3:]))
+    p["epi"] = key[3 + len(_GFIELDS)] if len(key) > 3 + len(_GFIELDS) else None
+    return p
+
+
+def _rotate_src(j: int, cg: int, t: int) -> int:
+    """The lane whose rotation-``t`` partial sum belongs to output lane ``j``."""
+    return (j // cg) * cg + (j % cg + t) % cg
+
+
+def _permute(isa: str, lanes: int, cg: int, t: int):
+    """``f(v) -> C expression``: ``v`` with lane ``j`` taken from ``_rotate_src(j, cg, t)``."""
+    if 4 % cg == 0:  # groups inside 128-bit lanes: an in-lane shuffle with an immediate
+        imm = sum(_rotate_src(i, cg, t) << (2 * i) for i in range(4))
+        fn = "_mm512_permute_ps" if isa == "avx512" else "_mm256_permute_ps"
+        return lambda v: f"{fn}({v}, {imm})"
+    idx = ", ".join(str(_rotate_src(j, cg, t)) for j in range(lanes))
+    if isa == "avx512":
+        return lambda v: f"_mm512_permutexvar_ps(_mm512_setr_epi32({idx}), {v})"
+    return lambda v: f"_mm256_permutevar8x32_ps({v}, _mm256_setr_epi32({idx}))"
+
+
+def _simd_grouped(name, p, isa, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
+                  set1, add, vmax, vmin):
+    cg, wr, nr, kh, kw = p["cg"], p["wr"], p["nr"], p["kh"], p["kw"]
+    sw, dh, dw, H, W = p["sw"], p["dh"], p["dw"], p["H"], p["W"]
+    sxh, sxw, swh, sww, swt, ldc = p["sxh"], p["sxw"], p["swh"], p["sww"], p["swt"], p["ldc"]
+    nv = -(-nr // lanes)
+    tail = nr % lanes
+
+    def ld(ptr, j):
+        return loadm(ptr) if (tail and j == nv - 1) else load(ptr)
+
+    acc = [[[f"c{i}_{t}_{j}" for j in range(nv)] for t in range(cg)] for i in range(wr)]
+    L = [_signature(name, p["epi"]) + " {"]
+    if tail:
+        L.append(mask_decl(tail))
+    L.append(f"  {vt} " + ", ".join(a for row in acc for ts in row for a in ts) + ";")
+    for i in range(wr):
+        for t in range(cg):
+            for j in range(nv):
+                init = f"accumulate ? {ld(f'C + {i * ldc + j * lanes}', j)} : {zero}" if t == 0 \
+                    else zero
+                L.append(f"  {acc[i][t][j]} = {init};")
+
+    def tap(indent, xptr, wptr, pixels):
+        out = []
+        for t in range(cg):
+            for j in range(nv):
+                out.append(f"{indent}const {vt} w{t}_{j} = {ld(f'{wptr} + {t * swt + j * lanes}', j)};")
+        for i, off in pixels:
+            out.append(f"{indent}{{")
+            for j in range(nv):
+                out.append(f"{indent}  const {vt} xv{j} = {ld(xptr(i, off + j * lanes), j)};")
+                for t in range(cg):
+                    out.append(f"{indent}  {acc[i][t][j]} = {fma(f'xv{j}', f'w{t}_{j}', acc[i][t][j])};")
+            out.append(f"{indent}}}")
+        return out
+
+    last_h = (kh - 1) * dh
+    last_w = (wr - 1) * sw + (kw - 1) * dw
+    if p["guarded"]:
+        L.append(f"  if (ih0 >= 0 && ih0 + {last_h} < {H} && iw0 >= 0 && iw0 + {last_w} < {W}) {{")
+    else:
+        L.append("  {")
+    L.append(f"    const float* x0 = X + ih0 * {sxh}LL + iw0 * {sxw}LL;")
+    for r in range(kh):
+        for s in range(kw):
+            L.append("    {")
+            L += tap("      ", lambda i, o: f"x0 + {o}", f"Wt + {r * swh + s * sww}",
+                     [(i, r * dh * sxh + (i * sw + s * dw) * sxw) for i in range(wr)])
+            L.append("    }")
+    if p["guarded"]:
+        # border blocks: the same unrolled taps, each tap row and pixel behind its bounds check
+        # (a loop over the taps, as the dwconv kernel's, spilled the cg x nv weights)
+        L.append("  } else {")
+        # (integer offsets: no pointer is formed outside the image)
+        L.append(f"    const int64_t xo = ih0 * {sxh}LL + iw0 * {sxw}LL;")
+        nw = cg * nv
+        for r in range(kh):
+            L.append(f"    if (ih0 + {r * dh} >= 0 && ih0 + {r * dh} < {H}) {{")
+            for s in range(kw):
+                body = tap("      ", lambda i, o: f"X + (xo + {o})", f"Wt + {r * swh + s * sww}",
+                           [(i, r * dh * sxh + (i * sw + s * dw) * sxw) for i in range(wr)])
+                per = (len(body) - nw) // wr
+                L.append("     {")
+                L += body[:nw]
+                for i in range(wr):
+                    c = i * sw + s * dw
+                    L.append(f"      if (iw0 + {c} >= 0 && iw0 + {c} < {W})")
+                    L += body[nw + i * per: nw + (i + 1) * per]
+                L.append("     }")
+            L.append("    }")
+    L.append("  }")
+    out = [[f"c{i}_0_{j}" for j in range(nv)] for i in range(wr)]
+    for t in range(1, cg):
+        perm = _permute(isa, lanes, cg, t)
+        for i in range(wr):
+            for j in range(nv):
+                L.append(f"  {out[i][j]} = {add(out[i][j], perm(acc[i][t][j]))};")
+    L += epilogue_lines(p["epi"], out, nv, lanes, vt, load, loadm, tail, add=add, vmax=vmax,
+                        vmin=vmin, set1=set1)
+    for i in range(wr):
+        for j in range(nv):
+            ptr = f"C + {i * ldc + j * lanes}"
+            L.append(f"  {storem(ptr, out[i][j]) if (tail and j == nv - 1) else store(ptr, out[i][j])};")
+    L.append("}")
+    return "#include <immintrin.h>\n" + "\n".join(L) + "\n"
+
+
+@register_microkernel("gconv", "avx512", "float32")
+def _gconv_avx512(name: str, *key) -> str:
+    return _simd_grouped(name, gconv_params((None,) * 3 + key), "avx512", **SIMD_ISAS["avx512"])
+
+
+@register_microkernel("gconv", "avx2", "float32")
+def _gconv_avx2(name: str, *key) -> str:
+    return _simd_grouped(name, gconv_params((None,) * 3 + key), "avx2", **SIMD_ISAS["avx2"])
+
+
+@register_microkernel("gconv", "scalar", "float32")
+def _gconv_scalar(name: str, *key) -> str:
+    p = gconv_params((None,) * 3 + key)
+    cg, wr, nr, kh, kw = p["cg"], p["wr"], p["nr"], p["kh"], p["kw"]
+    guard = (f"if (ih < 0 || ih >= {p['H']} || iw < 0 || iw >= {p['W']}) continue;"
+             if p["guarded"] else "")
+    L = [_signature(name, p["epi"]) + " {",
+         f"  float c[{wr}][{nr}];",
+         f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
+         f"c[i][j] = accumulate ? C[i * {p['ldc']} + j] : 0.0f;",
+         f"  for (int64_t r = 0; r < {kh}; ++r) for (int64_t s = 0; s < {kw}; ++s) "
+         f"for (int i = 0; i < {wr}; ++i) {{",
+         f"    const int64_t ih = ih0 + r * {p['dh']}, iw = iw0 + i * {p['sw']} + s * {p['dw']};",
+         f"    {guard}",
+         f"    const float* xp = X + ih * {p['sxh']}LL + iw * {p['sxw']}LL;",
+         f"    const float* wp = Wt + r * {p['swh']}LL + s * {p['sww']}LL;",
+         f"    for (int j = 0; j < {nr}; ++j) for (int k = 0; k < {cg}; ++k) {{",
+         f"      const int l = (j / {cg}) * {cg} + k;  /* the input lane of channel k */",
+         f"      c[i][j] += xp[l] * wp[((k - j % {cg} + {cg}) % {cg}) * {p['swt']}LL + l];",
+         "    }",
+         "  }",
+         *scalar_epilogue(p["epi"], wr, nr),
+         f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
+         f"C[i * {p['ldc']} + j] = c[i][j];",
+         "}"]
+    return "\n".join(L) + "\n"
 
 
 @register_microkernel("dwconv", "avx512", "float32")

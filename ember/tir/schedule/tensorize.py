@@ -13,8 +13,8 @@ stride_a, stride_b) per reduction loop, accumulate)`` whose C definition the cod
 from its micro-kernel registry (``ember.codegen.microkernel``), keyed by ISA x register block x
 dtype. A block with a zero ``init`` whose reduction lies entirely inside the nest starts from zero
 (``accumulate = 0``); otherwise it must have been decomposed (``decompose_reduction``) first.
-The ``dwconv`` family (depthwise convolution register blocks) is matched by
-``tensorize_dwconv``.
+The ``dwconv`` family (depthwise convolution register blocks, and grouped ones with a few
+channels per group: the ``gconv`` kernels) is matched by ``tensorize_dwconv``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ A grouped convolution (``A`` reads ``n`` only as ``n // Mg``, ``Mg`` output chan
 ``_group_size``) is one such GEMM per group: the ``n`` loop is split into ``group x Mg`` first,
 the group loop joins the outer loops and the register tiles stay inside one group
 (``_n_extent``; a masked lane tail where ``Mg`` does not divide the vector width). It is not
-K-blocked.
+K-blocked. Groups of 2, 4 or 8 channels (in = out) reach the depthwise rule first, whose
+``gconv`` kernel fills the vector with several groups (``rules/depthwise``).
 """
 
 from __future__ import annotations

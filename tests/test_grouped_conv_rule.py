@@ -1,0 +1,147 @@
+"""Grouped convolutions with few channels per group (ResNeXt's 32 x 4d style) through the
+depthwise rule's ``gconv`` micro-kernel (``ember.codegen.microkernel_dwconv``: weights packed
+rotated within the groups, one permute per rotation after the taps), against ``nn.conv``'s
+NumPy reference: groups of 2, 4 and 8 channels (and 3 and 16, which the GEMM rule keeps),
+group counts that do not fill the vector width (a masked lane tail), stride 2, symmetric and
+asymmetric padding, odd image sizes, every instruction set; plus trace replay, the register
+budget of the tile choice, padding that is never read, and a weight layout the kernel refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.codegen.c import emit_c_function
+from ember.errors import ScheduleError
+from ember.runtime.kernel import compile_prim_func
+from ember.tir.schedule.layout import IndexMap
+from ember.tir.schedule.rules import schedule_default
+from ember.tir.schedule.rules.depthwise import choose_group_tile, depthwise_rule
+from test_default_schedules import _guarded, _op_kernel, _packed
+from test_depthwise_rule import CLIP6, _target
+
+
+def _gconv_kernel(hw, c, cg, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), bias=True,
+                  epilogue=None, seed=0, batch=1):
+    """A channels-last grouped ``nn.conv`` (``cg`` channels per group in and out)."""
+    shapes = [(batch, hw[0], hw[1], c), (c, cg) + tuple(k)] + ([(c,)] if bias else [])
+    attrs = {"strides": list(strides), "pads": list(pads), "group": c // cg,
+             "data_layout": "NHWC"}
+    return _op_kernel("nn.conv", shapes, attrs, epilogue, np.random.default_rng(seed))
+
+
+CASES = [
+    # (hw, channels, channels per group, strides, pads)
+    ((8, 8), 32, 4, (1, 1), (1, 1, 1, 1)),      # 8 groups of 4: two full vectors
+    ((9, 11), 12, 4, (2, 2), (1, 1, 1, 1)),     # 3 groups: a masked tail, stride 2, odd sizes
+    ((7, 10), 10, 2, (1, 1), (0, 1, 1, 0)),     # 5 groups of 2, asymmetric padding
+    ((6, 5), 48, 8, (1, 1), (1, 1, 1, 1)),      # groups of 8 (avx2: the GEMM rule)
+    ((10, 7), 24, 8, (2, 1), (1, 1, 1, 1)),     # 3 groups of 8, mixed stride
+    ((5, 5), 12, 3, (1, 1), (1, 1, 1, 1)),      # 3 channels per group: the GEMM rule
+    ((6, 6), 64, 16, (2, 2), (1, 1, 1, 1)),     # a whole vector per group: the GEMM rule
+    ((3, 3), 8, 4, (1, 1), (1, 1, 1, 1)),       # every block on a border
+]
+
+
+def _takes(isa: str, cg: int) -> bool:
+    """Whether the gconv kernel takes ``cg`` channels per group on ``isa``."""
+    lanes = {"avx512": 16, "avx2": 8, "scalar": 4}[isa]
+    return 1 < cg < lanes and lanes % cg == 0
+
+
+# every case on AVX-512; on AVX2 (8 lanes) and the scalar kernels three of them
+ISA_CASES = [("avx512",) + c for c in CASES] + [
+    (isa,) + CASES[k] for isa in ("avx2", "scalar") for k in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("isa, hw, c, cg, strides, pads", ISA_CASES)
+def test_grouped_conv_matches_reference(isa, hw, c, cg, strides, pads):
+    target = _target(isa)
+    f, xs, ref = _gconv_kernel(hw, c, cg, strides=strides, pads=pads, epilogue=CLIP6)
+    g = schedule_default(f, target)
+    src = emit_c_function(g, target=target)
+    if _takes(isa, cg):
+        assert g.attrs["schedule_rule"] == "depthwise_rule"
+        assert f"ember_ukr_gconv_{isa}_f32_g{cg}_" in src
+        assert "ws_pad" not in src  # the padding is read through a guard, never copied
+    else:
+        assert "ember_ukr_gconv" not in src
+    out = compile_prim_func(g, target).run(_packed(g, xs))[0]
+    np.testing.assert_allclose(out, np.clip(ref, 0, 6), rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_conv_without_bias_or_epilogue_batch_2():
+    f, xs, ref = _gconv_kernel((7, 9), 32, 4, bias=False, batch=2, strides=(2, 2))
+    g = schedule_default(f, "llvm")
+    assert g.attrs["schedule_rule"] == "depthwise_rule"
+    out = compile_prim_func(g).run(_packed(g, xs))[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_conv_trace_replays():
+    f, xs, ref = _gconv_kernel((9, 9), 32, 4, strides=(2, 2))
+    sch = depthwise_rule(f, ember.Target("llvm"))
+    from ember.tir.schedule.trace import Trace
+    g = Trace.from_json(sch.trace.to_json()).apply_to(f).func
+    out = compile_prim_func(g).run(_packed(sch.func, xs))[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_choose_group_tile_fits_the_register_file():
+    for ow in (1, 7, 14, 28, 56, 13):
+        for cg in (2, 4, 8):
+            for c in (cg, 3 * cg, 128, 256):
+                for lanes, regs, cap in ((16, 32, 28), (8, 16, 12)):
+                    if cg >= lanes:
+                        continue
+                    wr, nr = choose_group_tile(ow, c, cg, lanes, cap)
+                    nv = -(-nr // lanes)
+                    assert ow % wr == 0 and c % nr == 0 and nr % cg == 0
+                    assert wr * nv * cg <= cap and wr * nv * cg + nv * cg + 2 <= regs
+
+
+def test_gconv_tensorize_rejects_weights_that_are_not_rotated():
+    """The rule's rotated weight packing is what the kernel computes with: its schedule
+    replayed over weights rotated the other way (``(k + o) mod cg`` for ``(k - o) mod cg``)
+    must be refused at the tensorize step, not mis-computed."""
+    import json
+    from ember.tir.schedule.trace import Trace
+    f, _, _ = _gconv_kernel((6, 6), 16, 4, bias=False)
+    steps = json.loads(depthwise_rule(f, ember.Target("llvm")).trace.to_json())
+    assert steps[0]["action"] == "TransformLayout"
+    wrong = IndexMap.from_func(4, lambda o, k, r, s: (
+        o // 16, r, s, (k + o % 4) % 4, (o % 16) // 4 * 4 + k))
+    steps[0]["index_map"] = wrong.to_json()
+    with pytest.raises(ScheduleError, match="rotated"):
+        Trace.from_json(json.dumps(steps)).apply_to(f)
+
+
+def test_grouped_padding_never_reads_outside_the_input():
+    """The guarded path skips taps in the padding: an input that ends or starts at an
+    inaccessible page must not fault (checked in one child process)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    here = os.path.dirname(__file__)
+    code = textwrap.dedent(f"""
+        import sys, numpy as np
+        sys.path.insert(0, {here!r})
+        import test_grouped_conv_rule as T
+        for (hw, c, cg, s), before in ((((9, 9), 32, 4, 1), True), (((10, 7), 24, 8, 2), False),
+                                       (((5, 6), 10, 2, 1), True)):
+            f, xs, ref = T._gconv_kernel(hw, c, cg, strides=(s, s))
+            g = T.schedule_default(f, "llvm")
+            assert g.attrs["schedule_rule"] == "depthwise_rule"
+            p = T._packed(g, xs)
+            x, keep = T._guarded(xs[0].shape, before)
+            x[...] = xs[0]
+            out = np.zeros(ref.shape, np.float32)
+            T.compile_prim_func(g)(x, *[np.ascontiguousarray(a) for a in p[1:]], out)
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+        print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(ember.__file__))}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

@@ -279,8 +279,10 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     if tile is None:
         return None
     tail_tile = None
-    if g["m"] is not None and not m_sym and not _image_ivs(g) and g["group_n"] is None:
-        # plain and batched matmuls (tokens); convolutions keep dividing row blocks
+    if g["m"] is not None and not m_sym and g["group_n"] is None \
+            and (not _image_ivs(g) or len(g["rd"]) == 1):
+        # plain and batched matmuls (tokens: one reduction loop); convolutions keep dividing
+        # row blocks
         tail_tile = row_tail_tile(m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa])
         if tail_tile is not None:
             tile = tail_tile

@@ -13,7 +13,7 @@ becomes ``nn.attention(q, k, v[, bias], scale=c1 * c2 * c3)`` with ``k = transpo
 key length need not suit the GEMM rule's register blocks (ViT's 197 tokens: the scores'
 ``n = 197`` is prime, so the ``q @ kt`` GEMM had one-lane register tiles).
 
-Matched only on float32 4-D operands whose batch and head dims agree, a softmax over the last
+Matched only on float32 4-D operands of static shapes whose batch and head dims agree, a softmax over the last
 axis, and intermediate values read by nothing else. ``bias`` is the additive mask of
 ``nn.attention`` (reshaped to 4-D, broadcast along the keys when it has one key column). One
 difference from the unfused form: a query row whose every key is ``-inf`` gives zeros instead
@@ -48,7 +48,8 @@ def fuse_attention_function(func):
         if b.call.op != "matmul":
             return None
         p, v = args
-        if p.type.ndim != 4 or v.type.ndim != 4 or p.type.dtype != "float32":
+        if p.type.ndim != 4 or v.type.ndim != 4 or p.type.dtype != "float32" \
+                or not _static(p, v):
             return None
         sm = rw.producer(p)
         if sm is None or sm.call.op != "nn.softmax" or not single_use(b.call.args[0]) \
@@ -89,7 +90,8 @@ def fuse_attention_function(func):
         q, c1 = _unscale(rw, q)
         kt, c2 = _unscale(rw, kt)
         scale *= c1 * c2
-        if q.type.ndim != 4 or kt.type.ndim != 4 or q.type.dtype != "float32" \
+        if q.type.ndim != 4 or kt.type.ndim != 4 or not _static(q, kt) \
+                or q.type.dtype != "float32" \
                 or kt.type.dtype != "float32" or v.type.dtype != "float32":
             return None
         bq, hq, s, d = q.type.shape
@@ -99,7 +101,7 @@ def fuse_attention_function(func):
         k = _untranspose(rw, kt)
         ins = [q, k, v]
         if bias is not None:
-            if bias.type.dtype != "float32" or bias.type.ndim > 4:
+            if bias.type.dtype != "float32" or bias.type.ndim > 4 or not _static(bias):
                 return None
             bs = (1,) * (4 - bias.type.ndim) + tuple(bias.type.shape)
             if any(a not in (1, f) for a, f in zip(bs, (bq, hq, s, t))):
@@ -112,6 +114,12 @@ def fuse_attention_function(func):
         y = rw.emit("nn.attention", ins, {"scale": float(scale), "has_mask": int(bias is not None)})
         return [y]
     return rewrite_function(func, visit)
+
+
+def _static(*vals) -> bool:
+    """Every dim of every value's type is a plain int (symbolic lengths keep the unfused
+    form)."""
+    return all(isinstance(n, int) for x in vals for n in x.type.shape)
 
 
 def _reaches_matmul(rw, x) -> bool:

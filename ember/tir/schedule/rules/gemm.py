@@ -400,6 +400,8 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         rd_order = rd_order[:-1] + [ro]
     panel_split = _panel_split_prefetch(g, mr if mi is not None else 1, serial)
     pfx = ".pfnext" if _prefetch(cfg, g, False, panel_split) else ""
+    if mi is not None and is_static_extent(m_ext) and m_ext % mr > 1:
+        pfx += f".tail{m_ext % mr}"  # the last rows as one call (tensorize's row tail)
     sch.tensorize(rd_order[0], _intrin(g, target) + pfx)
     if g["epi"] is not None:
         eloops = sch.get_loops(g["epi"].name)

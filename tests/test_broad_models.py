@@ -55,3 +55,32 @@ def test_broad_set_lists_light_and_torch_models_and_summary_reports_geomean_and_
     text = compare.format_rows(rows, threads=2, repeat=3)
     assert "geometric mean 1.00, worst 2.00 (b)" in text
     assert "c" in text and "failed: CompileError: boom" in text
+
+
+def test_outputs_agree_scales_the_absolute_tolerance_with_the_tensor_rms():
+    """GPT-2-like logits (RMS ~20): float32 sums in another order differ by ~eps * RMS even where
+    the logit is near zero, which element-wise rtol rejects; a real error of the same relative
+    size everywhere, a NaN or a wrong integer is still caught."""
+    from ember.benchmark import outputs_agree
+    rng = np.random.default_rng(0)
+    want = (rng.standard_normal((3, 257)) * 20).astype(np.float32)
+    want[0, :5] = [1e-3, -2e-3, 0.0, 5e-4, -1e-4]       # near-zero results of cancellation
+    noise = rng.standard_normal(want.shape) * 3e-4       # ~1.2e-5 of the RMS: rounding
+    got = (want + noise).astype(np.float32)
+    assert not np.allclose(got, want, rtol=1e-4, atol=1e-5)   # the old check failed this
+    assert outputs_agree(got, want)
+    assert not outputs_agree(want * (1 + 1e-3), want)          # 10x rtol everywhere: wrong
+    bad = got.copy()
+    bad[1, 7] += 0.05                                          # one element off by 2.5e-3 RMS
+    assert not outputs_agree(bad, want)
+    bad = got.copy()
+    bad[2, 3] = np.nan
+    assert not outputs_agree(bad, want)
+    inf = want.copy()
+    inf[0, 0] = np.inf
+    assert outputs_agree(inf, inf) and not outputs_agree(want, inf)
+    assert outputs_agree(np.array([3, 4]), np.array([3, 4]))
+    assert not outputs_agree(np.array([30000, 4]), np.array([30001, 4]))
+    assert outputs_agree(np.zeros((0, 4)), np.zeros((0, 4)))
+    with pytest.raises(ValueError, match="shapes differ"):
+        outputs_agree(np.zeros(3), np.zeros(4))

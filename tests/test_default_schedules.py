@@ -63,6 +63,10 @@ RELU = lambda v: te.maximum(v, te.const(0.0, "float32"))  # noqa: E731
     ("nn.conv", [(1, 4, 6, 6), (32, 4, 1, 1)], {"data_layout": "NCHW", "out_layout": "NHWC"}),
     ("nn.gemm", [(6, 40), (40, 40), (40,)], {"trans_b": 1}),
     ("matmul", [(2, 12, 16), (16, 48)], {}),
+    # row counts without a good dividing register block: a row tail (row_tail_tile)
+    ("nn.gemm", [(197, 20), (64, 20), (64,)], {"trans_b": 1}),
+    ("matmul", [(1, 37, 24), (24, 48)], {}),
+    ("matmul", [(3, 23, 8), (3, 8, 32)], {}),
 ])
 def test_gemm_rule_kernels_match_reference(op, shapes, attrs, isa):
     f, xs, ref = _op_kernel(op, shapes, attrs, RELU)
@@ -75,6 +79,15 @@ def test_gemm_rule_kernels_match_reference(op, shapes, attrs, isa):
     assert g.attrs["schedule_rule"] == "gemm_rule"
     assert f"ember_ukr_gemm_{target.isa}" in emit_c_function(g, target=target)
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_row_tail_tile_replaces_one_row_blocks_of_prime_row_counts():
+    from ember.tir.schedule.rules.gemm import choose_tile, row_tail_tile
+    assert choose_tile(197, 192, 16, 28) == (1, 64)          # 197 is prime
+    assert row_tail_tile(197, 192, 16, 28) == (6, 64)        # 32 blocks + a 5-row tail
+    assert row_tail_tile(128, 768, 16, 28) is None           # dividing blocks are good
+    assert row_tail_tile(23, 32, 16, 28) is None             # 23 x 32 divides
+    assert row_tail_tile(197, 197, 16, 28) is None           # no full-lane block
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])

@@ -55,3 +55,18 @@ def @main(%x: Tensor[(3,), float32]) {
   %2 = add(%1, const(float32, [], [-1.5])) : Tensor[(3,), float32]
   return %2
 }""")
+
+
+def test_matmul_of_one_row_per_batch_becomes_one_gemm_over_the_batch(check_pass):
+    # torch's nn.MultiheadAttention at batch 1: (seq, 1, d) @ (d, 3d)
+    check_pass(CanonicalizeOps(), """
+def @main(%x: Tensor[(3, 1, 2), float32], %w: Tensor[(2, 4), float32]) {
+  %0 = matmul(%x, %w) : Tensor[(3, 1, 4), float32]
+  return %0
+}""", """
+def @main(%x: Tensor[(3, 1, 2), float32], %w: Tensor[(2, 4), float32]) {
+  %r0 = reshape(%x, newshape=[3, 2]) : Tensor[(3, 2), float32]
+  %r1 = nn.gemm(%r0, %w, alpha=1.0, beta=1.0, trans_a=0, trans_b=0) : Tensor[(3, 4), float32]
+  %r2 = reshape(%r1, newshape=[3, 1, 4]) : Tensor[(3, 1, 4), float32]
+  return %r2
+}""")

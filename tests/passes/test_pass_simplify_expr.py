@@ -77,3 +77,17 @@ def @main(%x: Tensor[(3,), float32]) {
   return %0
 }"""
     check_pass(SimplifyExpr(), text, text)
+
+
+def test_transpose_moving_only_unit_dims_is_a_reshape(check_pass):
+    check_pass(SimplifyExpr(), """
+def @main(%x: Tensor[(1, 3, 4), float32]) {
+  %0 = transpose(%x, perm=[1, 0, 2]) : Tensor[(3, 1, 4), float32]
+  %1 = transpose(%x, perm=[0, 2, 1]) : Tensor[(1, 4, 3), float32]
+  return %0, %1
+}""", """
+def @main(%x: Tensor[(1, 3, 4), float32]) {
+  %r0 = reshape(%x, newshape=[3, 1, 4]) : Tensor[(3, 1, 4), float32]
+  %1 = transpose(%x, perm=[0, 2, 1]) : Tensor[(1, 4, 3), float32]
+  return %r0, %1
+}""")

@@ -6,6 +6,10 @@
 - ``nn.gemm(a, b) + c`` with a constant ``c`` broadcasting to the result => ``nn.gemm(a, b, c)``;
 - ``matmul(x, w)`` with 2-D ``x`` and 2-D ``w`` => ``nn.gemm(x, w)`` (one dense form for
   CombineParallelDense, FuseOps and the schedules);
+- ``matmul(x, w)`` with 2-D ``w`` and ``x`` of shape ``(b.., 1, K)`` (one row per batch element,
+  the ``(seq, batch, d)`` layout of torch's ``nn.MultiheadAttention`` at batch 1) =>
+  ``reshape(nn.gemm(reshape(x, (b.., K)), w), (b.., 1, N))``: the batch becomes the GEMM's rows
+  instead of a batch of one-row products;
 - ``clip(x, min=0, max=None)`` and ``maximum(x, 0)`` => ``nn.relu(x)``;
 - ``x - c`` with a constant ``c`` => ``x + (-c)`` (adds fold into biases);
 - a 2-D ``nn.conv_transpose`` with constant weights and dilation 1 => one ``nn.conv`` over its
@@ -61,6 +65,14 @@ def canonicalize_function(func: Function) -> Function:
                                      dict(pb.call.attrs, beta=1.0))]
         elif op == "matmul" and args[0].type.ndim == 2 and args[1].type.ndim == 2:
             return [rw.emit("nn.gemm", list(args))]
+        elif op == "matmul" and args[0].type.ndim > 2 and args[1].type.ndim == 2 \
+                and args[0].type.shape[-2] == 1 \
+                and all(isinstance(n, int) for n in b.outputs[0].type.shape):
+            rows = int(np.prod(args[0].type.shape[:-2]))
+            if rows > 1:
+                x2 = rw.emit("reshape", [args[0]], {"newshape": [rows, args[0].type.shape[-1]]})
+                y = rw.emit("nn.gemm", [x2, args[1]])
+                return [rw.emit("reshape", [y], {"newshape": list(b.outputs[0].type.shape)})]
         elif op == "clip" and attrs["min"] == 0 and attrs["max"] is None:
             return [rw.emit("nn.relu", [args[0]])]
         elif op == "maximum":

@@ -2,7 +2,8 @@
 
 - ``reshape(reshape(x))`` => ``reshape(x)``; a reshape to the input's own shape => ``x``;
 - ``transpose(transpose(x, p), q)`` => ``transpose(x, p∘q)`` (or ``x`` for the identity);
-  an identity transpose => ``x``;
+  an identity transpose => ``x``; a transpose that moves only unit dims (the other dims keep
+  their order, so the data does not move) => ``reshape(x)``;
 - ``cast(x, dtype of x)`` => ``x``;
 - ``nn.pad`` with all-zero pads, a ``strided_slice`` taking every element in order, a
   ``broadcast_to`` that does not change the shape, a one-input ``concatenate`` => their input;
@@ -63,6 +64,9 @@ def simplify_function(func: Function) -> Function:
             p = _perm(a, x.type.ndim)
             if p == tuple(range(len(p))):
                 return [x]
+            big = [d for d in p if x.type.shape[d] != 1]
+            if big == sorted(big) and all(isinstance(n, int) for n in out.shape):
+                return [rw.emit("reshape", [x], {"newshape": list(out.shape)})]
             pb = producer_of(x, rw)
             if pb is not None and pb.call.op == "transpose":
                 inner = rw.lookup(pb.call.args[0])

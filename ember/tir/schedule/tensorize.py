@@ -23,7 +23,8 @@ import hashlib
 
 from ...errors import ScheduleError
 from ..arith import linear_terms, loop_range, prove, simplify, substitute
-from ..expr import AddressOf, BinOp, Cast, Const, Expr, Load, Var, binop, is_static_extent
+from ..expr import (AddressOf, BinOp, Cast, Const, Expr, Load, Unary, Var, binop,
+                    is_static_extent)
 from ..stmt import Block, For, IfThenElse, KernelCall, Seq
 from .analysis import replace_node
 
@@ -44,7 +45,7 @@ def parse_intrin(name: str) -> tuple[str, str, str]:
     parts = name.split(".") if isinstance(name, str) else []
     if len(parts) < 3 or parts[0] not in FAMILIES or parts[1] not in ISAS \
             or parts[2] not in DTYPES or (parts[3:] and parts[0] != "gemm") \
-            or any(o not in GEMM_OPTIONS for o in parts[3:]):
+            or any(o not in GEMM_OPTIONS and _tail_rows(o) is None for o in parts[3:]):
         raise ScheduleError(f"tensorize: unknown intrinsic {name!r}; known: <family>.<isa>.<dtype> "
                             f"with family in {list(FAMILIES)}, isa in {sorted(ISAS)} and dtype in "
                             f"{sorted(DTYPES)}, then for gemm options from {sorted(GEMM_OPTIONS)}")
@@ -56,7 +57,16 @@ def parse_intrin(name: str) -> tuple[str, str, str]:
 #   innermost reduction loop, fetched while the current block is reused by other output rows
 #   (the weights stream from memory): in a K-blocked convolution the next ``kc x nr`` weight
 #   slice, elsewhere the next weight panel (``rules/gemm._default_prefetch``).
+# tailR (R >= 2 rows): the row tail of a split that does not divide (``rows % mr == R``: the
+#   gemm rule's ``row_tail_tile``) is one R-row call rather than R one-row calls.
 GEMM_OPTIONS = ("pfnext",)
+
+
+def _tail_rows(option: str) -> int | None:
+    """``R`` of a ``tailR`` gemm option (``R >= 2``), else ``None``."""
+    if option.startswith("tail") and option[4:].isdigit() and int(option[4:]) >= 2:
+        return int(option[4:])
+    return None
 
 
 def intrin_options(name: str) -> tuple[str, ...]:
@@ -371,6 +381,15 @@ def tensorize(sch, loop, intrin: str) -> None:
             tail = For(t, mr, IfThenElse(substitute(row_pred, {ml.var: t}), cols_part(1, t)))
         else:
             tail = Seq(_binary_parts(height, mr, lambda b, start: cols_part(b, start)))
+        rem = [r for r in map(_tail_rows, intrin_options(intrin)) if r is not None]
+        if rem and rem[0] < mr:
+            # exactly rows 0 .. R-1 in range (the predicate keeps an interval of rows): one
+            # R-row call (the ``tailR`` option of the GEMM rule's non-dividing tiles)
+            r = rem[0]
+            at = [substitute(row_pred, {ml.var: Const(x, "int64")}) for x in (0, r - 1)]
+            past = substitute(row_pred, {ml.var: Const(r, "int64")})
+            tail = IfThenElse(simplify(binop("and", binop("and", *at), Unary("not", past))),
+                              cols_part(r), tail)
         call = IfThenElse(simplify(binop("and", *ends)), call, tail)
     replace_nest(sch, f, blk, chain, call, intrin)
 

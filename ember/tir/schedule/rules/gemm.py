@@ -82,6 +82,46 @@ def choose_tile(m: int, n: int, lanes: int, max_acc: int,
     return best
 
 
+# a static row count whose best dividing register block is poor (197 tokens, prime: only 1-row
+# blocks divide) takes a block whose ``mr`` need not divide it when that models at least this
+# much faster; the last ``m % mr`` rows then run as one-row calls (``tensorize``'s row tail)
+ROW_TAIL_GAIN = 1.25
+
+
+def _tile_score(m: int, n: int, lanes: int, max_acc: int, tile: tuple) -> float:
+    """``tile_candidates``' modelled throughput of ``tile`` on an ``m x n`` output (0 if it is
+    not a candidate)."""
+    return next((s for s, t in tile_candidates(m, n, lanes, max_acc) if t == tuple(tile)), 0.0)
+
+
+def row_tail_tile(m: int, n: int, lanes: int, max_acc: int) -> tuple[int, int] | None:
+    """``(mr, nr)`` for a static ``m x n`` output when a register block whose ``mr`` does not
+    divide ``m`` (the last ``m % mr`` rows as one-row micro-kernel calls) models at least
+    ``ROW_TAIL_GAIN`` times the throughput of ``choose_tile``'s dividing block, else ``None``.
+    Each block considered is ``choose_tile``'s choice for rows up to some ``mr`` on a row
+    count every ``mr`` divides, full-lane blocks only; its throughput is weighed over
+    ``m // mr`` full blocks and the one-row tail. ViT's 197 tokens: 1 x 64 blocks (4 accumulators) -> 6 x 64 plus a
+    5-row tail."""
+    div = choose_tile(m, n, lanes, max_acc)
+    if div is None:
+        return None
+    base = _tile_score(m, n, lanes, max_acc, div)
+    best, best_score = None, base * ROW_TAIL_GAIN
+    for cap in range(2, min(m, 28) + 1):
+        t = choose_tile(SYMBOLIC_M_NOMINAL, n, lanes, max_acc, cap)
+        if t is None or m % t[0] == 0 or t[1] % lanes:
+            continue
+        full = _tile_score(SYMBOLIC_M_NOMINAL, n, lanes, max_acc, t)
+        one = _tile_score(SYMBOLIC_M_NOMINAL, n, lanes, max_acc, (1, t[1]))
+        if not (full and one):
+            continue
+        rows = m // t[0] * t[0]
+        eff = m / (rows / full + (m - rows) / one)
+        if eff > best_score:
+            best, best_score = t, eff
+    return best
+
+
 def _lane_stride(ld, iv) -> int | None:
     """Element stride of load ``ld`` along iter var ``iv`` (``None`` when not affine)."""
     lt = linear_terms(flat_index(ld.src, ld.indices))
@@ -239,6 +279,14 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
     tile = _choose_tile(g, m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa])
     if tile is None:
         return None
+    tail_tile = None
+    if g["m"] is not None and not m_sym and g["group_n"] is None \
+            and (not _image_ivs(g) or len(g["rd"]) == 1):
+        # plain and batched matmuls (tokens: one reduction loop); convolutions keep dividing
+        # row blocks
+        tail_tile = row_tail_tile(m_ext, n_ext, lanes, MAX_ACCUMULATORS[target.isa])
+        if tail_tile is not None:
+            tile = tail_tile
     mr, nr = tile
     if mr * nr < 16 and n_ext * m_ext < 64:
         return None  # too small to be worth a micro-kernel
@@ -246,6 +294,8 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         mr, nr = (int(x) for x in cfg["tile"])
         legal = [t for _, t in tile_candidates(m_ext, n_ext, lanes,
                                                MAX_ACCUMULATORS[target.isa])]
+        if tail_tile is not None:
+            legal.append(tail_tile)
         if (mr, nr) not in legal:
             raise ScheduleError(f"gemm rule: register tile {[mr, nr]} is not legal for a "
                                 f"{m_ext}x{n_ext} output (see tile_candidates)")
@@ -355,6 +405,8 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
         rd_order = rd_order[:-1] + [ro]
     panel_split = _panel_split_prefetch(g, mr if mi is not None else 1, serial)
     pfx = ".pfnext" if _prefetch(cfg, g, False, panel_split) else ""
+    if mi is not None and is_static_extent(m_ext) and m_ext % mr > 1:
+        pfx += f".tail{m_ext % mr}"  # the last rows as one call (tensorize's row tail)
     sch.tensorize(rd_order[0], _intrin(g, target) + pfx)
     if g["epi"] is not None:
         eloops = sch.get_loops(g["epi"].name)

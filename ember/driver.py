@@ -35,6 +35,27 @@ SCHEDULE_LEVEL = register_config(
     "packed weights, parallel loops), 2 = rules with SIMD micro-kernels (the default)")
 
 
+def _block_written(kernel: PrimFunc, buf) -> bool:
+    """True when ``kernel`` (unscheduled) writes ``buf`` only inside tensor-expression blocks,
+    whose accesses (and the schedules built on them) follow ``buf.strides``. Hand-built kernels
+    (``ops.imperative``: gathers, int8 convolutions, fused inverted-residual blocks, attention)
+    compute some addresses themselves and keep their dense outputs."""
+    from .tir.schedule.analysis import stmt_children
+    from .tir.stmt import Block, KernelCall, Store
+    seen = [False]
+
+    def visit(x) -> bool:
+        if isinstance(x, Block):
+            seen[0] = True
+            return True
+        if isinstance(x, Store) and x.buffer is buf:
+            return False
+        if isinstance(x, KernelCall) and any(w is buf for w in x.writes):
+            return False
+        return all(visit(c) for c in stmt_children(x))
+    return visit(kernel.body) and seen[0]
+
+
 def concat_in_place(func, kernels: Sequence[PrimFunc]) -> tuple[dict, set]:
     """Concatenations whose inputs are written in place: each producing kernel stores straight
     into its slice of the concatenation's buffer, and the concatenation runs no kernel
@@ -44,7 +65,8 @@ def concat_in_place(func, kernels: Sequence[PrimFunc]) -> tuple[dict, set]:
     static shape qualifies when every input is the single output of an earlier kernel that is
     not itself a graph output, an in-place concatenation, or an input of another one, and
     either its slice is contiguous (all dims before the axis are 1: other consumers read it
-    as an ordinary tensor) or the concatenation is its only use; the producer's output buffer
+    as an ordinary tensor) or the concatenation is its only use, and whose kernel writes its
+    output only in tensor-expression blocks (``_block_written``); the producer's output buffer
     then takes the concatenation's row-major strides (``Buffer.strides``, recorded in the
     kernel's ``attrs["strided_output"]`` so it is keyed apart from the dense program).
     Call before scheduling: schedules read the output strides (micro-kernel row strides).
@@ -84,7 +106,7 @@ def concat_in_place(func, kernels: Sequence[PrimFunc]) -> tuple[dict, set]:
                 break
             buf = kernels[j].params[-1]
             if tuple(buf.shape) != tuple(a.type.shape) or buf.dtype != a.type.dtype \
-                    or buf.strides is not None:
+                    or buf.strides is not None or not _block_written(kernels[j], buf):
                 ok = False
         if not ok:
             continue

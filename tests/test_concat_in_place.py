@@ -93,3 +93,19 @@ def test_contiguous_slices_may_be_read_elsewhere():
     ops = [st["op"] for st in cm.plan["steps"]]
     assert ops.count("concatenate") == 2
     assert sorted(s["view_offset"] for s in cm.plan["slots"] if "view_of" in s) == [0, 13]
+
+
+def test_hand_built_producer_keeps_its_dense_output():
+    """CumSum is a hand-built kernel (``ops.imperative``; such kernels may compute output
+    addresses themselves, so none is given a strided output): the concatenation keeps its
+    copy."""
+    axis = numpy_helper.from_array(np.array(2, np.int64), "axis")
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"]),
+             helper.make_node("CumSum", ["x", "axis"], ["d"], reverse=1),
+             helper.make_node("Concat", ["c", "d"], ["y"], axis=1)]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    m = helper.make_model(helper.make_graph(nodes, "g", ins, outs, [axis]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    cm = _check(m, {"x": _x(2, 3, 5)})
+    assert not any("view_of" in s for s in cm.plan["slots"])

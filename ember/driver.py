@@ -17,7 +17,7 @@ from .codegen.aot import (AOT_SYMBOL, SYMBOLIC_AOT_SYMBOL, generate_aot_entry,
 from .codegen.build import build_library
 from .codegen.module import generate_c_units
 from .graph.ir import Constant, IRModule, Var
-from .graph.lower import constant_args, kernel_args, lower_binding
+from .graph.lower import constant_args, kernel_args, kernel_inputs, lower_binding
 from .graph.passes import PassContext, optimize, register_config
 from .runtime.memory_plan import plan_memory
 from .runtime.module import CompiledModel
@@ -35,13 +35,106 @@ SCHEDULE_LEVEL = register_config(
     "packed weights, parallel loops), 2 = rules with SIMD micro-kernels (the default)")
 
 
+def _block_written(kernel: PrimFunc, buf) -> bool:
+    """True when ``kernel`` (unscheduled) writes ``buf`` only inside tensor-expression blocks,
+    whose accesses (and the schedules built on them) follow ``buf.strides``. Hand-built kernels
+    (``ops.imperative``: gathers, int8 convolutions, fused inverted-residual blocks, attention)
+    compute some addresses themselves and keep their dense outputs."""
+    from .tir.schedule.analysis import stmt_children
+    from .tir.stmt import Block, KernelCall, Store
+    seen = [False]
+
+    def visit(x) -> bool:
+        if isinstance(x, Block):
+            seen[0] = True
+            return True
+        if isinstance(x, Store) and x.buffer is buf:
+            return False
+        if isinstance(x, KernelCall) and any(w is buf for w in x.writes):
+            return False
+        return all(visit(c) for c in stmt_children(x))
+    return visit(kernel.body) and seen[0]
+
+
+def concat_in_place(func, kernels: Sequence[PrimFunc]) -> tuple[dict, set]:
+    """Concatenations whose inputs are written in place: each producing kernel stores straight
+    into its slice of the concatenation's buffer, and the concatenation runs no kernel
+    (SqueezeNet's fire modules: the 1x1 and the 3x3 expand convolutions into one tensor).
+
+    ``kernels[k]`` is the (unscheduled) kernel of ``func.bindings[k]``. A ``concatenate`` of
+    static shape qualifies when every input is the single output of an earlier kernel that is
+    not itself a graph output, an in-place concatenation, or an input of another one, and
+    either its slice is contiguous (all dims before the axis are 1: other consumers read it
+    as an ordinary tensor) or the concatenation is its only use, and whose kernel writes its
+    output only in tensor-expression blocks (``_block_written``); the producer's output buffer
+    then takes the concatenation's row-major strides (``Buffer.strides``, recorded in the
+    kernel's ``attrs["strided_output"]`` so it is keyed apart from the dense program).
+    Call before scheduling: schedules read the output strides (micro-kernel row strides).
+
+    Returns ``(views, skip)``: ``views`` maps ``id(producer output)`` to ``(concatenation
+    output Var, element offset of the slice)``; ``skip`` holds the indices of the in-place
+    concatenations' bindings."""
+    producer: dict[int, int] = {}
+    uses: dict[int, int] = {}
+    for k, b in enumerate(func.bindings):
+        for o in b.outputs:
+            producer[id(o)] = k
+        for a in kernel_inputs(b.call):
+            uses[id(a)] = uses.get(id(a), 0) + 1
+    outs = {id(o) for o in func.outputs}
+    views: dict[int, tuple] = {}
+    skip: set[int] = set()
+    for k, b in enumerate(func.bindings):
+        if b.call.is_function_call or b.call.op != "concatenate" or len(b.outputs) != 1:
+            continue
+        out = b.outputs[0]
+        shape = out.type.shape
+        if not all(isinstance(d, int) for d in shape) or id(out) in views:
+            continue
+        axis = int(b.call.attrs["axis"]) % len(shape)
+        dense = int(np.prod(shape[:axis], dtype=np.int64)) == 1
+        strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+        args = list(b.call.args)
+        ok = len({id(a) for a in args}) == len(args)
+        for a in args:
+            j = producer.get(id(a)) if isinstance(a, Var) else None
+            if not ok or j is None or j in skip or len(func.bindings[j].outputs) != 1 \
+                    or id(a) in outs or id(a) in views \
+                    or (not dense and uses.get(id(a), 0) != 1) \
+                    or kernels[j].attrs.get("symbols") or kernels[j].attrs.get("strided_output"):
+                ok = False
+                break
+            buf = kernels[j].params[-1]
+            if tuple(buf.shape) != tuple(a.type.shape) or buf.dtype != a.type.dtype \
+                    or buf.strides is not None or not _block_written(kernels[j], buf):
+                ok = False
+        if not ok:
+            continue
+        off = 0
+        for a in args:
+            j = producer[id(a)]
+            if not dense:
+                kernels[j].params[-1].strides = tuple(strides)
+                kernels[j].attrs["strided_output"] = list(strides)
+            views[id(a)] = (out, off * strides[axis])
+            off += a.type.shape[axis]
+        skip.add(k)
+    return views, skip
+
+
 def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
           output_names: Sequence[str] | None = None, kernels: Sequence | None = None,
-          align: int = 64, nbytes=None):
+          align: int = 64, nbytes=None, views: Mapping | None = None,
+          skip: set | None = None):
     """Execution plan for ``func`` whose i-th binding runs kernel ``symbols[i]``; graph outputs
     are named ``output_names`` (the names before the passes) when given. ``align`` and
     ``nbytes(slot)`` (bytes of a slot) set the arena layout (the WebGPU runtime: 256, 32-bit
-    storage words)."""
+    storage words). ``views``/``skip`` (``concat_in_place``, static plans only): a value in
+    ``views`` is an arena slot inside its base's slot (at the element offset), the base live
+    from its first writer on; the bindings in ``skip`` run no step."""
+    views = views or {}
+    skip = skip or set()
+    base_of: dict[int, int] = {}  # view slot -> the slot it lies in
     slots: list[dict] = []
     slot_of: dict[int, int] = {}
     bound = dict(params)
@@ -74,13 +167,26 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
     steps, first, last = [], {}, {}
     for k, b in enumerate(func.bindings):
         for o in b.outputs:
+            if id(o) in slot_of:  # an in-place concatenation: placed by its first writer
+                continue
+            if id(o) in views:
+                base, off = views[id(o)]
+                if id(base) not in slot_of:
+                    bs = new_slot(base, "arena")
+                    first[bs] = last[bs] = k
+                s = new_slot(o, "arena", view_of=slot_of[id(base)], view_offset=int(off))
+                base_of[s] = slot_of[id(base)]
+                continue
             s = new_slot(o, "arena")
             first[s] = k
             last[s] = k
+        if k in skip:
+            continue
         args = [slot(a) for a in kernel_args(b)]
         if kernels is not None:
             args = _packed_args(kernels[k], args, slots, bound)
         for s in args:
+            s = base_of.get(s, s)
             if s in last:
                 last[s] = max(last[s], k)
         steps.append({"symbol": symbols[k], "args": args, "op": b.call.op,
@@ -91,8 +197,8 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
     outputs = []
     for k, o in enumerate(func.outputs):
         s = slot(o)
-        if s in last:
-            last[s] = len(steps)
+        if base_of.get(s, s) in last:
+            last[base_of.get(s, s)] = len(func.bindings)
         name = output_names[k] if output_names else (o.name if isinstance(o, Var)
                                                       else f"output{k}")
         outputs.append({"name": name, "slot": s})
@@ -105,6 +211,9 @@ def _plan(func, params: Mapping[str, np.ndarray], symbols: Sequence[str],
                                       for s in arena_slots], align=align)
     for s, off in zip(arena_slots, offsets):
         slots[s]["offset"] = off
+    for s, b in base_of.items():  # views: inside their base slot
+        slots[s]["offset"] = slots[b]["offset"] + slots[s]["view_offset"] * \
+            np.dtype(slots[s]["dtype"]).itemsize
     plan = {"inputs": inputs, "outputs": outputs, "slots": slots, "steps": steps,
             "arena_bytes": total}
     if symbolic:
@@ -296,6 +405,10 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     t_passes = time.perf_counter()
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
+    # concatenations written in place by their producers (before scheduling: the schedules
+    # read the producers' strided outputs); CPU plans with static shapes only
+    views, skip = ({}, set()) if target.is_gpu or any(k.attrs.get("symbols") for k in kernels) \
+        else concat_in_place(func, kernels)
     from .graph.passes.to_mixed_precision import active_dtype
     low = active_dtype(target)  # ToMixedPrecision ran: rules/cuda_tensorcore.py reads it
     for k, b in zip(kernels, func.bindings):  # what a schedule may pack at compile time
@@ -320,8 +433,13 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
         return _build_gpu(mod, kernels, params, output_names, target, flops,
                           {"num_bindings": num_imported, "opt_level": ctx.opt_level,
                            "passes_s": t_passes - t0, "lower_s": t_lower - t_passes}, t0)
-    units, symbols = generate_c_units(kernels, target, _num_units(len(kernels)))
-    plan, bound = _plan(func, params, symbols, output_names, kernels)
+    run = [k for i, k in enumerate(kernels) if i not in skip]
+    units, run_symbols = generate_c_units(run, target, _num_units(len(run)))
+    it = iter(run_symbols)
+    symbols = [None if i in skip else next(it) for i in range(len(kernels))]
+    plan, bound = _plan(func, params, symbols, output_names, kernels, views=views, skip=skip)
+    flops = [fl for i, fl in enumerate(flops) if i not in skip]
+    kernels = run
     symbolic = bool(plan.get("symbols"))
     for st, fl in zip(plan["steps"], flops):
         st["flops"] = fl if not symbolic else None

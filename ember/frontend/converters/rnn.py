@@ -2,7 +2,7 @@
 
 A recurrence is unrolled over the (static) sequence length into graph operators. The input
 projection of all time steps and both directions is one ``matmul`` hoisted out of the time loop,
-``X (seq, batch, input) . [W_0; W_1]^T`` plus ``Wb + Rb`` (all of ``Rb`` is folded in, except
+``X (seq * batch, input) . [W_0; W_1]^T`` (one 2-D GEMM over all rows) plus ``Wb + Rb`` (all of ``Rb`` is folded in, except
 GRU's ``Rbh`` under ``linear_before_reset``, which the reset gate scales). Each step is then the
 recurrent ``matmul`` ``h . R_d^T`` (``R_d^T`` built once per direction and shared by every step, so
 the compiled model holds one packed copy that stays in cache) and the gate math, whose slices of
@@ -112,15 +112,14 @@ def _gates(ctx, v, n: int, hidden: int):
     return [_slice(ctx, v, v.type.ndim - 1, k * hidden, (k + 1) * hidden) for k in range(n)]
 
 
-def _step_gate(ctx, xw, t: int, k: int, hidden: int):
-    """Gate ``k`` of step ``t`` of the projection ``xw`` (seq, batch, G * hidden) as one slice
-    (batch, hidden): each gate reads ``xw`` on its own, so its slice fuses into the kernel of
-    the gate math instead of the step's projection being copied out first."""
-    batch = xw.type.shape[1]
-    s = ctx.call("strided_slice", [xw], {"begin": [t, 0, k * hidden],
-                                         "end": [t + 1, batch, (k + 1) * hidden],
-                                         "strides": [1, 1, 1]})
-    return ctx.call("reshape", [s], {"newshape": [batch, hidden]})
+def _step_gate(ctx, xw, t: int, k: int, hidden: int, batch: int):
+    """Gate ``k`` of step ``t`` of the projection ``xw`` (seq * batch, G * hidden), rows
+    ``t * batch .. (t + 1) * batch``, as one slice (batch, hidden): each gate reads ``xw`` on
+    its own, so its slice fuses into the kernel of the gate math instead of the step's
+    projection being copied out first."""
+    return ctx.call("strided_slice", [xw], {"begin": [t * batch, k * hidden],
+                                            "end": [(t + 1) * batch, (k + 1) * hidden],
+                                            "strides": [1, 1]})
 
 
 def _matmul_t(ctx, a, w):
@@ -181,8 +180,11 @@ def _recurrence(ctx, node):
     # the input projection of every step and direction is one GEMM, hoisted out of the time
     # loop: X (seq, batch, input) . [W_0; W_1]^T with the foldable recurrent bias added too
     # (all of Rb except GRU's Rbh under linear_before_reset, which is scaled by the reset gate)
+    # as a 2-D GEMM over the rows (seq * batch, input): a (seq, batch, input) matmul is a
+    # batched GEMM of `batch` rows per step, which the GEMM rule tiles one row at a time
     w_all = ctx.call("reshape", [w], {"newshape": [num_dir * G * hidden, w.type.shape[2]]})
-    xw_all = _matmul_t(ctx, x, w_all)  # (seq, batch, num_dir * G * hidden)
+    x_rows = ctx.call("reshape", [x], {"newshape": [seq * batch, x.type.shape[2]]})
+    xw_all = _matmul_t(ctx, x_rows, w_all)  # (seq * batch, num_dir * G * hidden)
     rbh_of = [None] * num_dir
     if b is not None:
         fold = []
@@ -200,10 +202,12 @@ def _recurrence(ctx, node):
     ys, hs, cs = [], [], []
     for d in range(num_dir):
         reverse = direction == "reverse" or d == 1
-        xw = xw_all if num_dir == 1 else _slice(ctx, xw_all, 2, d * G * hidden,
+        xw = xw_all if num_dir == 1 else _slice(ctx, xw_all, 1, d * G * hidden,
                                                 (d + 1) * G * hidden)
         if reverse:  # the projection is per step: reversing it is reversing X
+            xw = ctx.call("reshape", [xw], {"newshape": [seq, batch, G * hidden]})
             xw = ctx.call("reverse_sequence", [xw, full_lens], {"batch_axis": 1, "time_axis": 0})
+            xw = ctx.call("reshape", [xw], {"newshape": [seq * batch, G * hidden]})
         # R_d^T built once and shared by every step's GEMM: one weight (one packed copy)
         # that stays in cache across the time loop, not a folded copy per step
         rd = _index(ctx, r, d)
@@ -222,7 +226,7 @@ def _recurrence(ctx, node):
         for t in range(seq):
             # per step: the recurrent GEMM h . R^T alone, then the gate math as elementwise
             # kernels that read their slices of the hoisted projection and of h . R^T directly
-            xg = [_step_gate(ctx, xw, t, k, hidden) for k in range(G)]
+            xg = [_step_gate(ctx, xw, t, k, hidden, batch) for k in range(G)]
             hg = _gates(ctx, ctx.call("matmul", [h, rt]), G - split_h, hidden)
             f = acts[d]
             if kind == "RNN":

@@ -13,7 +13,8 @@ from .pass_manager import PassContext, Sequential, get_pass, _PASSES
 
 # level: 0 InferType | 1 SimplifyInference RealizeQnn SimplifyExpr FuseLayerNorm FoldExplicitPadding
 # EliminateDeadCode FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout
-# FuseInvertedResidual WinogradConv FuseAttention | 3 EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
+# PadConvChannels FuseInvertedResidual WinogradConv FuseAttention | 3
+# EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
 # ToMixedPrecision
 PIPELINES: dict[str, list[str]] = {
     "llvm": [
@@ -34,6 +35,7 @@ PIPELINES: dict[str, list[str]] = {
         "FoldConstant",
         "SimplifyExpr",
         "ConvertLayout",
+        "PadConvChannels",
         "QnnEpilogue",
         "FuseInvertedResidual",
         "WinogradConv",
@@ -50,14 +52,14 @@ PIPELINES: dict[str, list[str]] = {
 # inverted-residual fusion, Winograd, int8 kernels: QDQ models keep their quantize/dequantize
 # steps in float32) and mixed precision (WGSL kernels are float32)
 PIPELINES["webgpu"] = [n for n in PIPELINES["llvm"] if n not in (
-    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision", "RealizeQnn",
-    "QnnEpilogue", "FuseAttention")]
+    "ConvertLayout", "PadConvChannels", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision",
+    "RealizeQnn", "QnnEpilogue", "FuseAttention")]
 # CUDA: the webgpu list plus ToMixedPrecision (opt-in: opt_level 4 or ``required_pass``, e.g.
 # ``ember.compile(m, target="nvidia/h200", quantize="fp16")``): float16 / bfloat16 storage that
 # the tensor-core rule (``rules/cuda_tensorcore.py``) computes with wmma
 PIPELINES["cuda"] = [n for n in PIPELINES["llvm"] if n not in (
-    "ConvertLayout", "FuseInvertedResidual", "WinogradConv", "RealizeQnn", "QnnEpilogue",
-    "FuseAttention")]
+    "ConvertLayout", "PadConvChannels", "FuseInvertedResidual", "WinogradConv", "RealizeQnn",
+    "QnnEpilogue", "FuseAttention")]
 # both: ONNX Attention as matmul / softmax-like graph operators (its CPU kernel is built of
 # micro-kernel calls): ember/graph/passes/decompose_attention.py
 for _kind in ("webgpu", "cuda"):

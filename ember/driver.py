@@ -406,9 +406,10 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     func = mod.main
     kernels = [lower_binding(b, f"k{k}", mod) for k, b in enumerate(func.bindings)]
     # concatenations written in place by their producers (before scheduling: the schedules
-    # read the producers' strided outputs); CPU plans with static shapes only
-    views, skip = ({}, set()) if target.is_gpu or any(k.attrs.get("symbols") for k in kernels) \
-        else concat_in_place(func, kernels)
+    # read the producers' strided outputs); CPU plans with static shapes at opt_level >= 1
+    # (opt_level 0 keeps one kernel per operator)
+    views, skip = ({}, set()) if target.is_gpu or PassContext.current().opt_level < 1 \
+        or any(k.attrs.get("symbols") for k in kernels) else concat_in_place(func, kernels)
     from .graph.passes.to_mixed_precision import active_dtype
     low = active_dtype(target)  # ToMixedPrecision ran: rules/cuda_tensorcore.py reads it
     for k, b in zip(kernels, func.bindings):  # what a schedule may pack at compile time

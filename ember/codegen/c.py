@@ -298,8 +298,9 @@ class CFunctionPrinter(CStylePrinter):
 
     def binop_special(self, e: BinOp, a: str, b: str) -> str:
         op = e.op
-        if op in ("floordiv", "floormod") and self._divmod and isinstance(e.a, Var) \
-                and id(e.a) in self._divmod and not isinstance(e.b, Const):
+        divmod_ = getattr(self, "_divmod", None)  # printers of other dialects (CUDA) have none
+        if op in ("floordiv", "floormod") and divmod_ and isinstance(e.a, Var) \
+                and id(e.a) in divmod_ and not isinstance(e.b, Const):
             from ..tir.symbolic import dim_key
             try:
                 hit = self._divmod[id(e.a)].get(dim_key(e.b))

@@ -265,10 +265,12 @@ def _gconv_avx2(name: str, *key) -> str:
     return _simd_grouped(name, gconv_params((None,) * 3 + key), "avx2", **SIMD_ISAS["avx2"])
 
 
-@register_microkernel("gconv", "scalar", "float32")
-def _gconv_scalar(name: str, *key) -> str:
-    p = gconv_params((None,) * 3 + key)
-    cg, wr, nr, kh, kw = p["cg"], p["wr"], p["nr"], p["kh"], p["kw"]
+def _scalar_taps(name: str, p: dict, inner: list[str]) -> str:
+    """The portable C frame shared by the scalar ``dwconv`` and ``gconv`` micro-kernels: a
+    ``wr x nr`` accumulator block, the kernel taps (skipping padding when ``p["guarded"]``),
+    ``inner`` as the accumulation of one tap at pixel ``i`` (``xp``/``wp`` point at its input
+    and weights), then the epilogue and the store."""
+    wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
     guard = (f"if (ih < 0 || ih >= {p['H']} || iw < 0 || iw >= {p['W']}) continue;"
              if p["guarded"] else "")
     L = [_signature(name, p["epi"]) + " {",
@@ -281,16 +283,24 @@ def _gconv_scalar(name: str, *key) -> str:
          f"    {guard}",
          f"    const float* xp = X + ih * {p['sxh']}LL + iw * {p['sxw']}LL;",
          f"    const float* wp = Wt + r * {p['swh']}LL + s * {p['sww']}LL;",
-         f"    for (int j = 0; j < {nr}; ++j) for (int k = 0; k < {cg}; ++k) {{",
-         f"      const int l = (j / {cg}) * {cg} + k;  /* the input lane of channel k */",
-         f"      c[i][j] += xp[l] * wp[((k - j % {cg} + {cg}) % {cg}) * {p['swt']}LL + l];",
-         "    }",
+         *inner,
          "  }",
          *scalar_epilogue(p["epi"], wr, nr),
          f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
          f"C[i * {p['ldc']} + j] = c[i][j];",
          "}"]
     return "\n".join(L) + "\n"
+
+
+@register_microkernel("gconv", "scalar", "float32")
+def _gconv_scalar(name: str, *key) -> str:
+    p = gconv_params((None,) * 3 + key)
+    cg, nr = p["cg"], p["nr"]
+    return _scalar_taps(name, p, [
+        f"    for (int j = 0; j < {nr}; ++j) for (int k = 0; k < {cg}; ++k) {{",
+        f"      const int l = (j / {cg}) * {cg} + k;  /* the input lane of channel k */",
+        f"      c[i][j] += xp[l] * wp[((k - j % {cg} + {cg}) % {cg}) * {p['swt']}LL + l];",
+        "    }"])
 
 
 @register_microkernel("dwconv", "avx512", "float32")
@@ -306,23 +316,5 @@ def _dwconv_avx2(name: str, *key) -> str:
 @register_microkernel("dwconv", "scalar", "float32")
 def _dwconv_scalar(name: str, *key) -> str:
     p = _params(key)
-    wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
-    guard = (f"if (ih < 0 || ih >= {p['H']} || iw < 0 || iw >= {p['W']}) continue;"
-             if p["guarded"] else "")
-    L = [_signature(name, p["epi"]) + " {",
-         f"  float c[{wr}][{nr}];",
-         f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
-         f"c[i][j] = accumulate ? C[i * {p['ldc']} + j] : 0.0f;",
-         f"  for (int64_t r = 0; r < {kh}; ++r) for (int64_t s = 0; s < {kw}; ++s) "
-         f"for (int i = 0; i < {wr}; ++i) {{",
-         f"    const int64_t ih = ih0 + r * {p['dh']}, iw = iw0 + i * {p['sw']} + s * {p['dw']};",
-         f"    {guard}",
-         f"    const float* xp = X + ih * {p['sxh']}LL + iw * {p['sxw']}LL;",
-         f"    const float* wp = Wt + r * {p['swh']}LL + s * {p['sww']}LL;",
-         f"    for (int j = 0; j < {nr}; ++j) c[i][j] += xp[j] * wp[j];",
-         "  }",
-         *scalar_epilogue(p["epi"], wr, nr),
-         f"  for (int i = 0; i < {wr}; ++i) for (int j = 0; j < {nr}; ++j) "
-         f"C[i * {p['ldc']} + j] = c[i][j];",
-         "}"]
-    return "\n".join(L) + "\n"
+    return _scalar_taps(name, p, [
+        f"    for (int j = 0; j < {p['nr']}; ++j) c[i][j] += xp[j] * wp[j];"])

@@ -108,7 +108,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
             has a predicate, or the register block is too large for ``isa``.
     """
     from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs, dtype_short,
-                            check_reduction_loops, replace_nest, tensorize_nest)
+                            replace_nest, tensorize_nest)
     f, path, chain, blk, where = tensorize_nest(sch, loop, f"dwconv.{isa}")
     st, lx, guard, lw = _split_update(blk, where)
     if not (st.buffer.dtype == lx.dtype == lw.dtype == dtype):
@@ -135,36 +135,16 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         return [d for d in range(4) if cx[d].get(id(c.var), 0) != 0]
     lane = [c for c in live if moves(c) == [3]]
     pix = [c for c in live if c not in lane and cc.get(id(c.var), 0) != 0]
-    if len(lane) > 1 or len(pix) > 1:
-        raise ScheduleError(f"{where}: expected at most one channel (lanes) loop and one output "
-                            f"pixel loop, found {[c.var.name for c in lane]} and "
-                            f"{[c.var.name for c in pix]}")
+    if len(lane) > 1:
+        raise ScheduleError(f"{where}: expected at most one channel (lanes) loop, found "
+                            f"{[c.var.name for c in lane]}")
     nl = lane[0] if lane else None  # none: a one-channel block
     if nl is not None and not (cx[3][id(nl.var)] == 1 and cw.get(id(nl.var)) == 1
                                and cc.get(id(nl.var)) == 1):
         raise ScheduleError(f"{where}: the lanes loop {nl.var.name} must have unit stride in the "
                             f"output, the input's channels and the weights")
-    ml = pix[0] if pix else None
-    sw = 1
-    if ml is not None:
-        if moves(ml) != [2] or cw.get(id(ml.var), 0) != 0:
-            raise ScheduleError(f"{where}: the pixel loop {ml.var.name} must move only the "
-                                f"input's w index and not the weights")
-        sw = cx[2][id(ml.var)]
-    taps = {}
-    for c in live:
-        if c is nl or c is ml:
-            continue
-        check_reduction_loops(blk, [c], where)
-        m = moves(c)
-        if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps:
-            raise ScheduleError(f"{where}: reduction loop {c.var.name} must move exactly one of "
-                                f"the input's h and w indices (moves dims {m})")
-        taps[m[0]] = c
-    th, tw = taps.get(1), taps.get(2)
-    kh, kw = (th.extent if th else 1), (tw.extent if tw else 1)
-    dh = cx[1][id(th.var)] if th else 1
-    dw = cx[2][id(tw.var)] if tw else 1
+    ml, sw, th, tw, kh, kw, dh, dw = _pixel_and_taps(
+        blk, live, pix, (nl,), cx, lambda c: cw.get(id(c.var), 0), where)
     wr = ml.extent if ml is not None else 1
     nr = nl.extent if nl is not None else 1
     nv = -(-nr // ISAS[isa])
@@ -188,6 +168,47 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
                               AddressOf(lw.src, [at0(i) for i in widx]),
                               at0(xidx[1]), at0(xidx[2]), accumulate)
     replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
+
+
+def _pixel_and_taps(blk, live, pix, skip, cx, wstride, where):
+    """The output pixel loop and the tap loops of a depthwise or grouped block, shared by both
+    forms: ``pix`` (at most one loop) must move only the input's ``w`` index (stride ``sw``) and
+    not the weights (``wstride(c)``: the weights' element stride along ``c``); every other live
+    loop not in ``skip`` is a reduction over the taps moving exactly one of the input's ``h`` and
+    ``w`` indices. Returns ``(ml, sw, th, tw, kh, kw, dh, dw)`` (``None`` / extent 1 for absent
+    loops; ``dh``/``dw``: the dilations).
+
+    Raises:
+        ScheduleError: more than one pixel loop, or a loop of neither form."""
+    from .tensorize import check_reduction_loops
+    if len(pix) > 1:
+        raise ScheduleError(f"{where}: expected at most one output pixel loop, found "
+                            f"{[c.var.name for c in pix]}")
+
+    def moves(c):
+        return [d for d in range(4) if cx[d].get(id(c.var), 0) != 0]
+    ml = pix[0] if pix else None
+    sw = 1
+    if ml is not None:
+        if moves(ml) != [2] or wstride(ml):
+            raise ScheduleError(f"{where}: the pixel loop {ml.var.name} must move only the "
+                                f"input's w index and not the weights")
+        sw = cx[2][id(ml.var)]
+    taps = {}
+    for c in live:
+        if c is ml or any(c is s for s in skip):
+            continue
+        check_reduction_loops(blk, [c], where)
+        m = moves(c)
+        if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps:
+            raise ScheduleError(f"{where}: reduction loop {c.var.name} must move exactly one of "
+                                f"the input's h and w indices (moves dims {m})")
+        taps[m[0]] = c
+    th, tw = taps.get(1), taps.get(2)
+    kh, kw = (th.extent if th else 1), (tw.extent if tw else 1)
+    dh = cx[1][id(th.var)] if th else 1
+    dw = cx[2][id(tw.var)] if tw else 1
+    return ml, sw, th, tw, kh, kw, dh, dw
 
 
 def _has_floormod(e: Expr, ids: set) -> bool:
@@ -255,30 +276,8 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
           and moves(c) == [3] and cx[3][id(c.var)] == cg and wstride(c) == cg]
     gi = gl[0] if gl else None
     pix = [c for c in live if c not in (kl, ml_c, gi) and cc.get(id(c.var), 0) != 0]
-    if len(pix) > 1:
-        raise ScheduleError(f"{where}: expected at most one output pixel loop, found "
-                            f"{[c.var.name for c in pix]}")
-    ml = pix[0] if pix else None
-    sw = 1
-    if ml is not None:
-        if moves(ml) != [2] or wstride(ml):
-            raise ScheduleError(f"{where}: the pixel loop {ml.var.name} must move only the "
-                                f"input's w index and not the weights")
-        sw = cx[2][id(ml.var)]
-    taps = {}
-    for c in live:
-        if c in (kl, ml_c, gi, ml):
-            continue
-        check_reduction_loops(blk, [c], where)
-        m = moves(c)
-        if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps:
-            raise ScheduleError(f"{where}: reduction loop {c.var.name} must move exactly one of "
-                                f"the input's h and w indices (moves dims {m})")
-        taps[m[0]] = c
-    th, tw = taps.get(1), taps.get(2)
-    kh, kw = (th.extent if th else 1), (tw.extent if tw else 1)
-    dh = cx[1][id(th.var)] if th else 1
-    dw = cx[2][id(tw.var)] if tw else 1
+    ml, sw, th, tw, kh, kw, dh, dw = _pixel_and_taps(blk, live, pix, (kl, ml_c, gi), cx,
+                                                     wstride, where)
     wr = ml.extent if ml is not None else 1
     nr = cg * (gi.extent if gi is not None else 1)
     nv = -(-nr // ISAS[isa])

@@ -107,8 +107,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         ScheduleError: the nest is not a depthwise-convolution block as described, the block
             has a predicate, or the register block is too large for ``isa``.
     """
-    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs, dtype_short,
-                            replace_nest, tensorize_nest)
+    from .tensorize import ISAS, MAX_ACCUMULATORS, affine_coeffs, tensorize_nest
     f, path, chain, blk, where = tensorize_nest(sch, loop, f"dwconv.{isa}")
     st, lx, guard, lw = _split_update(blk, where)
     if not (st.buffer.dtype == lx.dtype == lw.dtype == dtype):
@@ -152,22 +151,11 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         raise ScheduleError(f"{where}: register block {wr}x{nr} needs {wr * nv} accumulators; "
                             f"{isa} has room for {MAX_ACCUMULATORS[isa]}")
     _, H, W, Cx = lx.src.shape
-    if guard is not None:
-        _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
-    accumulate = accumulate_flag(blk, chain, where)
-    zmap = {c.var: Const(0, "int64") for c in live}
-
-    def at0(e):
-        return simplify(substitute(e, zmap))
-    z = Const(0, "int64")
     params = (wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx,
               cw.get(id(th.var), 0) if th else 0, cw.get(id(tw.var), 0) if tw else 0,
               cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
-    call = dwconv_kernel_call(isa, dtype, params, AddressOf(st.buffer, [at0(i) for i in cidx]),
-                              AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
-                              AddressOf(lw.src, [at0(i) for i in widx]),
-                              at0(xidx[1]), at0(xidx[2]), accumulate)
-    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
+    _replace_by_call(sch, f, blk, chain, live, st, lx, lw, guard, norm, (cidx, xidx, widx),
+                     params, isa, dtype, where, "dwconv")
 
 
 def _pixel_and_taps(blk, live, pix, skip, cx, wstride, where):
@@ -211,6 +199,32 @@ def _pixel_and_taps(blk, live, pix, skip, cx, wstride, where):
     return ml, sw, th, tw, kh, kw, dh, dw
 
 
+def _replace_by_call(sch, f, blk, chain, live, st, lx, lw, guard, norm, idx, params, isa, dtype,
+                     where, family) -> None:
+    """Replace the block's nest by the ``family`` (``dwconv`` or ``gconv``) micro-kernel call
+    with ``params``: the operands' addresses at loop iteration 0 (``idx``: the normalized
+    output, input and weight indices) and the input coordinates of tap (0, 0).
+
+    Raises:
+        ScheduleError: the guard does not bound the loaded pixel by the image, or the
+            accumulate flag cannot be derived (``accumulate_flag``)."""
+    from .tensorize import accumulate_flag, dtype_short, replace_nest
+    cidx, xidx, widx = idx
+    if guard is not None:
+        _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
+    accumulate = accumulate_flag(blk, chain, where)
+    zmap = {c.var: Const(0, "int64") for c in live}
+
+    def at0(e):
+        return simplify(substitute(e, zmap))
+    z = Const(0, "int64")
+    call = dwconv_kernel_call(isa, dtype, params, AddressOf(st.buffer, [at0(i) for i in cidx]),
+                              AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
+                              AddressOf(lw.src, [at0(i) for i in widx]),
+                              at0(xidx[1]), at0(xidx[2]), accumulate, family=family)
+    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
+
+
 def _has_floormod(e: Expr, ids: set) -> bool:
     """Whether ``e`` takes a ``floormod`` of an expression over the loops ``ids`` (the
     grouped weights' rotation index; outer loops may appear in floormods of either form)."""
@@ -229,8 +243,7 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
     channel inside a group; output stride 1, not the input), an optional ``gi`` (the groups of
     the block: stride ``cg`` in the output, the input's channel and the weights' lanes), the
     pixel loop and the taps as in the depthwise form."""
-    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs, dtype_short,
-                            check_reduction_loops, replace_nest)
+    from .tensorize import ISAS, MAX_ACCUMULATORS, affine_coeffs, check_reduction_loops
     from ..arith import collect
     from ..expr import Var
     ids = {id(c.var) for c in live}
@@ -289,21 +302,10 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
                             f"{wr * nv * cg} accumulators; {isa} has room for "
                             f"{MAX_ACCUMULATORS[isa]}")
     _, H, W, Cx = lx.src.shape
-    if guard is not None:
-        _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
-    accumulate = accumulate_flag(blk, chain, where)
-    zmap = {c.var: Const(0, "int64") for c in live}
-
-    def at0(e):
-        return simplify(substitute(e, zmap))
-    z = Const(0, "int64")
     params = (cg, wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx, wstride(th), wstride(tw),
               wst[rd], cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
-    call = dwconv_kernel_call(isa, dtype, params, AddressOf(st.buffer, [at0(i) for i in cidx]),
-                              AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
-                              AddressOf(lw.src, [at0(i) for i in widx]),
-                              at0(xidx[1]), at0(xidx[2]), accumulate, family="gconv")
-    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
+    _replace_by_call(sch, f, blk, chain, live, st, lx, lw, guard, norm, (cidx, xidx, widx),
+                     params, isa, dtype, where, "gconv")
 
 
 def dwconv_kernel_call(isa: str, dtype: str, params: tuple, c: AddressOf, x: AddressOf,

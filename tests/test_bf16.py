@@ -122,6 +122,66 @@ def @main(%x: Tensor[({n},), float32]) {{
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+def _ref_bf16_bits(u):
+    """The reference float32 -> bfloat16 rounding (``ember_enc_bfloat16``) on uint32 bit
+    patterns: round to nearest even, denormals rounded like any value, NaN quieted (bit 6)."""
+    u = u.astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    q = ((u >> 16) | 0x40) & 0xFFFF
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, q, r).astype(np.uint16)
+
+
+def _rounding_patterns():
+    """Bit patterns for the native (``vcvtneps2bf16``) rounding: every edge class (zeros,
+    denormals around each rounding boundary, the smallest normals, ties to even both ways,
+    overflow to infinity, infinities, signalling and quiet NaNs with payloads only in the low
+    half), 16-lane blocks mixing denormal and normal lanes (the fallback blend), a strided
+    sweep of all 2^32 patterns, and a length that leaves a scalar remainder."""
+    edge = [0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00007FFF, 0x00008000, 0x00008001,
+            0x00017FFF, 0x00018000, 0x00018001, 0x007F7FFF, 0x007F8000, 0x007FFFFF, 0x807FFFFF,
+            0x00800000, 0x80800000, 0x00808000, 0x00818000, 0x3F808000, 0x3F818000, 0x3F808001,
+            0x3F7FFFFF, 0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000,
+            0x7F800001, 0x7F80FFFF, 0x7FBFFFFF, 0x7FC00000, 0xFFC00001, 0xFFFFFFFF, 0x7F810000]
+    rng = np.random.default_rng(7)
+    mixed = rng.integers(0, 1 << 32, 16 * 64, dtype=np.uint64)
+    den = rng.random(len(mixed)) < 0.3
+    mixed[den] &= 0x807FFFFF  # a zero exponent: a denormal (or zero) in some lanes
+    sweep = np.arange(0, 1 << 32, 65521 * 7, dtype=np.uint64)
+    pats = np.concatenate([np.array(edge * 3, np.uint64), mixed, sweep,
+                           np.arange(0, 1 << 32, (1 << 32) // 4099, dtype=np.uint64)[:4099]])
+    return pats.astype(np.uint32)
+
+
+def test_vectorized_bf16_rounding_matches_reference_bits():
+    # the rounding as the vectorized code emits it: a store (vst) and an in-register rounding
+    # read back as float32 (vrnd: here the doubling's operand), on vcvtneps2bf16 where the
+    # compiler targets AVX512_BF16 (with the fallback for denormal lanes), else the integer code
+    u = _rounding_patterns()
+    x = u.view(np.float32)
+    n = len(x)
+    mod = IRModule.from_text(f"""
+def @main(%x: Tensor[({n},), float32]) {{
+  %0 = cast(%x, dtype="bfloat16") : Tensor[({n},), bfloat16]
+  %1 = add(%0, %0) : Tensor[({n},), bfloat16]
+  return %0, %1
+}}""")
+    with PassContext(opt_level=2):
+        model = ember.build(mod)
+    if HOST_BF16:
+        assert "_mm512_cvtneps_pbh" in model.source
+    y0, y1 = model.run({"x": x})
+    want0 = _ref_bf16_bits(u)
+    np.testing.assert_array_equal(y0.view(np.uint16), want0)
+    r = (want0.astype(np.uint32) << 16).view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = r + r
+    want1 = _ref_bf16_bits(d.view(np.uint32))
+    got1 = y1.view(np.uint16)
+    nan = np.isnan(d)
+    np.testing.assert_array_equal(got1[~nan], want1[~nan])
+    assert np.isnan(y1[nan].astype(np.float32)).all()
+
+
 def _onnx_conv_model():
     rng = np.random.default_rng(0)
     w1 = (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32)

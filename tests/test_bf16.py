@@ -388,3 +388,18 @@ def test_cli_compile_quantize_bf16_writes_an_artifact_that_runs(tmp_path):
     want, = ember.compile(str(path), quantize="bf16").run({"x": x})
     np.testing.assert_array_equal(got, want)
     assert main(["profile", str(art), "--repeat", "2"]) == 0
+
+
+def test_coalesce_reduction_loops_merges_contiguous_runs_only():
+    from ember.tir.schedule.tensorize import coalesce_reduction_loops
+    # NHWC 7x7 stem on 4 channels, pairs folded: kh (row stride), kw (4 elements, 2 pairs of
+    # B columns), channel pairs (2, 2, 2 * nr): kw and the pairs are one run of 14 pair steps
+    nr = 32
+    red = [(7, 4 * 230, 7 * 4 * nr), (7, 4, 4 * nr), (2, 2, 2 * nr)]
+    assert coalesce_reduction_loops(red) == [(7, 4 * 230, 7 * 4 * nr), (14, 2, 2 * nr)]
+    # a padded row (A's stride is not extent x stride) or B's stride off: kept apart
+    assert coalesce_reduction_loops([(3, 70, 64 * nr), (32, 2, 2 * nr)]) == \
+        [(3, 70, 64 * nr), (32, 2, 2 * nr)]
+    assert coalesce_reduction_loops([(3, 64, 65 * nr), (32, 2, 2 * nr)]) == \
+        [(3, 64, 65 * nr), (32, 2, 2 * nr)]
+    assert coalesce_reduction_loops([(3, 64, 64 * nr), (32, 2, 2 * nr)]) == [(96, 2, 2 * nr)]

@@ -6,6 +6,8 @@ the float32 fallback on a CPU without AVX512_BF16."""
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -403,3 +405,38 @@ def test_coalesce_reduction_loops_merges_contiguous_runs_only():
     assert coalesce_reduction_loops([(3, 64, 65 * nr), (32, 2, 2 * nr)]) == \
         [(3, 64, 65 * nr), (32, 2, 2 * nr)]
     assert coalesce_reduction_loops([(3, 64, 64 * nr), (32, 2, 2 * nr)]) == [(96, 2, 2 * nr)]
+
+
+@needs_bf16
+def test_quantize_bf16_stem_stores_bf16_before_the_max_pool():
+    # stem conv -> ReLU -> max pool -> conv: the stem's epilogue rounds once and stores bf16,
+    # the pool runs on bf16 (max commutes with the rounding) and the next conv reads its output
+    rng = np.random.default_rng(5)
+    w1 = (rng.standard_normal((32, 3, 7, 7)) * 0.2).astype(np.float32)
+    b1 = rng.standard_normal(32).astype(np.float32)
+    w2 = (rng.standard_normal((16, 32, 1, 1)) * 0.2).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[3] * 4, strides=[2, 2]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], pads=[1] * 4,
+                          strides=[2, 2]),
+         helper.make_node("Conv", ["p", "w2"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    q = ember.compile(model, quantize="bf16")
+    assert q.info["quantization"]["bf16_kernels"] == 2
+    pool = [s for s in q.plan["steps"] if "max_pool" in s["op"]]
+    assert len(pool) == 1
+    assert re.search(rf"int32_t {pool[0]['symbol']}\(const uint16_t\* restrict p0, "
+                     rf"uint16_t\* restrict p1\)", q.source)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    got, = q.run({"x": x})
+    c, _ = _conv_ref(_bf16_round(x), _bf16_round(w1), pad=3, stride=2)
+    r = _bf16_round(np.maximum(c + b1[:, None, None], 0))
+    rp = np.pad(r, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
+    p = np.max([rp[:, :, i:i + 16:2, j:j + 16:2] for i in range(3) for j in range(3)], axis=0)
+    ref, bound = _conv_ref(p, _bf16_round(w2))
+    # the stem's float32 sums may round to the neighbouring bf16 value (an ulp, 2^-8)
+    np.testing.assert_array_less(np.abs(got - ref), 2 ** -7 * bound + 1e-30)

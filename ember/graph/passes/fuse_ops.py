@@ -221,8 +221,12 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
             if group_size_with(k, sink) > max_depth:
                 continue
             if gp == OpPattern.OUT_ELEMWISE_FUSABLE:
-                if _cast_into_anchor(nodes, sink):
-                    continue  # the cast goes with the conv/gemm that reads it (stored narrow)
+                if _cast_into_anchor(nodes, sink) and not (
+                        bf16_compute() and _rounds_to_bf16(nodes[sink])):
+                    # the cast goes with the conv/gemm that reads it (stored narrow); under
+                    # bf16 compute a rounding cast read by a pooling stays with its producer,
+                    # which then stores bf16 (the stem's output before the max pool)
+                    continue
                 if phase == 0 and d.pattern == OpPattern.ELEMWISE and \
                         check_path(k, sink, lambda kind, is_sink: kind <= OpPattern.BROADCAST):
                     commit(k, sink)

@@ -170,7 +170,9 @@ def bf16_compute_function(func: Function, allow, deny) -> Function:
     operands and accumulate in float32 (a bias input stays float32); their epilogue chains (``_chain_op``: bias, residual
     add, ReLU...) run in float32 on the unrounded accumulators, and a value is rounded to
     bfloat16 once, where it is stored: when it has several users or its user is not a chain
-    operator (the next GEMM, a pooling, a reshape, a normalization). A bf16 value a chain
+    operator (the next GEMM, a pooling, a reshape, a normalization), or it is the second
+    GEMM result read by one chain operator (a downsampling conv's, stored for the residual
+    add that the block's last conv fuses with). A bf16 value a chain
     operator reads (a residual stored as bf16) is widened exactly. ``main``'s outputs are the
     unrounded float32 values (also through one-input injective operators: the layout
     transform back to NCHW). Other operators follow ``mixed_precision_function``'s lists."""
@@ -209,13 +211,21 @@ def bf16_compute_function(func: Function, allow, deny) -> Function:
                 return False
             v = us[0].outputs[0]
 
+    gemm_out: dict[int, int] = {}  # a moved GEMM's result -> its order of definition
+
     for b in func.bindings:
         op = b.call.op
         chain = _chain_op(b)
+        # two GEMM results meeting in one elementwise op (a residual block's last conv and its
+        # downsampling conv): one fuses with the op (FuseOps takes the first defined), the
+        # other is stored, so it is rounded to bf16 as any stored value is
+        mine = [rw.lookup(a0) for a0 in b.call.args]
+        fused_gemm = min((gemm_out[id(a)] for a in mine if id(a) in gemm_out), default=None)
         args = []
         for a0 in b.call.args:
             a = rw.lookup(a0)
-            if id(a) in pending and not (chain and len(use.get(id(a0), [])) == 1) \
+            stored = id(a) in gemm_out and gemm_out[id(a)] != fused_gemm
+            if id(a) in pending and (stored or not (chain and len(use.get(id(a0), [])) == 1)) \
                     and not to_output(a0):
                 a = rnd(a)
             args.append(a)
@@ -235,6 +245,7 @@ def bf16_compute_function(func: Function, allow, deny) -> Function:
                        for a, f in zip(a16, low_in)]
                 y = rw.emit(op, a32, attrs)
                 pending[id(y)] = y
+                gemm_out[id(y)] = len(gemm_out)
                 res = [y]
             elif chain and any(id(a) in pending or a.type.dtype == low for a in args):
                 a32 = [_cast(rw, a, hi) if f else a for a, f in zip(args, floats)]

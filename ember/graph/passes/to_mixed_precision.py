@@ -138,8 +138,8 @@ def _pad_odd_channels(rw: Rewriter, op: str, args: list, attrs: dict) -> tuple[l
     channel (the RGB stem's 3 -> 4: the ``vdpbf16ps`` kernel reduces over adjacent channel
     pairs; the zero channel adds exact zeros). The padded input is channels-last: a stem
     that reads a channels-first image and writes channels-last (ConvertLayout's
-    ``data_layout="NCHW", out_layout="NHWC"``) gets a transpose first. Anything else comes
-    back unchanged."""
+    ``data_layout="NCHW", out_layout="NHWC"``) gets a transpose first; the convolution's own
+    zero padding joins the channel pad. Anything else comes back unchanged."""
     if op != "nn.conv" or int(attrs.get("group", 1)) != 1 or len(args) < 2 \
             or not isinstance(args[1], Constant):
         return args, attrs
@@ -158,8 +158,13 @@ def _pad_odd_channels(rw: Rewriter, op: str, args: list, attrs: dict) -> tuple[l
     if int(x.type.shape[-1]) != c:
         return args, attrs
     import numpy as np
-    xp = rw.emit("nn.pad", [x], {"pads": [0] * (2 * nd - 1) + [1], "mode": "constant",
-                                 "value": 0.0})
+    # the convolution's zero padding moves into the same pad (one pass over the small
+    # input instead of a padded copy inside the convolution kernel)
+    sp = [int(v) for v in (attrs.get("pads") or [0] * (2 * (nd - 2)))]
+    nsp = nd - 2
+    pads = [0] + sp[:nsp] + [0] + [0] + sp[nsp:] + [1]
+    attrs = {**attrs, "pads": [0] * (2 * nsp)}
+    xp = rw.emit("nn.pad", [x], {"pads": pads, "mode": "constant", "value": 0.0})
     wp = np.concatenate([w, np.zeros((w.shape[0], 1) + w.shape[2:], w.dtype)], axis=1)
     return [xp, Constant(wp, args[1].name_hint)] + list(args[2:]), attrs
 

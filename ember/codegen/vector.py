@@ -61,10 +61,45 @@ def bf16_vector_helpers(lanes: int) -> str:
         f"static inline {u} ember_venc_bf16_{L}({f} x) {{ {u} w; memcpy(&w, &x, {4 * L}); "
         f"{u} r = (w + 0x7fffu + ((w >> 16) & 1u)) >> 16, q = (w >> 16) | 0x40u; "
         f"{u} nan = ({u})((w & 0x7fffffffu) > 0x7f800000u); return (r & ~nan) | (q & nan); }}\n"
+        + (_bf16_native_16() if L == 16 else "") +
+        (f"#if !EMBER_NATIVE_BF16_{L}\n" if L == 16 else "") +
         f"static inline void ember_vst_bf16_{L}(uint16_t* p, {f} x) {{ "
         f"{h} y = __builtin_convertvector(ember_venc_bf16_{L}(x), {h}); memcpy(p, &y, {2 * L}); }}\n"
         f"static inline {f} ember_vrnd_bf16_{L}({f} x) {{ {u} w = ember_venc_bf16_{L}(x) << 16; "
-        f"{f} r; memcpy(&r, &w, {4 * L}); return r; }}\n")
+        f"{f} r; memcpy(&r, &w, {4 * L}); return r; }}\n" + ("#endif\n" if L == 16 else ""))
+
+
+def _bf16_native_16() -> str:
+    """The 16-lane float32 -> bfloat16 rounding on ``vcvtneps2bf16`` (AVX512_BF16, where the
+    C compiler targets it: ``EMBER_NATIVE_BF16_16``). The instruction rounds to nearest even
+    and quiets NaNs (sets bit 6) exactly as ``ember_venc_bf16_16`` does, but reads a denormal
+    input as zero (its result is the signed zero, where the reference rounds the denormal:
+    ``0x007fffff`` -> ``0x0080``); the lanes with a zero exponent and a non-zero mantissa are
+    redone with the integer rounding, on a branch that normal data never takes. Same bits as
+    the reference over all 2^32 inputs (checked once; tests/test_bf16.py checks the edge
+    classes and a strided subset)."""
+    return (
+        "#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)\n"
+        "#include <immintrin.h>\n"
+        "#define EMBER_NATIVE_BF16_16 1\n"
+        "static inline __m256i ember_vcvt_bf16_16(ember_bf16f_x16 x) {\n"
+        "  __m512i w = (__m512i)x;\n"
+        "  __m256i r = (__m256i)_mm512_cvtneps_pbh((__m512)x);\n"
+        "  __mmask16 den = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(0x7f800000)) &\n"
+        "                  _mm512_test_epi32_mask(w, _mm512_set1_epi32(0x007fffff));\n"
+        "  if (__builtin_expect(den != 0, 0)) {  /* denormal inputs: the integer rounding */\n"
+        "    __m512i one = _mm512_set1_epi32(1);\n"
+        "    __m512i q = _mm512_add_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0x7fff)),\n"
+        "                                 _mm512_and_si512(_mm512_srli_epi32(w, 16), one));\n"
+        "    r = _mm256_mask_mov_epi16(r, den, _mm512_cvtepi32_epi16(_mm512_srli_epi32(q, 16)));\n"
+        "  }\n"
+        "  return r; }\n"
+        "static inline void ember_vst_bf16_16(uint16_t* p, ember_bf16f_x16 x) {\n"
+        "  _mm256_storeu_si256((__m256i*)p, ember_vcvt_bf16_16(x)); }\n"
+        "static inline ember_bf16f_x16 ember_vrnd_bf16_16(ember_bf16f_x16 x) {\n"
+        "  return (ember_bf16f_x16)_mm512_slli_epi32(_mm512_cvtepu16_epi32(ember_vcvt_bf16_16(x)),"
+        " 16); }\n"
+        "#else\n#define EMBER_NATIVE_BF16_16 0\n#endif\n")
 
 
 def vector_types(lanes: int) -> str:

@@ -374,6 +374,9 @@ class StreamedBuild:
         """Reap the finished compilers, start queued units up to ``limit`` running; how many
         finished."""
         done = sum(self._reap(i, wait=False) for i in list(self._running))
+        # the longest waiting unit first (longest processing time first: the last compiler
+        # to finish, which the link waits for, is then a short one)
+        self._queue.sort(key=lambda i: -len(self.units[i]))
         while self._queue and len(self._running) < limit:
             self._start(self._queue.pop(0))
         return done

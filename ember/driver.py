@@ -361,7 +361,7 @@ def _num_units(num_kernels: int) -> int:
 #: the first ones compile while the rest are scheduled, and the last (compiled after the
 #: schedules, with the AOT entry) is small; each unit compiles the micro-kernels its
 #: kernels call once more (ResNet-50, cc CPU: 2 units 4.9 s, 4 units 5.6 s, 6 units 5.9 s)
-STREAM_UNITS_PER_JOB = int(os.environ.get("EMBER_STREAM_UNITS_PER_JOB", "2") or 2)
+STREAM_UNITS_PER_JOB = 2
 #: fewest distinct kernels a build streams (fewer: one unit per core, as ``_num_units``)
 STREAM_MIN_KERNELS = 16
 
@@ -439,10 +439,12 @@ def build(mod: IRModule, target: "str | Target" = "llvm",
     ctx = PassContext.current()
     level = ctx.config.get(SCHEDULE_LEVEL, 2)
     rest = [i for i, (a, t) in enumerate(zip(kernels, tuned)) if a is t]
-    sched = iter_scheduled([kernels[i] for i in rest], target, level, [keys[i] for i in rest])
     jobs = build_jobs()
     distinct = len({keys[i] for i in range(len(kernels)) if i not in skip})
-    if target.is_gpu or jobs <= 1 or distinct < STREAM_MIN_KERNELS:
+    streaming = not (target.is_gpu or jobs <= 1 or distinct < STREAM_MIN_KERNELS)
+    sched = (iter_scheduled if streaming else schedule_kernels)(
+        [kernels[i] for i in rest], target, level, [keys[i] for i in rest])
+    if not streaming:
         kernels = list(tuned)
         for i, s_ in zip(rest, sched):
             kernels[i] = s_

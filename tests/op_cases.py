@@ -471,6 +471,22 @@ def winograd_output(draw, op):
                 **NN_TOL)
 
 
+@cases("nn.shuffled_group_conv")
+def shuffled_group_conv(draw, op):
+    r = rng(draw)
+    gs = draw(st.integers(1, 4), label="shuffle")
+    gc = draw(st.integers(1, 3), label="group")
+    cq = draw(st.integers(1, 3), label="channels per group and shuffle")
+    mg = draw(st.integers(1, 4), label="outputs per group")
+    C, M = gc * gs * cq, gc * mg
+    n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    dt = one_of(draw, FLOATS, "dtype")
+    ins = [values(r, (n, h, w, C), dt), values(r, (M, cq, gs), dt)]
+    if draw(st.booleans(), label="bias"):
+        ins.append(values(r, (M,), dt))
+    return Case(ins, {"group": gc, "shuffle": gs}, **NN_TOL)
+
+
 @cases("nn.inverted_residual")
 def inverted_residual(draw, op):
     r = rng(draw)

@@ -476,12 +476,14 @@ def shuffled_group_conv(draw, op):
     r = rng(draw)
     gs = draw(st.integers(1, 4), label="shuffle")
     gc = draw(st.integers(1, 3), label="group")
-    cq = draw(st.integers(1, 3), label="channels per group and shuffle")
+    # C a multiple of both: the group slices C / gc need not be multiples of gs
+    C = math.lcm(gs, gc) * draw(st.integers(1, 3), label="channels / lcm(group, shuffle)")
+    q = draw(st.integers(1, C // gs - (gc - 1) * (C // gc) // gs), label="block width")
     mg = draw(st.integers(1, 4), label="outputs per group")
-    C, M = gc * gs * cq, gc * mg
+    M = gc * mg
     n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
     dt = one_of(draw, FLOATS, "dtype")
-    ins = [values(r, (n, h, w, C), dt), values(r, (M, cq, gs), dt)]
+    ins = [values(r, (n, h, w, C), dt), values(r, (M, q, gs), dt)]
     if draw(st.booleans(), label="bias"):
         ins.append(values(r, (M,), dt))
     return Case(ins, {"group": gc, "shuffle": gs}, **NN_TOL)

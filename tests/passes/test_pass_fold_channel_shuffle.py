@@ -87,7 +87,8 @@ def _unit(c_in, c_mid, c_out, g1, gs, g2, hw, stride, seed=0):
     (12, 24, 18, 3, 3, 2, 7, 2, True),     # stride-2 depthwise, 9 outputs per group
     (40, 80, 40, 4, 4, 4, 6, 1, True),     # 20 channels per group of the shuffle
     (34, 68, 34, 2, 4, 17, 6, 1, True),    # 17 per shuffle group, 2 outputs per conv group
-    (24, 24, 24, 4, 4, 4, 5, 1, False),    # Cg = 6 not a multiple of 4: the copy stays
+    (136, 136, 136, 4, 4, 4, 6, 1, True),  # Cg = 34: blocks of 9 x 4 (2 zero products)
+    (24, 24, 24, 4, 4, 4, 5, 1, False),    # Cg = 6: blocks of 2 x 4, too many zeros: a copy
 ])
 def test_unit_matches_onnxruntime(c_in, c_mid, c_out, g1, gs, g2, hw, stride, folds):
     m = _unit(c_in, c_mid, c_out, g1, gs, g2, hw, stride)
@@ -101,6 +102,24 @@ def test_unit_matches_onnxruntime(c_in, c_mid, c_out, g1, gs, g2, hw, stride, fo
     got = cm.run({"x": x})[0]
     assert got.shape == want.shape
     assert outputs_agree(got, want)
+
+
+@pytest.mark.parametrize("C,M,gc,gs", [(136, 136, 4, 4), (24, 10, 2, 3), (30, 15, 3, 5),
+                                       (136, 34, 2, 4)])
+def test_shuffled_weight_equals_the_shuffled_grouped_conv(C, M, gc, gs):
+    """``shuffled_weight`` (zero-padded blocks where gs does not divide Cg) against the
+    shuffle + grouped convolution in NumPy."""
+    from ember.ops.channel_shuffle import shuffled_weight
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 2, 3, C))
+    W = rng.standard_normal((M, C // gc, 1, 1))
+    xs = _onnx_shuffle_nchw(x.transpose(0, 3, 1, 2), gs).transpose(0, 2, 3, 1)
+    Cg, Mg = C // gc, M // gc
+    want = np.concatenate([xs[..., G * Cg:(G + 1) * Cg] @ W[G * Mg:(G + 1) * Mg, :, 0, 0].T
+                           for G in range(gc)], -1)
+    got = get_op("nn.shuffled_group_conv").reference(
+        [x, shuffled_weight(W, C, gc, gs)], {"group": gc, "shuffle": gs})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
 def test_shuffled_group_conv_kernel_is_a_gemm():

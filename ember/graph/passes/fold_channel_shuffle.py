@@ -3,7 +3,7 @@ convolution commutes with a channel permutation, and the grouped 1x1 convolution
 the shuffled channels through its own indexing (``nn.shuffled_group_conv``):
 
     gconv(dwconv(shuffle(y), wd, bd), w, b)
-      =>  shuffled_group_conv(dwconv(y, wd[inv], bd[inv]), w.reshape(M, Cq, gs), b)
+      =>  shuffled_group_conv(dwconv(y, wd[inv], bd[inv]), shuffled_weight(w), b)
 
 ``shuffle`` is any chain of single-use ``reshape`` / ``transpose`` bindings on a channels-last
 (N, H, W, C) value whose composite is, at every pixel, the channel shuffle of ``gs`` groups
@@ -11,10 +11,14 @@ the shuffled channels through its own indexing (``nn.shuffled_group_conv``):
 references on an index tensor, so the NCHW round trip ``ConvertLayout`` leaves around ONNX's
 reshape -> transpose -> reshape is recognized as it is). ``dwconv`` is an NHWC depthwise
 ``nn.conv`` (any stride and padding, constant weights and bias) whose only reader is ``gconv``,
-an NHWC 1x1 stride-1 unpadded grouped ``nn.conv`` (constant weights) whose ``Cg`` input
-channels per group ``gs`` divides. ``inv`` is the inverse permutation: the depthwise
-convolution now runs on ``y``'s channel order (channel ``c`` of ``y`` with the filter of its
-shuffled position). Runs after ``ConvertLayout``.
+an NHWC 1x1 stride-1 unpadded grouped ``nn.conv`` (constant weights). ``w`` is re-laid out by
+``ops.channel_shuffle.shuffled_weight``: where ``gs`` does not divide the ``Cg`` input channels
+per group (ShuffleNet's 136 = 4 x 34 channels), each group's block takes a column more, its
+extra weights zero (36 products instead of 34 per output, against a copy of the tensor; at
+most ``MAX_EXTRA_PRODUCTS`` more, else the copy stays).
+``inv`` is the inverse permutation: the depthwise convolution now runs on ``y``'s channel
+order (channel ``c`` of ``y`` with the filter of its shuffled position). Runs after
+``ConvertLayout``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,19 @@ def _is_depthwise(b) -> bool:
         and tuple(b.call.args[0].type.shape)[-1] == w.shape[0]
 
 
+# the folded convolution computes gs x Q products per output for the group's Cg channels; it is
+# taken while that is at most this much more (ShuffleNet's 34 channels per group, gs = 4: 36)
+MAX_EXTRA_PRODUCTS = 0.25
+
+
+def _blocks_fit(C: int, g: int, gs: int) -> bool:
+    """Every group's block of the shuffled convolution stays inside the C / gs columns and
+    adds at most ``MAX_EXTRA_PRODUCTS`` zero products."""
+    from ...ops.channel_shuffle import shuffled_blocks
+    j0, Q = shuffled_blocks(C, g, gs)
+    return j0[-1] + Q <= C // gs and gs * Q <= (1 + MAX_EXTRA_PRODUCTS) * (C // g)
+
+
 def _is_pointwise_group(b, gs: int) -> bool:
     if not _nhwc_conv(b):
         return False
@@ -51,7 +68,7 @@ def _is_pointwise_group(b, gs: int) -> bool:
     g = int(a.get("group", 1))
     C = b.call.args[0].type.shape[-1]
     return (g > 1 and w.ndim == 4 and w.shape[2:] == (1, 1) and C % g == 0
-            and w.shape[1] == C // g and (C // g) % gs == 0
+            and w.shape[1] == C // g and C % gs == 0 and _blocks_fit(C, g, gs)
             and all(int(s) == 1 for s in (a.get("strides") or [1, 1]))
             and all(int(d) == 1 for d in (a.get("dilations") or [1, 1]))
             and not any(a.get("pads") or []))
@@ -132,9 +149,8 @@ def fold_function(func):
         if len(dw.call.args) > 2:
             dargs.append(Constant(dw.call.args[2].data[inv], dw.call.args[2].name_hint))
         z = rw.emit("nn.conv", dargs, dict(dw.call.attrs), name=dw.outputs[0].name)
-        w = args[1].data
-        M, Cg = w.shape[0], w.shape[1]
-        wq = np.ascontiguousarray(w.reshape(M, Cg // gs, gs))
+        from ...ops.channel_shuffle import shuffled_weight
+        wq = shuffled_weight(args[1].data, C, int(b.call.attrs["group"]), gs)
         gargs = [z, Constant(wq, args[1].name_hint)] + list(args[2:])
         return [rw.emit("nn.shuffled_group_conv", gargs,
                         {"group": int(b.call.attrs["group"]), "shuffle": gs})]

@@ -471,6 +471,24 @@ def winograd_output(draw, op):
                 **NN_TOL)
 
 
+@cases("nn.shuffled_group_conv")
+def shuffled_group_conv(draw, op):
+    r = rng(draw)
+    gs = draw(st.integers(1, 4), label="shuffle")
+    gc = draw(st.integers(1, 3), label="group")
+    # C a multiple of both: the group slices C / gc need not be multiples of gs
+    C = math.lcm(gs, gc) * draw(st.integers(1, 3), label="channels / lcm(group, shuffle)")
+    q = draw(st.integers(1, C // gs - (gc - 1) * (C // gc) // gs), label="block width")
+    mg = draw(st.integers(1, 4), label="outputs per group")
+    M = gc * mg
+    n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    dt = one_of(draw, FLOATS, "dtype")
+    ins = [values(r, (n, h, w, C), dt), values(r, (M, q, gs), dt)]
+    if draw(st.booleans(), label="bias"):
+        ins.append(values(r, (M,), dt))
+    return Case(ins, {"group": gc, "shuffle": gs}, **NN_TOL)
+
+
 @cases("nn.inverted_residual")
 def inverted_residual(draw, op):
     r = rng(draw)

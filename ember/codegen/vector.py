@@ -444,6 +444,24 @@ class VectorLoop:
         self.p.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {main}; {v} += {L}) {{")
         self.p.lines += [f"{pad}  {x}" for x in lines]
         self.p.lines.append(f"{pad}}}")
+        if tail and isinstance(n, int):
+            # a static remainder of at least half the lanes: narrower vector steps (16 lanes:
+            # one of 8, then of 4) before the scalar rest (24 channels: 16 + 8, no scalars)
+            w = L // 2
+            while w >= 4 and n - main >= w:
+                try:
+                    sub = VectorLoop(self.p, self.loop, w)
+                    sub_lines = [sub._store_line(st) for st in stores]
+                except _Unsupported:
+                    break
+                self.p.deps.setdefault(f"ember_vector_types_{w}", vector_types(w))
+                self.p.lines.append(f"{pad}for (int64_t {v} = {main}; {v} < {main + w}; "
+                                    f"{v} += {w}) {{")
+                self.p.lines += [f"{pad}  {x}" for x in sub_lines]
+                self.p.lines.append(f"{pad}}}")
+                main += w
+                w //= 2
+            tail = main < n
         if tail:
             self.p.lines.append(f"{pad}for (int64_t {v} = {main}; {v} < {n}; ++{v}) {{")
             ind = len(pad) // 2 + 1

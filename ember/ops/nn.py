@@ -425,8 +425,24 @@ def _pool_compute(kind):
             cond, pos = window(o, rk, None, None)
             return te.sum(x[(n, c, *pos)], axis=rk, where=cond)
         total = _out(cl, oshape, fsum, "poolsum")
-        rk2 = [te.reduce_axis(k[i], f"ck{i}") for i in range(nsp)]
         include = bool(attrs["count_include_pad"])
+        if all(di == 1 for di in d):
+            # undilated windows: the divisor in closed form, per axis the overlap of the window
+            # [o*s - p, o*s - p + k) with the counted range (the input, plus the pads when
+            # count_include_pad; ceil-mode overhang never counts) -- so the kernel has one
+            # reduction, which the channel-vectorized pooling rule takes
+            def fdiv(n, *r):
+                o = r[:-1] if cl else r[1:]
+                cnt = None
+                for i in range(nsp):
+                    lo = o[i] * s[i] - p[i]
+                    a, b = (-p[i], x.shape[2 + i] + p[nsp + i]) if include else \
+                        (0, x.shape[2 + i])
+                    ci = te.maximum(te.minimum(lo + k[i], b) - te.maximum(lo, a), 0)
+                    cnt = ci if cnt is None else cnt * ci
+                return total[(n, *r)] / te.cast(acc_dt, cnt)
+            return [te.compute(out_types[0].shape if cl else oshape, fdiv, name="avgpool")]
+        rk2 = [te.reduce_axis(k[i], f"ck{i}") for i in range(nsp)]
 
         def fcount(n, c, *o):
             cond, _ = window(o, rk2, True if include else None, True if include else None)

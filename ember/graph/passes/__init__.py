@@ -29,7 +29,8 @@ from .fuse_ops import FuseOps  # noqa: F401
 _OPTIONAL = ["fold_scale_axis", "combine_parallel_conv2d", "combine_parallel_dense",
              "dynamic_to_static", "to_mixed_precision", "convert_layout", "fuse_layer_norm",
              "winograd", "fuse_inverted_residual", "realize_qnn", "decompose_attention",
-             "qnn_epilogue", "split_dense", "fuse_attention", "pad_conv_channels"]
+             "qnn_epilogue", "split_dense", "fuse_attention", "pad_conv_channels",
+             "elementwise_through_concat", "fold_channel_shuffle"]
 _loaded = False
 
 

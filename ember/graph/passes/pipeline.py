@@ -13,7 +13,8 @@ from .pass_manager import PassContext, Sequential, get_pass, _PASSES
 
 # level: 0 InferType | 1 SimplifyInference RealizeQnn SimplifyExpr FuseLayerNorm FoldExplicitPadding
 # EliminateDeadCode FuseOps | 2 FoldConstant CanonicalizeOps DynamicToStatic ConvertLayout
-# PadConvChannels FuseInvertedResidual WinogradConv FuseAttention | 3
+# FoldChannelShuffle PadConvChannels ElementwiseThroughConcat FuseInvertedResidual WinogradConv
+# FuseAttention | 3
 # EliminateCommonSubexpr FoldScaleAxis CombineParallelConv2D CombineParallelDense | 4
 # ToMixedPrecision
 PIPELINES: dict[str, list[str]] = {
@@ -35,7 +36,9 @@ PIPELINES: dict[str, list[str]] = {
         "FoldConstant",
         "SimplifyExpr",
         "ConvertLayout",
+        "FoldChannelShuffle",
         "PadConvChannels",
+        "ElementwiseThroughConcat",
         "QnnEpilogue",
         "FuseInvertedResidual",
         "WinogradConv",
@@ -52,14 +55,15 @@ PIPELINES: dict[str, list[str]] = {
 # inverted-residual fusion, Winograd, int8 kernels: QDQ models keep their quantize/dequantize
 # steps in float32) and mixed precision (WGSL kernels are float32)
 PIPELINES["webgpu"] = [n for n in PIPELINES["llvm"] if n not in (
-    "ConvertLayout", "PadConvChannels", "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision",
-    "RealizeQnn", "QnnEpilogue", "FuseAttention")]
+    "ConvertLayout", "PadConvChannels", "ElementwiseThroughConcat", "FoldChannelShuffle",
+    "FuseInvertedResidual", "WinogradConv", "ToMixedPrecision", "RealizeQnn", "QnnEpilogue",
+    "FuseAttention")]
 # CUDA: the webgpu list plus ToMixedPrecision (opt-in: opt_level 4 or ``required_pass``, e.g.
 # ``ember.compile(m, target="nvidia/h200", quantize="fp16")``): float16 / bfloat16 storage that
 # the tensor-core rule (``rules/cuda_tensorcore.py``) computes with wmma
 PIPELINES["cuda"] = [n for n in PIPELINES["llvm"] if n not in (
-    "ConvertLayout", "PadConvChannels", "FuseInvertedResidual", "WinogradConv", "RealizeQnn",
-    "QnnEpilogue", "FuseAttention")]
+    "ConvertLayout", "PadConvChannels", "ElementwiseThroughConcat", "FoldChannelShuffle",
+    "FuseInvertedResidual", "WinogradConv", "RealizeQnn", "QnnEpilogue", "FuseAttention")]
 # both: ONNX Attention as matmul / softmax-like graph operators (its CPU kernel is built of
 # micro-kernel calls): ember/graph/passes/decompose_attention.py
 for _kind in ("webgpu", "cuda"):

@@ -296,6 +296,7 @@ def gemm_rule(func: PrimFunc, target: Target, cfg: dict | None = None) -> Schedu
                                                MAX_ACCUMULATORS[target.isa])]
         if tail_tile is not None:
             legal.append(tail_tile)
+        legal.append(tuple(tile))  # the default (a whole-group block: _whole_group_tile)
         if (mr, nr) not in legal:
             raise ScheduleError(f"gemm rule: register tile {[mr, nr]} is not legal for a "
                                 f"{m_ext}x{n_ext} output (see tile_candidates)")
@@ -729,7 +730,10 @@ def _choose_tile(g, m_ext: int, n_ext: int, lanes: int, max_acc: int):
     heights and widths)."""
     max_mr = SYMBOLIC_MAX_MR if _symbolic_m(g) else None
     if not _symbolic_n(g) and max_mr is None:
-        return choose_tile(m_ext, n_ext, lanes, max_acc)
+        tile = choose_tile(m_ext, n_ext, lanes, max_acc)
+        if g["group_n"] is not None and tile is not None:
+            return _whole_group_tile(m_ext, n_ext, lanes, max_acc, tile)
+        return tile
     best, best_score = None, 0.0
     full = [c for c in tile_candidates(m_ext, n_ext, lanes, max_acc)
             if c[1][1] % lanes == 0 and c[1][0] * (c[1][1] // lanes) >= MIN_FULL_LANE_ACC]
@@ -743,6 +747,28 @@ def _choose_tile(g, m_ext: int, n_ext: int, lanes: int, max_acc: int):
         if score > best_score:
             best, best_score = (mr, nr), score
     return best
+
+
+# a grouped GEMM's register block may cover its whole group of up to this many vectors
+# (``tile_candidates`` stops at 4)
+GROUP_TILE_MAX_VECTORS = 5
+
+
+def _whole_group_tile(m: int, n: int, lanes: int, max_acc: int, tile: tuple) -> tuple:
+    """``tile``, or a block of the whole group (``nr = n`` channels, up to
+    ``GROUP_TILE_MAX_VECTORS`` vectors) with the most rows that divide ``m`` and still fit the
+    register file with at least ``MIN_FULL_LANE_ACC`` accumulators, when that uses more of the
+    lanes. ShuffleNet's 68 channels per group on 14-wide rows: 2 x 68 (5 vectors, 85 % of the
+    lanes) instead of 7 x 34 (3 vectors for 34: 71 %); paired in a model of four such
+    convolutions, 0.90-0.95 of the time on the loaded host."""
+    nv = -(-n // lanes)
+    if nv > GROUP_TILE_MAX_VECTORS or n <= tile[1] or \
+            n / (nv * lanes) <= tile[1] / (-(-tile[1] // lanes) * lanes):
+        return tile
+    regs = REGISTERS.get(lanes, 16)
+    rows = [mr for mr in range(1, min(m, 28) + 1) if m % mr == 0 and mr * nv <= max_acc
+            and mr * nv + nv + 1 <= regs and mr * nv >= MIN_FULL_LANE_ACC]
+    return (max(rows), n) if rows else tile
 
 
 def _symbolic_m(g) -> bool:

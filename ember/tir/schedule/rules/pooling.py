@@ -56,6 +56,9 @@ def pooling_rule(func: PrimFunc, target: Target) -> Schedule | None:
     if n < lanes:
         return None
     cands = [d for d in range(lanes, min(n, 4 * lanes) + 1, lanes) if n % d == 0]
+    if not cands:  # no multiple of the lanes divides n: the widest dividing tile up to 4.5
+        # vectors, whose remainder runs as narrower vector steps (136 channels: 68 = 64 + 4)
+        cands = [d for d in range(lanes, min(n, 4 * lanes + lanes // 2) + 1) if n % d == 0]
     nt = max(cands) if cands else (n if n <= 4 * lanes else None)
     if nt is None:
         return None

@@ -16,7 +16,7 @@ import ember
 from ember.graph.builder import FunctionBuilder
 from ember.graph.ir import IRModule, TensorType
 from ember.ops.qnn import dequantize_ref, quantize_ref
-from ember.ops.qnn_conv import pack_weight_blocked, qconv_reference
+from ember.ops.qnn_conv import dense_k_weight, pack_weight_blocked, qconv_reference
 from ember.tir.schedule.rules.qnn import qconv_isa
 from op_cases_qnn import qconv_case
 
@@ -25,9 +25,10 @@ HAS_AVX2 = ember.Target("llvm").isa in ("avx512", "avx2")
 ISAS = ["scalar"] + (["avx2"] if HAS_AVX2 else []) + (["native"] if HAS_VNNI else [])
 
 
-def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, **kw):
+def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, dense=False, **kw):
     """``(inputs, attrs, nchw_inputs, nchw_attrs)``: a ``qconv_case`` in the channels-last
-    form (and the same layer in the NCHW / tap form); ``skip``: the residual's dtype."""
+    form (and the same layer in the NCHW / tap form); ``skip``: the residual's dtype;
+    ``dense``: the stem's dense reduction order (``k_layout="dense"``)."""
     base = "rows" if layout == "rows" else "nchw"
     x, wq, bias, mult, attrs = qconv_case(rng, layout=base, **kw)
     if fixed:
@@ -37,7 +38,12 @@ def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, **kw):
     pad = lambda a: np.concatenate([a, np.zeros(coutp - cout, a.dtype)])  # noqa: E731
     a2 = dict(attrs, layout=layout, w_layout="blocked", cout=cout)
     xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if layout == "nhwc" else x
-    ins = [xl, pack_weight_blocked(wq), pad(bias), pad(mult)]
+    if dense:
+        a2["k_layout"] = "dense"
+        wq_cl = dense_k_weight(wq, kw["k"], kw["k"], kw["c"])
+    else:
+        wq_cl = wq
+    ins = [xl, pack_weight_blocked(wq_cl), pad(bias), pad(mult)]
     if skip is not None:
         nchw_out = qconv_reference(x, wq, bias, mult, attrs)
         shp = nchw_out.shape if layout == "rows" else tuple(np.array(nchw_out.shape)[[0, 2, 3, 1]])
@@ -78,6 +84,21 @@ CASES = [
     dict(n=1, c=32, h=7, w=7, cout=48, k=1, skip="uint8", relu=True),        # residual + ReLU
     dict(n=1, c=12, h=6, w=5, cout=21, k=3, pad=1, skip="int8"),             # residual, tails
     dict(n=1, c=40, h=3, w=1, cout=30, k=1, layout="rows", skip="uint8"),
+    # the stem's dense reduction order (k = (kh, kw, c), padded to 4 once): 7x7 stride 2 as
+    # ResNet's (two images), int8 input, dilation (per-tap copies), per-tensor, ReLU, a pixel
+    # tile over several rows, 1 and 2 channels, the integer requantization, a fused residual
+    dict(n=2, c=3, h=23, w=19, cout=40, k=7, stride=2, pad=3, layout="nchw_nhwc", dense=True),
+    dict(n=1, c=3, h=16, w=16, cout=64, k=7, stride=2, pad=3, layout="nchw_nhwc", dense=True,
+         in_dtype="int8"),
+    dict(n=1, c=3, h=14, w=13, cout=20, k=3, pad=2, dil=2, layout="nchw_nhwc", dense=True,
+         relu=True),
+    dict(n=1, c=3, h=40, w=9, cout=21, k=3, stride=1, pad=1, layout="nchw_nhwc", dense=True,
+         per_channel=False, out_dtype="int8"),
+    dict(n=1, c=1, h=12, w=11, cout=17, k=5, stride=1, pad=2, layout="nchw_nhwc", dense=True),
+    dict(n=1, c=2, h=9, w=10, cout=16, k=3, stride=2, pad=0, layout="nchw_nhwc", dense=True,
+         fixed=True, in_dtype="int8"),
+    dict(n=1, c=3, h=11, w=12, cout=33, k=3, pad=1, layout="nchw_nhwc", dense=True,
+         skip="uint8", relu=True),
 ]
 
 

@@ -53,7 +53,7 @@ from .microkernel_qconv import CT, FMAX
 FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
           "oh", "ow", "kp", "x_zp", "y_zp", "lo", "hi", "out_dtype", "pt_pixels", "cc", "mr",
           "nv", "requant", "rq_mult", "rq_shift", "w_layout", "skip", "c_scale", "s_scale",
-          "s_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct")
+          "s_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct", "kdense")
 ATTR = "__attribute__((noinline, optimize(\"fp-contract=off\")))"
 
 
@@ -91,6 +91,8 @@ def _head(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
                   f" * {C};",
                   "  }"]
         return L
+    if g.get("kdense"):
+        return L + _dense_head(in_dtype, g, x_zp_u)
     xor = " ^ 0x80" if in_dtype == "int8" else ""
     L += [f"  uint8_t panel[{PT * KP}] __attribute__((aligned(64)));",
           "  for (int64_t q = 0; q < np_; ++q) {",
@@ -120,6 +122,57 @@ def _head(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
               [f"      __builtin_memcpy(d, src, {C});"])
     L += [f"      for (int64_t c = {C}; c < {c4}; ++c) d[c] = 0;",
           "    }",
+          "  }"]
+    return L
+
+
+def _dense_head(in_dtype: str, g: dict, x_zp_u: int) -> list[str]:
+    """The panel of the ``"dense"`` reduction order (``k = (kh * KW + kw) * C + c``, the NCHW
+    stem, ``ember.ops.qnn_conv.K_LAYOUTS``): the task's input rows are first transposed into
+    an NHWC strip with the padding columns and rows holding the zero point (int8 input ``^
+    0x80``), so a kernel row of ``KW`` taps is one contiguous run of ``KW * C`` bytes of the
+    strip (unit width dilation) and a pixel's row of ``A`` is ``KH`` copies, no bounds
+    checks."""
+    C, H, W, OW = g["c"], g["h"], g["w"], g["ow"]
+    P, PT, KP = g["oh"] * OW, g["pt_pixels"], g["kp"]
+    kh, kw, sh, sw, dh, dw = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"]
+    span = min(g["oh"], (PT + OW - 2) // OW + 1)  # output rows one tile can touch
+    rmax = (span - 1) * sh + (kh - 1) * dh + 1
+    ws = max(W + g["pl"], (OW - 1) * sw + (kw - 1) * dw + 1)  # strip columns: iw + pl
+    rs = ws * C
+    right = ws - g["pl"] - W
+    xor = " ^ 0x80" if in_dtype == "int8" else ""
+    L = [f"  uint8_t panel[{PT * KP}] __attribute__((aligned(64)));",
+         f"  uint8_t strip[{rmax * rs}] __attribute__((aligned(64)));",
+         f"  const int64_t oh0 = p0 / {OW}, oh1 = (p0 + np_ - 1) / {OW};",
+         f"  const int64_t nr = (oh1 - oh0) * {sh} + {(kh - 1) * dh + 1};",
+         "  for (int64_t rr = 0; rr < nr; ++rr) {",
+         f"    uint8_t* row = strip + rr * {rs};",
+         f"    const int64_t ih = oh0 * {sh} - {g['pt']} + rr;",
+         f"    if (ih < 0 || ih >= {H}) {{ __builtin_memset(row, {x_zp_u}, {rs}); continue; }}"]
+    if g["pl"]:
+        L.append(f"    __builtin_memset(row, {x_zp_u}, {g['pl'] * C});")
+    if right > 0:
+        L.append(f"    __builtin_memset(row + {(g['pl'] + W) * C}, {x_zp_u}, {right * C});")
+    L += [f"    const uint8_t* src = xq + b * {C * H * W} + ih * {W};",
+          f"    uint8_t* d = row + {g['pl'] * C};",
+          f"    for (int64_t iw = 0; iw < {W}; ++iw) {{"]
+    L += [f"      d[iw * {C} + {c}] = src[{c * H * W} + iw]{xor};" for c in range(C)]
+    L += ["    }",
+          "  }",
+          "  for (int64_t q = 0; q < np_; ++q) {",
+          f"    uint8_t* dst = panel + q * {KP};",
+          "    arow[q] = dst;",
+          f"    const int64_t p = p0 + q, oh = p / {OW}, ow = p % {OW};",
+          f"    const uint8_t* s0 = strip + (oh - oh0) * {sh * rs} + ow * {sw * C};"]
+    if dw == 1:
+        L += [f"    for (int64_t r = 0; r < {kh}; ++r) "
+              f"__builtin_memcpy(dst + r * {kw * C}, s0 + r * {dh * rs}, {kw * C});"]
+    else:
+        L += [f"    for (int64_t r = 0; r < {kh}; ++r) for (int64_t s = 0; s < {kw}; ++s) "
+              f"__builtin_memcpy(dst + (r * {kw} + s) * {C}, s0 + r * {dh * rs} + s * {dw * C}, "
+              f"{C});"]
+    L += [f"    for (int64_t k = {kh * kw * C}; k < {KP}; ++k) dst[k] = 0;",
           "  }"]
     return L
 

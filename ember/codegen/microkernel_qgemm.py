@@ -282,7 +282,7 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
     L += [f"      const uint8_t* const r{i} = arow[q + {i}];" for i in range(mr)]
     L += [f"      for (int64_t k4 = 0; k4 < {K4}; ++k4) {{"]
     for j in range(nv):
-        L.append(f"        const __m512i w{j} = _mm512_load_si512((const void*)(wb + {j * K4 * 64} "
+        L.append(f"        const __m512i w{j} = _mm512_loadu_si512((const void*)(wb + {j * K4 * 64} "
                  "+ k4 * 64));")
     for i in range(mr):
         L.append(f"        {{ const __m512i x = _mm512_set1_epi32(*(const qg_i32u*)(r{i} + k4 * 4));")

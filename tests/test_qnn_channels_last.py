@@ -25,7 +25,8 @@ HAS_AVX2 = ember.Target("llvm").isa in ("avx512", "avx2")
 ISAS = ["scalar"] + (["avx2"] if HAS_AVX2 else []) + (["native"] if HAS_VNNI else [])
 
 
-def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, dense=False, **kw):
+def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, dense=False, scales=None,
+                       **kw):
     """``(inputs, attrs, nchw_inputs, nchw_attrs)``: a ``qconv_case`` in the channels-last
     form (and the same layer in the NCHW / tap form); ``skip``: the residual's dtype;
     ``dense``: the stem's dense reduction order (``k_layout="dense"``)."""
@@ -54,6 +55,8 @@ def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, dense=False, 
                   o_scale=float(rng.uniform(0.02, 0.06)), o_zp=int(rng.integers(0, 40)),
                   out_dtype="uint8")
         a2["o_lo"] = a2["o_zp"] if kw.get("relu") else 0
+        if scales is not None:  # (c_scale, s_scale, o_scale)
+            a2.update(c_scale=scales[0], s_scale=scales[1], o_scale=scales[2])
     return ins, a2, (x, wq, bias, mult), attrs
 
 
@@ -99,6 +102,10 @@ CASES = [
          fixed=True, in_dtype="int8"),
     dict(n=1, c=3, h=11, w=12, cout=33, k=3, pad=1, layout="nchw_nhwc", dense=True,
          skip="uint8", relu=True),
+    # residual scales whose quotients (v - zp) / 2 + (s - zs) / 4 sit on and next to the
+    # halves: the AVX-512 epilogue's reciprocal must fall back to the division there
+    dict(n=1, c=32, h=9, w=9, cout=64, k=1, skip="uint8", scales=(0.02, 0.01, 0.04)),
+    dict(n=1, c=16, h=8, w=7, cout=48, k=1, skip="int8", scales=(0.3, 0.1, 0.6)),
 ]
 
 

@@ -57,6 +57,13 @@ FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "
 ATTR = "__attribute__((noinline, optimize(\"fp-contract=off\")))"
 
 
+def _residual_bounded(g: dict) -> bool:
+    """Whether the fused residual's ``|h / o_scale|`` stays far below 2**31 for every input
+    (``|v - y_zp|, |s - s_zp| <= 255``), so its float clamp before the conversion is a no-op."""
+    bound = 255.0 * (abs(g["c_scale"]) + abs(g["s_scale"])) / max(abs(g["o_scale"]), 1e-38)
+    return bound * 1.01 < 2.0 ** 30
+
+
 def _f(v: float) -> str:
     """A float32 literal of ``v`` (exactly ``v`` rounded to float32 by the caller)."""
     return f"{float(v)!r}f"
@@ -310,13 +317,34 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
                     L.append(f"      r = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srai_epi32(r, "
                              f"{s - 1}), _mm512_set1_epi32(1)), 1);")
                 L.append("      r = _mm512_add_epi32(r, vzp);")
+            elif g["skip"]:  # r holds v - y_zp (clamped to [lo - y_zp, hi - y_zp]): see below
+                L += [f"      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, "
+                      f"bi{j})), mu{j});",
+                      "      f = _mm512_min_ps(_mm512_max_ps(f, vfl), vfh);",
+                      "      __m512i r = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(f), vlz), "
+                      "vhz);"]
             else:
                 L += [f"      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, "
                       f"bi{j})), mu{j});",
                       "      f = _mm512_min_ps(_mm512_max_ps(f, vfl), vfh);",
                       "      __m512i r = _mm512_add_epi32(_mm512_cvtps_epi32(f), vzp);"]
-            L.append("      r = _mm512_min_epi32(_mm512_max_epi32(r, vlo), vhi);")
-            if g["skip"]:
+            if g["requant"] == "fixed" or not g["skip"]:
+                L.append("      r = _mm512_min_epi32(_mm512_max_epi32(r, vlo), vhi);")
+            if g["skip"] and g["requant"] != "fixed":
+                # float32(v) - float32(y_zp) is float32(v - y_zp) exactly (both small integers),
+                # so the requantized value is kept as v - y_zp; the float clamp before the last
+                # conversion is dropped where |h / o_scale| is bounded far below 2**31
+                L += [f"      const __m512i sv = {cvt}(_mm_maskz_loadu_epi8(m{j}, (const void*)"
+                      f"(S + {_out(g, f'q + {i}', f'cb + {16 * j}')})));",
+                      "      __m512 h = _mm512_mul_ps(_mm512_cvtepi32_ps(r), vcs);",
+                      "      const __m512 hs = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(sv), "
+                      "vsz), vss);",
+                      "      h = _mm512_div_ps(_mm512_add_ps(h, hs), vos);"]
+                if not _residual_bounded(g):
+                    L.append("      h = _mm512_min_ps(_mm512_max_ps(h, vfl), vfh);")
+                L += ["      r = _mm512_add_epi32(_mm512_cvtps_epi32(h), voz);",
+                      "      r = _mm512_min_epi32(_mm512_max_epi32(r, volo), vohi);"]
+            elif g["skip"]:
                 L += [f"      const __m512i sv = {cvt}(_mm_maskz_loadu_epi8(m{j}, (const void*)"
                       f"(S + {_out(g, f'q + {i}', f'cb + {16 * j}')})));",
                       "      __m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(r), vcz), vcs);",
@@ -344,7 +372,10 @@ def _vnni_consts(g: dict) -> list[str]:
               f"{_f(g['c_scale'])}), vsz = _mm512_set1_ps({_f(g['s_zp'])}), vss = _mm512_set1_ps("
               f"{_f(g['s_scale'])}), vos = _mm512_set1_ps({_f(g['o_scale'])});",
               f"  const __m512i voz = _mm512_set1_epi32({g['o_zp']}), volo = _mm512_set1_epi32("
-              f"{g['o_lo']}), vohi = _mm512_set1_epi32({g['o_hi']});"]
+              f"{g['o_lo']}), vohi = _mm512_set1_epi32({g['o_hi']});",
+              f"  const __m512i vlz = _mm512_set1_epi32({g['lo'] - g['y_zp']}), vhz = "
+              f"_mm512_set1_epi32({g['hi'] - g['y_zp']});",
+              "  (void)vcz; (void)vlz; (void)vhz;"]
     return L
 
 

@@ -26,7 +26,7 @@ ISAS = ["scalar"] + (["avx2"] if HAS_AVX2 else []) + (["native"] if HAS_VNNI els
 
 
 def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, dense=False, scales=None,
-                       **kw):
+                       float_out=False, **kw):
     """``(inputs, attrs, nchw_inputs, nchw_attrs)``: a ``qconv_case`` in the channels-last
     form (and the same layer in the NCHW / tap form); ``skip``: the residual's dtype;
     ``dense``: the stem's dense reduction order (``k_layout="dense"``)."""
@@ -57,6 +57,8 @@ def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, dense=False, 
         a2["o_lo"] = a2["o_zp"] if kw.get("relu") else 0
         if scales is not None:  # (c_scale, s_scale, o_scale)
             a2.update(c_scale=scales[0], s_scale=scales[1], o_scale=scales[2])
+        if float_out:  # the float sum, [relu], no requantization
+            a2.update(out_dtype="float32", o_relu=bool(kw.get("relu")))
     return ins, a2, (x, wq, bias, mult), attrs
 
 
@@ -106,6 +108,9 @@ CASES = [
     # halves: the AVX-512 epilogue's reciprocal must fall back to the division there
     dict(n=1, c=32, h=9, w=9, cout=64, k=1, skip="uint8", scales=(0.02, 0.01, 0.04)),
     dict(n=1, c=16, h=8, w=7, cout=48, k=1, skip="int8", scales=(0.3, 0.1, 0.6)),
+    # a residual read in float32 (ResNet's last add, before the global average pool)
+    dict(n=1, c=64, h=7, w=7, cout=80, k=1, skip="uint8", relu=True, float_out=True),
+    dict(n=1, c=12, h=5, w=6, cout=21, k=3, pad=1, skip="int8", float_out=True),
 ]
 
 
@@ -137,8 +142,9 @@ def test_channels_last_reference_matches_nchw(case):
         h = dequantize_ref(y, np.float32(attrs["c_scale"]), zc) + \
             dequantize_ref(ins[4], np.float32(attrs["s_scale"]), zs)
         if spec.get("relu"):
-            h = np.maximum(h, 0)
-        y = quantize_ref(h, np.float32(attrs["o_scale"]), np.array(attrs["o_zp"], np.uint8))
+            h = np.maximum(h, np.float32(0))
+        y = h if spec.get("float_out") else \
+            quantize_ref(h, np.float32(attrs["o_scale"]), np.array(attrs["o_zp"], np.uint8))
     np.testing.assert_array_equal(qconv_reference(*ins, attrs), y)
 
 

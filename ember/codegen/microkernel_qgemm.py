@@ -53,7 +53,7 @@ from .microkernel_qconv import CT, FMAX
 FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
           "oh", "ow", "kp", "x_zp", "y_zp", "lo", "hi", "out_dtype", "pt_pixels", "cc", "mr",
           "nv", "requant", "rq_mult", "rq_shift", "w_layout", "skip", "c_scale", "s_scale",
-          "s_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct", "kdense")
+          "s_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct", "kdense", "o_relu")
 ATTR = "__attribute__((noinline, optimize(\"fp-contract=off\")))"
 
 
@@ -209,8 +209,11 @@ def _scalar_epilogue(g: dict, q: str) -> list[str]:
         L += [f"    float h = ((float)v - {_f(g['y_zp'])}) * {_f(g['c_scale'])};",
               f"    const float hs = ((float)S[{_out(g, q, 'co')}] - {_f(g['s_zp'])}) * "
               f"{_f(g['s_scale'])};",
-              "    h = h + hs;",
-              f"    h = h / {_f(g['o_scale'])};",
+              "    h = h + hs;"]
+        if g["out_dtype"] == "float32":
+            return L + ([f"    Y[{_out(g, q, 'co')}] = h < 0.0f ? 0.0f : h;"] if g["o_relu"] else
+                        [f"    Y[{_out(g, q, 'co')}] = h;"])
+        L += [f"    h = h / {_f(g['o_scale'])};",
               f"    h = h < -{FMAX}f ? -{FMAX}f : (h > {FMAX}f ? {FMAX}f : h);",
               f"    v = (int32_t)nearbyintf(h) + {g['o_zp']};",
               f"    v = v < {g['o_lo']} ? {g['o_lo']} : (v > {g['o_hi']} ? {g['o_hi']} : v);"]
@@ -339,7 +342,15 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
                       "      __m512 h = _mm512_mul_ps(_mm512_cvtepi32_ps(r), vcs);",
                       "      const __m512 hs = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(sv), "
                       "vsz), vss);",
-                      "      h = _mm512_div_ps(_mm512_add_ps(h, hs), vos);"]
+                      "      h = _mm512_add_ps(h, hs);"]
+                if g["out_dtype"] == "float32":
+                    if g["o_relu"]:
+                        L.append("      h = _mm512_max_ps(h, _mm512_setzero_ps());")
+                    L += [f"      _mm512_mask_storeu_ps((void*)(Y + "
+                          f"{_out(g, f'q + {i}', f'cb + {16 * j}')}), m{j}, h);",
+                          "      }"]
+                    continue
+                L.append("      h = _mm512_div_ps(h, vos);")
                 if not _residual_bounded(g):
                     L.append("      h = _mm512_min_ps(_mm512_max_ps(h, vfl), vfh);")
                 L += ["      r = _mm512_add_epi32(_mm512_cvtps_epi32(h), voz);",

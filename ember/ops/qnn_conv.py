@@ -96,6 +96,7 @@ class QConvGeometry:
     o_hi: int = 0
     direct: bool = False
     kdense: bool = False
+    o_relu: bool = False
 
     @property
     def coutp(self) -> int:
@@ -179,8 +180,9 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     if oh < 1 or ow < 1:
         raise ShapeMismatchError(f"{OP}: the window does not fit {x.shape}")
     out = attrs["out_dtype"]
-    if out not in QDTYPES:
-        raise ShapeMismatchError(f"{OP}: out_dtype must be int8/uint8, got {out}")
+    if out not in QDTYPES and not (out == "float32" and skip is not None):
+        raise ShapeMismatchError(f"{OP}: out_dtype must be int8/uint8 (float32 only with a "
+                                 f"fused residual), got {out}")
     mid = attrs.get("mid_dtype") or out
     if mid not in QDTYPES:
         raise ShapeMismatchError(f"{OP}: mid_dtype must be int8/uint8, got {mid}")
@@ -193,18 +195,25 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     if requant == "fixed" and not (abs(rq_mult) < 2**31 and 0 <= rq_shift <= 31):
         raise ShapeMismatchError(f"{OP}: fixed requantize needs |rq_mult| < 2**31 and rq_shift "
                                  f"in [0, 31], got {rq_mult}, {rq_shift}")
+    if out == "float32" and requant == "fixed":
+        raise ShapeMismatchError(f"{OP}: a float32 output needs requant='float'")
     extra = {}
     if skip is not None:
         oshape = (oh, cout) if layout == "rows" else (n, oh, ow, cout)
         if skip.dtype not in QDTYPES or tuple(skip.shape) != oshape:
             raise ShapeMismatchError(f"{OP}: the residual must be uint8/int8 of the output "
                                      f"shape {oshape}, got {skip.dtype} {skip.shape}")
-        olo, ohi = QDTYPES[out]
-        extra = dict(skip=True, c_scale=float(np.float32(attrs["c_scale"])),
-                     s_scale=float(np.float32(attrs["s_scale"])), s_zp=int(attrs["s_zp"]),
-                     o_scale=float(np.float32(attrs["o_scale"])), o_zp=int(attrs["o_zp"]),
-                     o_lo=max(olo, int(attrs.get("o_lo", olo))),
-                     o_hi=min(ohi, int(attrs.get("o_hi", ohi))))
+        if out == "float32":  # the float sum itself, [relu]: what feeds a float operator
+            extra = dict(skip=True, c_scale=float(np.float32(attrs["c_scale"])),
+                         s_scale=float(np.float32(attrs["s_scale"])), s_zp=int(attrs["s_zp"]),
+                         o_relu=bool(attrs.get("o_relu", False)))
+        else:
+            olo, ohi = QDTYPES[out]
+            extra = dict(skip=True, c_scale=float(np.float32(attrs["c_scale"])),
+                         s_scale=float(np.float32(attrs["s_scale"])), s_zp=int(attrs["s_zp"]),
+                         o_scale=float(np.float32(attrs["o_scale"])), o_zp=int(attrs["o_zp"]),
+                         o_lo=max(olo, int(attrs.get("o_lo", olo))),
+                         o_hi=min(ohi, int(attrs.get("o_hi", ohi))))
     direct = (w_layout == "blocked" and x.dtype == "uint8" and c % 4 == 0 and
               layout in ("nhwc", "rows") and (kh, kw) == (1, 1) and
               (pt, pl, pb, pr) == (0, 0, 0, 0))
@@ -460,8 +469,13 @@ def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.nda
         f32 = np.float32
         sk = skip.reshape(n, g.oh * g.ow, g.cout).astype(f32)
         h = (v.astype(f32) - f32(g.y_zp)) * f32(g.c_scale)
-        h = (h + (sk - f32(g.s_zp)) * f32(g.s_scale)) / f32(g.o_scale)
-        v = np.clip(np.rint(np.clip(h, -1e9, 1e9)).astype(np.int64) + g.o_zp, g.o_lo, g.o_hi)
+        h = h + (sk - f32(g.s_zp)) * f32(g.s_scale)
+        if g.out_dtype == "float32":
+            v = np.maximum(h, f32(0)) if g.o_relu else h
+        else:
+            h = h / f32(g.o_scale)
+            v = np.clip(np.rint(np.clip(h, -1e9, 1e9)).astype(np.int64) + g.o_zp, g.o_lo,
+                        g.o_hi)
     y = v.astype(g.out_dtype)
     if g.layout == "rows":
         return y[0]
@@ -517,6 +531,6 @@ register_op(OP, infer_type=_infer,
                    "out_dtype": "uint8", "requant": "float", "rq_mult": 0, "rq_shift": 0,
                    "w_layout": "tap", "cout": 0, "mid_dtype": None, "c_scale": 0.0,
                    "s_scale": 0.0, "s_zp": 0, "o_scale": 1.0, "o_zp": 0, "o_lo": -128,
-                   "o_hi": 255, "k_layout": "tap4"},
+                   "o_hi": 255, "k_layout": "tap4", "o_relu": False},
             doc="int8 convolution / dense layer u8|s8 x s8 -> s32 with the requantization "
                 "(bias, scale, round half even, ReLU, saturation) fused; see ember.ops.qnn_conv")

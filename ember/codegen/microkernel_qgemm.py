@@ -320,18 +320,16 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
                     L.append(f"      r = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srai_epi32(r, "
                              f"{s - 1}), _mm512_set1_epi32(1)), 1);")
                 L.append("      r = _mm512_add_epi32(r, vzp);")
-            elif g["skip"]:  # r holds v - y_zp (clamped to [lo - y_zp, hi - y_zp]): see below
-                L += [f"      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, "
-                      f"bi{j})), mu{j});",
-                      "      f = _mm512_min_ps(_mm512_max_ps(f, vfl), vfh);",
-                      "      __m512i r = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(f), vlz), "
-                      "vhz);"]
             else:
+                # the clamp to [lo - y_zp, hi - y_zp] in float before the rounding conversion:
+                # rint(clamp(f, a, b)) = clamp(rint(f), a, b) for integer a, b (and it bounds
+                # the conversion), so no integer clamp; with a residual r stays v - y_zp
                 L += [f"      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, "
                       f"bi{j})), mu{j});",
-                      "      f = _mm512_min_ps(_mm512_max_ps(f, vfl), vfh);",
+                      "      f = _mm512_min_ps(_mm512_max_ps(f, vflz), vfhz);",
+                      "      __m512i r = _mm512_cvtps_epi32(f);" if g["skip"] else
                       "      __m512i r = _mm512_add_epi32(_mm512_cvtps_epi32(f), vzp);"]
-            if g["requant"] == "fixed" or not g["skip"]:
+            if g["requant"] == "fixed":
                 L.append("      r = _mm512_min_epi32(_mm512_max_epi32(r, vlo), vhi);")
             if g["skip"] and g["requant"] != "fixed":
                 # float32(v) - float32(y_zp) is float32(v - y_zp) exactly (both small integers),
@@ -377,16 +375,16 @@ def _vnni_consts(g: dict) -> list[str]:
          f"  const __m512i vzp = _mm512_set1_epi32({g['y_zp']}), vlo = _mm512_set1_epi32({g['lo']}),"
          f" vhi = _mm512_set1_epi32({g['hi']});",
          f"  const __m512i vmq = _mm512_set1_epi32({int(g['rq_mult'])});",
-         "  (void)vmq; (void)vfl; (void)vfh;"]
+         f"  const __m512 vflz = _mm512_set1_ps({_f(g['lo'] - g['y_zp'])}), vfhz = "
+         f"_mm512_set1_ps({_f(g['hi'] - g['y_zp'])});",
+         "  (void)vmq; (void)vfl; (void)vfh; (void)vflz; (void)vfhz; (void)vlo; (void)vhi;"]
     if g["skip"]:
         L += [f"  const __m512 vcz = _mm512_set1_ps({_f(g['y_zp'])}), vcs = _mm512_set1_ps("
               f"{_f(g['c_scale'])}), vsz = _mm512_set1_ps({_f(g['s_zp'])}), vss = _mm512_set1_ps("
               f"{_f(g['s_scale'])}), vos = _mm512_set1_ps({_f(g['o_scale'])});",
               f"  const __m512i voz = _mm512_set1_epi32({g['o_zp']}), volo = _mm512_set1_epi32("
               f"{g['o_lo']}), vohi = _mm512_set1_epi32({g['o_hi']});",
-              f"  const __m512i vlz = _mm512_set1_epi32({g['lo'] - g['y_zp']}), vhz = "
-              f"_mm512_set1_epi32({g['hi'] - g['y_zp']});",
-              "  (void)vcz; (void)vlz; (void)vhz;"]
+              "  (void)vcz;"]
     return L
 
 

@@ -1,7 +1,7 @@
 """The compiled-model cache: ``ember.compile`` of a model it has compiled before loads the saved
 artifact instead of running the passes, schedules and code generation again (warm compile).
 
-The key is a digest of the ONNX model's bytes, the target, the input ``shapes`` (which may name
+The key is a digest of the ONNX model (``proto_digest``: its weights' bytes and its structure), the target, the input ``shapes`` (which may name
 symbols), the ``dynamic=`` symbols and bounds of a symbolic compile, the current
 ``PassContext`` (opt_level, disabled/required passes, config) and ember's own source code (so a
 changed compiler never serves a stale program). Entries are artifacts under
@@ -35,23 +35,87 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def model_digest(model, proto, external_files=()) -> bytes:
-    """SHA-256 of the model's bytes: of the file for a path (read in 1 MiB chunks, so hashing
-    holds no copy of a large model) and of its ``external_files`` (``load_model`` lists them),
-    of the bytes given, else of ``proto`` serialized."""
-    h = hashlib.sha256()
-    if isinstance(model, (str, os.PathLike)):
-        for k, path in enumerate([model, *external_files]):  # an edited data file too
-            if k:  # the model file alone hashes as its bytes given to compile would
-                h.update(b"\0" + os.path.basename(path).encode() + b"\0")
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-    elif isinstance(model, (bytes, bytearray, memoryview)):
-        h.update(model)
-    else:
-        h.update(proto.SerializeToString())
+#: container messages ``proto_digest`` walks (the fields that hold or lead to weights, hashed
+#: apart); any other message, and these when they hold no tensor, hash as their serialization
+_HEAVY = {"ModelProto": ("graph",), "GraphProto": ("node", "initializer"),
+          "NodeProto": ("attribute",), "AttributeProto": ("t", "g", "tensors", "graphs"),
+          "TensorProto": ("raw_data",)}
+_DIGEST_VERSION = b"ember-proto-digest-1"
+
+
+def _frame(h, tag: bytes, data: bytes) -> None:
+    h.update(tag + len(data).to_bytes(8, "little"))
+    h.update(data)
+
+
+def _holds_tensors(msg, kind: str) -> bool:
+    """Whether a NodeProto / AttributeProto holds a tensor or a graph (else: serialized)."""
+    attrs = msg.attribute if kind == "NodeProto" else (msg,)
+    return any(a.HasField("t") or a.HasField("g") or len(a.tensors) or len(a.graphs)
+               for a in attrs)
+
+
+def _repeated(fd) -> bool:
+    rep = getattr(fd, "is_repeated", None)  # protobuf >= 5.28 (``label`` is deprecated)
+    return rep if rep is not None else fd.label == fd.LABEL_REPEATED
+
+
+def _walk(h, msg) -> None:
+    """Feed ``msg`` into ``h``: a message without weights as its serialization; a container
+    (``_HEAVY``) as the serialization of its other fields, then each weight-leading field in
+    field order (a ``TensorProto``'s ``raw_data`` buffer hashed as it is, never serialized
+    again), every part framed with a tag and its length."""
+    kind = msg.DESCRIPTOR.name
+    heavy = _HEAVY.get(kind)
+    if heavy is None or (kind == "TensorProto" and not msg.HasField("raw_data")) \
+            or (kind in ("NodeProto", "AttributeProto") and not _holds_tensors(msg, kind)):
+        _frame(h, b"M", msg.SerializeToString())
+        return
+    light = type(msg)()
+    later = []
+    for fd, value in msg.ListFields():
+        if fd.name in heavy:
+            later.append((fd, value))
+        elif fd.type == fd.TYPE_MESSAGE:
+            if _repeated(fd):
+                getattr(light, fd.name).extend(value)
+            else:
+                getattr(light, fd.name).CopyFrom(value)
+        elif _repeated(fd):
+            getattr(light, fd.name).extend(value)
+        else:
+            setattr(light, fd.name, value)
+    _frame(h, kind.encode(), light.SerializeToString())
+    for fd, value in later:
+        tag = fd.number.to_bytes(4, "little")
+        if fd.type != fd.TYPE_MESSAGE:  # raw_data: the weight's bytes
+            _frame(h, b"R" + tag, value)
+        elif _repeated(fd):
+            h.update(b"[" + tag + len(value).to_bytes(8, "little"))
+            for v in value:
+                _walk(h, v)
+        else:
+            h.update(b"{" + tag)
+            _walk(h, value)
+
+
+def proto_digest(proto) -> bytes:
+    """SHA-256 of an ``onnx.ModelProto`` without serializing it again: each tensor's
+    ``raw_data`` buffer (the weights) is hashed as it is, the rest of the model (graph
+    structure, attributes, small tensors, metadata) as the serialization of the messages
+    without those buffers. Every weight byte and every attribute is in the digest; equal
+    models (the same messages) give the same digest, whether they came from a path, bytes or
+    a ModelProto (``load_model`` reads external data in first)."""
+    h = hashlib.sha256(_DIGEST_VERSION)
+    _walk(h, proto)
     return h.digest()
+
+
+def model_digest(model, proto, external_files=()) -> bytes:
+    """The model's digest for the cache key: ``proto_digest`` of the loaded ``proto`` (a
+    model given by path or bytes is hashed as its parsed proto, so the three forms of one
+    model share a key; ``model`` and ``external_files`` are kept for callers)."""
+    return proto_digest(proto)
 
 
 def cache_key(model_bytes, target, shapes, ctx, dynamic=None) -> str | None:

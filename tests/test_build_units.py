@@ -110,12 +110,95 @@ def test_a_flipped_weight_byte_in_a_saved_model_is_an_artifact_error(tmp_path, m
     m.save(path)
     x = np.random.default_rng(2).standard_normal((1, 8, 10, 10)).astype(np.float32)
     np.testing.assert_array_equal(ember.load(path).run({"x": x})[0], m.run({"x": x})[0])
+    import json
+    from ember.runtime.artifact import WEIGHTS_MEMBER, _arena_start
     with zipfile.ZipFile(path) as z:
-        info = max((i for i in z.infolist() if i.filename.startswith("params/")),
-                   key=lambda i: i.file_size)
+        info = z.getinfo(WEIGHTS_MEMBER)  # format 3: the weight arena, one stored member
+        w = json.loads(z.read("manifest.json"))["weights"]
+    with open(path, "rb") as f:
+        start = _arena_start(f, info) + w["pad"]
+    off, dtype, shape = max(w["params"], key=lambda p: int(np.prod(p[2])))
     data = bytearray(path.read_bytes())
-    pos = info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size - 8
-    data[pos] ^= 0xFF  # a byte of the weights themselves, not of the .npy header
+    pos = start + off + int(np.prod(shape)) * np.dtype(dtype).itemsize - 8
+    data[pos] ^= 0xFF  # a byte of the largest weight itself, not of the padding
     path.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="CRC"):
         ember.load(path)
+
+
+# streamed builds: units compiled while the rest of the model is scheduled -------------------
+
+def _chain_model(n: int = 20) -> onnx.ModelProto:
+    """``n`` LeakyRelu layers of different slopes between Tanh layers: at opt_level 0, one
+    kernel per operator and ``n + 1`` distinct programs."""
+    nodes, x = [], "x"
+    for i in range(n):
+        nodes += [helper.make_node("LeakyRelu", [x], [f"l{i}"], alpha=0.01 * (i + 1)),
+                  helper.make_node("Tanh", [f"l{i}"], [f"t{i}"])]
+        x = f"t{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 33])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 33])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_streamed_build_matches_onnxruntime_and_reuses_its_objects(monkeypatch, tmp_path):
+    import subprocess
+    from ember.codegen import build as b
+    monkeypatch.setenv("EMBER_BUILD_JOBS", "2")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_NO_MODEL_CACHE", "1")
+    model = _chain_model()
+    x = np.random.default_rng(4).standard_normal((4, 33)).astype(np.float32) * 3
+    with ember.PassContext(opt_level=0):
+        m = ember.compile(model)
+    np.testing.assert_allclose(m.run({"x": x})[0], _reference(model, {"x": x}),
+                               rtol=1e-5, atol=1e-6)
+    units = m.source.count("---- translation unit")
+    assert units >= 4  # streamed: 21 distinct kernels in units of 4, then the main unit
+    objs = sorted(tmp_path.glob("obj-*.o"))
+    assert len(objs) == units
+    for lib in tmp_path.glob("*.so"):  # the library lost: linked again from cached objects
+        lib.unlink()
+    calls = []
+    real = subprocess.Popen
+
+    def spy(args, *a, **kw):
+        calls.append(args)
+        return real(args, *a, **kw)
+    monkeypatch.setattr(b.subprocess, "Popen", spy)  # (subprocess.run starts a Popen too)
+    with ember.PassContext(opt_level=0):
+        m2 = ember.compile(model)
+    assert not [c for c in calls if "-c" in c]  # no unit compiled again: only the link
+    assert m2.source == m.source
+    np.testing.assert_array_equal(m2.run({"x": x})[0], m.run({"x": x})[0])
+
+
+def test_a_streamed_unit_the_compiler_rejects_is_a_codegen_error_and_stops_the_others(
+        monkeypatch, tmp_path):
+    import subprocess
+    from ember.codegen import build as b
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    good = "int ok%d(void) { return %d; }\n"
+    bad = "int broken(void) { return undefined_name; }\n"
+    slow = "".join(f"double f{i}(double x) {{ return x * {i}.5 + f{i - 1}(x); }}\n"
+                   for i in range(1, 4000))  # still compiling when the bad unit fails
+    procs = []
+    real = subprocess.Popen
+
+    def spy(*a, **kw):
+        procs.append(real(*a, **kw))
+        return procs[-1]
+    monkeypatch.setattr(b.subprocess, "Popen", spy)
+    with pytest.raises(CodegenError) as e:
+        with b.StreamedBuild(jobs=3) as sb:
+            sb.add("double f0(double x) { return x; }\n" + slow)
+            sb.add(bad)
+            sb.add(good % (2, 2))
+            sb.finish(good % (0, 0))
+    assert "undefined_name" in str(e.value)
+    assert e.value.source == bad
+    assert procs and all(p.poll() is not None for p in procs)  # nothing left running
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # its temporary folder removed
+    assert not list(tmp_path.glob("*.so"))

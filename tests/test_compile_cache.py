@@ -89,3 +89,97 @@ def test_external_data_is_read_and_an_edited_data_file_is_never_stale(own_cache,
     (tmp_path / "m.data").unlink()
     with pytest.raises(ModelLoadError, match="external data cannot be read"):
         ember.compile(path)
+
+
+# proto_digest: the key hashes each weight's buffer in place, never the serialized model ------
+
+def _rich_model(w: np.ndarray, alpha: float = 0.1, const: float = 2.0,
+                branch: float = 3.0) -> onnx.ModelProto:
+    """Weights as raw_data and as float_data, an attribute, a Constant node's tensor and an
+    If branch holding an initializer of its own (a subgraph)."""
+    then_g = helper.make_graph(
+        [helper.make_node("Add", ["y2", "T"], ["yt"])], "then", [],
+        [helper.make_tensor_value_info("yt", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(np.full((2, 3), branch, np.float32), "T")])
+    else_g = helper.make_graph(
+        [helper.make_node("Identity", ["y2"], ["ye"])], "else", [],
+        [helper.make_tensor_value_info("ye", TensorProto.FLOAT, [2, 3])])
+    nodes = [helper.make_node("Add", ["x", "W"], ["y0"]),
+             helper.make_node("Mul", ["y0", "F"], ["y1"]),
+             helper.make_node("LeakyRelu", ["y1"], ["y2"], alpha=alpha),
+             helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
+                 np.array(const, np.float32))),
+             helper.make_node("Greater", ["c", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    f = helper.make_tensor("F", TensorProto.FLOAT, [2, 3], [0.5] * 6)  # float_data, no raw
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                          [numpy_helper.from_array(w, "W"), f,
+                           numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_proto_digest_is_equal_for_equal_models_and_sees_every_weight_byte_and_attribute():
+    from ember.compile_cache import proto_digest
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    base = proto_digest(_rich_model(w))
+    assert proto_digest(_rich_model(w.copy())) == base  # built twice
+    parsed = onnx.ModelProto()
+    parsed.ParseFromString(_rich_model(w).SerializeToString())
+    assert proto_digest(parsed) == base  # round trip through bytes
+    seen = {base}
+
+    def differs(m):
+        d = proto_digest(m)
+        assert d not in seen
+        seen.add(d)
+
+    for byte in (0, 13, 23):  # one byte of the raw_data weight (first, middle, last)
+        m = _rich_model(w)
+        raw = bytearray(m.graph.initializer[0].raw_data)
+        raw[byte] ^= 1
+        m.graph.initializer[0].raw_data = bytes(raw)
+        differs(m)
+    m = _rich_model(w)
+    m.graph.initializer[1].float_data[4] = 0.25  # a float_data weight
+    differs(m)
+    differs(_rich_model(w, alpha=0.2))  # a node attribute
+    differs(_rich_model(w, const=2.5))  # a Constant node's tensor
+    differs(_rich_model(w, branch=3.5))  # an initializer inside an If branch
+    m = _rich_model(w)
+    m.graph.initializer[0].name = "W2"  # a weight renamed (and its use kept)
+    m.graph.node[0].input[1] = "W2"
+    differs(m)
+    m = _rich_model(w)
+    m.graph.node[1].op_type = "Add"  # the structure
+    differs(m)
+    m = _rich_model(w)
+    m.graph.initializer[0].dims[:] = [3, 2]  # a weight's shape, same bytes
+    differs(m)
+    m = _rich_model(w)
+    m.opset_import[0].version = 18
+    differs(m)
+    # the weight's bytes moved from one tensor to another are not the same model
+    a, b = np.zeros(3, np.float32), np.ones(3, np.float32)
+    m1, m2 = _model(np.stack([a, b])), _model(np.stack([b, a]))
+    assert proto_digest(m1) != proto_digest(m2)
+
+
+def test_proto_digest_does_not_serialize_the_model(monkeypatch):
+    """The key hashes the weights' buffers as they are: no part hashed is the serialized
+    model or a serialized weight (that took most of a warm compile)."""
+    from ember import compile_cache
+    w = np.arange(600, dtype=np.float32)
+    m = _model(w.reshape(2, 300)[:, :3].copy())
+    m.graph.initializer.add().CopyFrom(numpy_helper.from_array(w, "big"))
+    whole = len(m.SerializeToString())
+    d = compile_cache.proto_digest(m)
+    calls = []
+    real = compile_cache._frame
+    monkeypatch.setattr(compile_cache, "_frame", lambda h, tag, data: (
+        calls.append((tag, len(data))), real(h, tag, data)))
+    assert compile_cache.proto_digest(m) == d
+    raw = [n for tag, n in calls if tag == b"R" + (9).to_bytes(4, "little")]
+    assert sorted(raw) == [24, 2400]  # TensorProto.raw_data (field 9) of both weights
+    assert max(n for tag, n in calls if not tag.startswith(b"R")) < whole - 2400

@@ -233,3 +233,41 @@ def test_index_map_of_an_empty_buffer_is_injective():
         imap = IndexMap.from_func(3, fn)
         for shape in ((0, 0, 4), (0, 3, 0), (2, 0, 5)):
             assert imap.is_injective(shape, chunk=2) is True
+
+
+def test_split_permute_index_maps_pack_by_reshape_and_agree_with_the_scatter():
+    """``IndexMap.apply_numpy`` carries out a split/permute map (weight packing) as a reshape
+    and a transpose, and ``is_injective`` accepts it without mapping every index: both must
+    agree with the generic scatter / check, padding included."""
+    import numpy as np
+    from ember.tir.schedule import IndexMap
+    rng = np.random.default_rng(0)
+    maps = [
+        (lambda o, i, h, w: (o // 32, h, w, i, o % 32), [(64, 3, 7, 7), (40, 5, 1, 1),
+                                                          (7, 2, 3, 3)]),
+        (lambda b, k, n: (b, n // 32, k, n % 32), [(36, 64, 64), (2, 5, 70)]),
+        (lambda o, i: (o // 50, i, o % 50), [(1000, 8), (120, 3)]),
+        (lambda a, b: (b, a), [(3, 5)]),
+        (lambda a, b: (a // 4, b, a % 4, 0 * b), None),  # not a split/permute: generic path
+        (lambda a, b: (a + b,), None),
+    ]
+    for fn, shapes in maps:
+        imap = IndexMap.from_func(len(shapes[0]) if shapes else 2, fn)
+        for shape in shapes or [(6, 4)]:
+            arr = rng.standard_normal(shape).astype(np.float32)
+            fast = imap._split_plan(shape) is not None
+            assert fast == (shapes is not None)
+            got = imap.apply_numpy(arr, pad_value=-1)
+            ref = np.full(imap.new_shape(shape), -1, np.float32)  # the generic scatter
+            grids = np.indices(arr.shape, sparse=True)
+            try:
+                ref[tuple(imap.eval_numpy(list(grids)))] = arr
+            except Exception:
+                continue
+            np.testing.assert_array_equal(got, ref)
+            if fast:
+                assert imap.is_injective(shape)
+                np.testing.assert_array_equal(imap.unapply_numpy(got, shape), arr)
+    drop = IndexMap.from_func(2, lambda a, b: (a,))  # drops b: injective only when b is 1
+    assert drop._split_plan((3, 1)) is not None and drop._split_plan((3, 2)) is None
+    assert not drop.is_injective((3, 2))

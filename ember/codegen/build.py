@@ -22,6 +22,8 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -68,9 +70,35 @@ def find_compiler() -> str:
                          "(e.g. `apt-get install gcc`) or set CC=/path/to/compiler")
 
 
-@functools.lru_cache(maxsize=None)
+_INFO_LOCK = threading.Lock()
+
+
 def _compiler_info(cc: str) -> tuple[str, bool]:
-    """(version string, whether -fopenmp links) for a compiler."""
+    """(version string, whether -fopenmp links) for a compiler (probed once per process; a
+    probe ``prefetch_compiler_info`` started is waited for, not run again)."""
+    with _INFO_LOCK:
+        return _probe_compiler(cc)
+
+
+def prefetch_compiler_info() -> None:
+    """Probe the C compiler (``_compiler_info``: its version, an OpenMP test build) on a
+    background thread, so a build that needs it later (``driver.build``, after the graph
+    passes) finds it done. Errors are left for that build to raise."""
+    try:
+        cc = find_compiler()
+    except ToolchainError:
+        return
+
+    def probe():
+        try:
+            _compiler_info(cc)
+        except (ToolchainError, OSError, subprocess.SubprocessError):
+            pass
+    threading.Thread(target=probe, name="ember-cc-probe", daemon=True).start()
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_compiler(cc: str) -> tuple[str, bool]:
     try:
         ver = subprocess.run(cc.split() + ["--version"], capture_output=True, text=True,
                              timeout=60).stdout.splitlines()[:1]
@@ -141,10 +169,7 @@ def build_library(source: "str | Sequence[str]", mcpu: str = "native",
     cc = find_compiler()
     version, _ = _compiler_info(cc)
     flags = compile_flags(cc, mcpu)
-    head = [BUILD_VERSION, cc, version, " ".join(flags)]
-    if len(units) > 1:  # several units: the key names them in order (and differs from one)
-        head += [f"units={len(units)}"] + [_digest(u.encode()) for u in units[1:]]
-    key = _digest("\n".join(head + [units[0]]).encode())
+    key = library_key(units, [BUILD_VERSION, cc, version, " ".join(flags)])
     d = cache_dir()
     lib = d / f"{key}.so"
     if cached_library_ok(lib):
@@ -218,6 +243,178 @@ def _compile_objects(cc: str, flags: list[str], units: list[str], tmp: Path,
                 p.kill()
                 p.wait()
     return objs
+
+
+def library_key(units: Sequence[str], head: Sequence[str]) -> str:
+    """The cache key of a library of ``units`` built with ``head`` (version, compiler, flags):
+    what ``build_library`` keys on."""
+    head = list(head)
+    if len(units) > 1:  # several units: the key names them in order (and differs from one)
+        head += [f"units={len(units)}"] + [_digest(u.encode()) for u in units[1:]]
+    return _digest("\n".join(head + [units[0]]).encode())
+
+
+def build_jobs() -> int:
+    """Compiler processes a build runs at once: ``$EMBER_BUILD_JOBS``, else the CPU count."""
+    env = os.environ.get("EMBER_BUILD_JOBS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+
+
+class StreamedBuild:
+    """A library whose translation units are given one at a time while the caller is still
+    generating the others (``driver.build``: the C compiler works on the first kernels while
+    Python schedules and prints the rest), then linked by ``finish``.
+
+    ``add(unit)`` starts ``cc -c`` on the unit at once when fewer than ``jobs - 1`` compiler
+    processes run (one core is left to the caller), else queues it; ``finish(main)`` adds the
+    last unit (the one holding the thread pool and the AOT entry), runs up to ``jobs`` at once,
+    links, and stores the library in the kernel cache under ``library_key`` of
+    ``[main, *units]`` (an entry already there is returned without waiting for any compiler).
+    Each compiled object is kept in the kernel cache too (``obj-<key>.o``, keyed by the
+    compiler, its flags and the unit's text, checked against its digest like the libraries),
+    so a model whose kernels were compiled before compiles no unit again. Use it as a context
+    manager: leaving it (an exception while generating, or after ``finish``) kills the
+    compiler processes still running and removes the temporary folder.
+
+    Raises (from ``add`` or ``finish``):
+        ToolchainError: no usable C compiler.
+        CodegenError: a unit was rejected (the error holds that unit's source and the
+            compiler's message) or a compiler ran past ``timeout``.
+    """
+
+    def __init__(self, mcpu: str = "native", timeout: float = 1800, jobs: int | None = None):
+        self.cc = find_compiler()
+        version, _ = _compiler_info(self.cc)
+        self.flags = compile_flags(self.cc, mcpu)
+        self.head = [BUILD_VERSION, self.cc, version, " ".join(self.flags)]
+        self.cflags = [f for f in self.flags if f != "-shared"] + ["-c"]
+        self.timeout = timeout
+        self.jobs = max(1, jobs or build_jobs())
+        self.dir = cache_dir()
+        self.tmp = Path(tempfile.mkdtemp(dir=self.dir))
+        self.units: list[str] = []
+        self.objs: list[Path] = []
+        self._queue: list[int] = []
+        self._running: dict[int, tuple] = {}  # unit -> (process, stderr file, object key, start)
+
+    def __enter__(self) -> "StreamedBuild":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for p, err, _, _ in self._running.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            err.close()
+        self._running.clear()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _object_key(self, unit: str) -> str:
+        return _digest("\n".join(self.head + ["object", unit]).encode())
+
+    def add(self, unit: str) -> None:
+        """Compile ``unit`` to an object (from the cache when it was compiled before)."""
+        i = len(self.units)
+        self.units.append(unit)
+        cached = self.dir / f"obj-{self._object_key(unit)}.o"
+        self.objs.append(cached)
+        if not cached_library_ok(cached):
+            self._queue.append(i)
+        self._pump(max(1, self.jobs - 1))
+
+    def _start(self, i: int) -> None:
+        src = self.tmp / f"unit{i}.c"
+        src.write_text(self.units[i])
+        obj = self.tmp / f"unit{i}.o"
+        err = open(self.tmp / f"unit{i}.err", "w+")
+        try:
+            p = subprocess.Popen(self.cc.split() + self.cflags + [str(src), "-o", str(obj)],
+                                 stdout=subprocess.DEVNULL, stderr=err)
+        except OSError as e:
+            err.close()
+            raise ToolchainError(f"C compiler {self.cc!r} failed to start: {e}; set CC") from None
+        self._running[i] = (p, err, self.objs[i], time.monotonic())
+
+    def _reap(self, i: int, wait: bool) -> bool:
+        """Whether unit ``i``'s compiler has finished (waiting for it with ``wait``); a
+        finished object goes into the cache, a failure raises."""
+        p, err, cached, t0 = self._running[i]
+        if wait:
+            try:
+                p.wait(timeout=max(0.0, self.timeout - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                raise CodegenError(f"C compiler {self.cc!r} ran past its {self.timeout:g} s "
+                                   f"time-out", source=self.units[i]) from None
+        elif p.poll() is None:
+            if time.monotonic() - t0 > self.timeout:
+                raise CodegenError(f"C compiler {self.cc!r} ran past its {self.timeout:g} s "
+                                   f"time-out", source=self.units[i])
+            return False
+        del self._running[i]
+        err.seek(0)
+        stderr = err.read()
+        err.close()
+        if p.returncode != 0:
+            raise _failed(self.cc, self.units[i], stderr)
+        obj = self.tmp / f"unit{i}.o"
+        if not obj.exists():
+            raise ToolchainError(f"C compiler {self.cc!r} reported success but wrote no object "
+                                 f"file; set CC to a working C compiler (gcc or clang)")
+        data = obj.read_bytes()
+        side = self.tmp / f"unit{i}.o.sha256"
+        side.write_text(_digest(data))
+        os.replace(obj, cached)
+        os.replace(side, Path(str(cached) + ".sha256"))
+        return True
+
+    def _pump(self, limit: int) -> int:
+        """Reap the finished compilers, start queued units up to ``limit`` running; how many
+        finished."""
+        done = sum(self._reap(i, wait=False) for i in list(self._running))
+        # the longest waiting unit first (longest processing time first: the last compiler
+        # to finish, which the link waits for, is then a short one)
+        self._queue.sort(key=lambda i: -len(self.units[i]))
+        while self._queue and len(self._running) < limit:
+            self._start(self._queue.pop(0))
+        return done
+
+    def finish(self, main: str, overlap=None) -> Path:
+        """Add the last unit ``main``, run ``overlap()`` (more of the caller's work: ``build``
+        binds the weights) while the compilers run, wait for them, link; the library's
+        path."""
+        lib = self.dir / f"{library_key([main, *self.units], self.head)}.so"
+        if cached_library_ok(lib):
+            if overlap is not None:
+                overlap()
+            return lib
+        self.add(main)
+        if overlap is not None:
+            overlap()
+        while self._queue or self._running:  # any unit's failure is raised as it happens
+            if not self._pump(self.jobs) and self._running:
+                time.sleep(0.005)
+        out = self.tmp / "module.so"
+        order = [len(self.units) - 1] + list(range(len(self.units) - 1))  # main first
+        # (an object the cache lost since it was compiled: compiled again, here)
+        for i in order:
+            if not cached_library_ok(self.objs[i]):
+                self._start(i)
+                self._reap(i, wait=True)
+        _run_compiler(self.cc, self.flags + [str(self.objs[i]) for i in order] +
+                      ["-o", str(out), "-lm"], "\n".join(self.units[i] for i in order),
+                      self.timeout)
+        if not out.exists():
+            raise ToolchainError(f"C compiler {self.cc!r} reported success but wrote no library; "
+                                 f"set CC to a working C compiler (gcc or clang)")
+        data = out.read_bytes()
+        side = self.tmp / "module.so.sha256"
+        side.write_text(_digest(data))
+        os.replace(out, lib)
+        os.replace(side, Path(str(lib) + ".sha256"))
+        return lib
 
 
 def cached_library_ok(lib: Path) -> bool:

@@ -54,6 +54,17 @@ def _params(key: tuple) -> dict:
     return p
 
 
+def _interior_open(p: dict) -> list[str]:
+    """The C lines that open a block's fast path: every tap of every pixel inside the image
+    (checked at run time when ``p["guarded"]``), with ``x0`` the input at tap (0, 0) of the
+    block's first pixel."""
+    last_h = (p["kh"] - 1) * p["dh"]
+    last_w = (p["wr"] - 1) * p["sw"] + (p["kw"] - 1) * p["dw"]
+    head = (f"  if (ih0 >= 0 && ih0 + {last_h} < {p['H']} && iw0 >= 0 && iw0 + {last_w} < "
+            f"{p['W']}) {{" if p["guarded"] else "  {")
+    return [head, f"    const float* x0 = X + ih0 * {p['sxh']}LL + iw0 * {p['sxw']}LL;"]
+
+
 def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
           set1, add, vmax, vmin):
     wr, nr, kh, kw = p["wr"], p["nr"], p["kh"], p["kw"]
@@ -79,14 +90,8 @@ def _simd(name, p, lanes, vt, load, loadm, store, storem, zero, fma, mask_decl,
         for j in range(nv):
             L.append(f"    {acc[i][j]} = {zero};")
     L.append("  }")
-    last_h = (kh - 1) * dh
-    last_w = (wr - 1) * sw + (kw - 1) * dw
-    if p["guarded"]:
-        L.append(f"  if (ih0 >= 0 && ih0 + {last_h} < {H} && iw0 >= 0 && iw0 + {last_w} < {W}) {{")
-    else:
-        L.append("  {")
     # fast path: every tap inside the image, fully unrolled
-    L.append(f"    const float* x0 = X + ih0 * {sxh}LL + iw0 * {sxw}LL;")
+    L += _interior_open(p)
     for r in range(kh):
         for s in range(kw):
             wv = [f"w{r}_{s}_{j}" for j in range(nv)]
@@ -204,13 +209,7 @@ def _simd_grouped(name, p, isa, lanes, vt, load, loadm, store, storem, zero, fma
             out.append(f"{indent}}}")
         return out
 
-    last_h = (kh - 1) * dh
-    last_w = (wr - 1) * sw + (kw - 1) * dw
-    if p["guarded"]:
-        L.append(f"  if (ih0 >= 0 && ih0 + {last_h} < {H} && iw0 >= 0 && iw0 + {last_w} < {W}) {{")
-    else:
-        L.append("  {")
-    L.append(f"    const float* x0 = X + ih0 * {sxh}LL + iw0 * {sxw}LL;")
+    L += _interior_open(p)
     for r in range(kh):
         for s in range(kw):
             L.append("    {")

@@ -61,10 +61,45 @@ def bf16_vector_helpers(lanes: int) -> str:
         f"static inline {u} ember_venc_bf16_{L}({f} x) {{ {u} w; memcpy(&w, &x, {4 * L}); "
         f"{u} r = (w + 0x7fffu + ((w >> 16) & 1u)) >> 16, q = (w >> 16) | 0x40u; "
         f"{u} nan = ({u})((w & 0x7fffffffu) > 0x7f800000u); return (r & ~nan) | (q & nan); }}\n"
+        + (_bf16_native_16() if L == 16 else "") +
+        (f"#if !EMBER_NATIVE_BF16_{L}\n" if L == 16 else "") +
         f"static inline void ember_vst_bf16_{L}(uint16_t* p, {f} x) {{ "
         f"{h} y = __builtin_convertvector(ember_venc_bf16_{L}(x), {h}); memcpy(p, &y, {2 * L}); }}\n"
         f"static inline {f} ember_vrnd_bf16_{L}({f} x) {{ {u} w = ember_venc_bf16_{L}(x) << 16; "
-        f"{f} r; memcpy(&r, &w, {4 * L}); return r; }}\n")
+        f"{f} r; memcpy(&r, &w, {4 * L}); return r; }}\n" + ("#endif\n" if L == 16 else ""))
+
+
+def _bf16_native_16() -> str:
+    """The 16-lane float32 -> bfloat16 rounding on ``vcvtneps2bf16`` (AVX512_BF16, where the
+    C compiler targets it: ``EMBER_NATIVE_BF16_16``). The instruction rounds to nearest even
+    and quiets NaNs (sets bit 6) exactly as ``ember_venc_bf16_16`` does, but reads a denormal
+    input as zero (its result is the signed zero, where the reference rounds the denormal:
+    ``0x007fffff`` -> ``0x0080``); the lanes with a zero exponent and a non-zero mantissa are
+    redone with the integer rounding, on a branch that normal data never takes. Same bits as
+    the reference over all 2^32 inputs (checked once; tests/test_bf16.py checks the edge
+    classes and a strided subset)."""
+    return (
+        "#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)\n"
+        "#include <immintrin.h>\n"
+        "#define EMBER_NATIVE_BF16_16 1\n"
+        "static inline __m256i ember_vcvt_bf16_16(ember_bf16f_x16 x) {\n"
+        "  __m512i w = (__m512i)x;\n"
+        "  __m256i r = (__m256i)_mm512_cvtneps_pbh((__m512)x);\n"
+        "  __mmask16 den = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(0x7f800000)) &\n"
+        "                  _mm512_test_epi32_mask(w, _mm512_set1_epi32(0x007fffff));\n"
+        "  if (__builtin_expect(den != 0, 0)) {  /* denormal inputs: the integer rounding */\n"
+        "    __m512i one = _mm512_set1_epi32(1);\n"
+        "    __m512i q = _mm512_add_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0x7fff)),\n"
+        "                                 _mm512_and_si512(_mm512_srli_epi32(w, 16), one));\n"
+        "    r = _mm256_mask_mov_epi16(r, den, _mm512_cvtepi32_epi16(_mm512_srli_epi32(q, 16)));\n"
+        "  }\n"
+        "  return r; }\n"
+        "static inline void ember_vst_bf16_16(uint16_t* p, ember_bf16f_x16 x) {\n"
+        "  _mm256_storeu_si256((__m256i*)p, ember_vcvt_bf16_16(x)); }\n"
+        "static inline ember_bf16f_x16 ember_vrnd_bf16_16(ember_bf16f_x16 x) {\n"
+        "  return (ember_bf16f_x16)_mm512_slli_epi32(_mm512_cvtepu16_epi32(ember_vcvt_bf16_16(x)),"
+        " 16); }\n"
+        "#else\n#define EMBER_NATIVE_BF16_16 0\n#endif\n")
 
 
 def vector_types(lanes: int) -> str:
@@ -140,32 +175,28 @@ _POLY = {
   out = ember_vsel_L(x < -87.3365447504f, (FV){0}, out);  /* subnormal results flush to 0 */
   return ember_vsel_L(x != x, x, out);
 }""",
-    # erf: Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7) above 0.5, odd Taylor series below;
-    # sign by bit operations; exp(-x*x) inlined for its non-positive argument (one clamp,
-    # round-to-nearest by the 1.5*2^23 shift, one exponent scale): half the instructions of
-    # the general ember_vexp path (GELU kernels). NaN propagates through both branches.
+    # erf: one rational function, erf(a) = a P(a^2) / Q(a^2) on |x| = a <= 4 (P degree 6, Q
+    # degree 4; fitted for ember by Lawson-weighted linearized least squares against mpmath's
+    # erf: |relative error| < 7e-8 in exact arithmetic, < 3.5e-7 evaluated in float32, so
+    # relative accuracy near 0 as well); a clamped to 4 (erf(4) = 1 - 1.5e-8) and the result
+    # to 1; sign by bit operations; NaN propagates (the clamps' compares are false). 13 FMAs,
+    # one division: about a third of the instructions of Abramowitz-Stegun 7.1.26 with its
+    # inlined exp(-x*x) and a Taylor branch below 0.5, which it replaced (GELU epilogues).
     "erf": """static inline FV ember_verf_L(FV x) {
   IV sign = (IV)x & ((IV){0} + (-2147483647 - 1));
   FV a = (FV)((IV)x ^ sign);
-  FV a2 = a * a;
-  FV t = 1.0f / (1.0f + 0.3275911f * a);
-  FV y = (FV){0} + 1.061405429f;
-  y = y * t - 1.453152027f; y = y * t + 1.421413741f; y = y * t - 0.284496736f;
-  y = y * t + 0.254829592f; y = y * t;
-  FV z = -ember_vsel_L(a2 > 87.0f, (FV){0} + 87.0f, a2);
-  FV k = z * 1.44269504088896341f + 12582912.0f;
-  IV n = (IV)k - 0x4B400000;
-  FV fn = k - 12582912.0f;
-  FV r = z - fn * 0.693359375f + fn * 2.12194440e-4f;
-  FV r2 = r * r;
-  FV e = (FV){0} + 1.9875691500e-4f;
-  e = e * r + 1.3981999507e-3f; e = e * r + 8.3334519073e-3f; e = e * r + 4.1665795894e-2f;
-  e = e * r + 1.6666665459e-1f; e = e * r + 5.0000001201e-1f;
-  e = (e * r2 + r + 1.0f) * (FV)((n + 127) << 23);
-  FV big = 1.0f - y * e;
-  FV sm = 1.1283791670955126f * a * (1.0f + a2 * (-0.3333333333f + a2 * (0.1f + a2 * (
-      -0.0238095238f + a2 * (0.0046296296f + a2 * -0.0007575758f)))));
-  return (FV)((IV)ember_vsel_L(a < 0.5f, sm, big) | sign);
+  a = ember_vsel_L(a > 4.0f, (FV){0} + 4.0f, a);
+  FV s = a * a;
+  FV p = (FV){0} + 1.9096455972089643e-08f;
+  p = p * s - 1.935642103489954e-06f; p = p * s + 1.4612394443247467e-04f;
+  p = p * s + 3.947308752685785e-03f; p = p * s + 5.139249563217163e-02f;
+  p = p * s + 2.061500996351242e-01f; p = p * s + 1.1283791065216064f;
+  FV q = (FV){0} + 1.010198495350778e-03f;
+  q = q * s + 1.4872271567583084e-02f; q = q * s + 1.1756439507007599e-01f;
+  q = q * s + 5.160273313522339e-01f; q = q * s + 1.0f;
+  FV y = a * p / q;
+  y = ember_vsel_L(y > 1.0f, (FV){0} + 1.0f, y);
+  return (FV)((IV)y | sign);
 }""",
     # tanh: 1 - 2 / (e^{2|x|} + 1) with the sign put back; odd Taylor series near 0
     "tanh": """static inline FV ember_vtanh_L(FV x) {

@@ -5,9 +5,10 @@ The model is compiled under the caller's ``PassContext`` with ``ToMixedPrecision
 ``vdpbf16ps`` does twice the fp32 FMA rate without the Winograd transforms' extra bf16
 rounding). Convolutions, Gemm and MatMul with a constant weight whose reduction length is even
 (``ToMixedPrecision.bf16_gemm_eligible``) get their weights packed as bf16 in the
-K-pair-interleaved layout and accumulate in float32; their epilogues (bias, ReLU, residual
-add) are float32 arithmetic on the accumulators; the activations between them are stored as
-bf16 (rounded by the producer's epilogue); the model's outputs stay float32.
+K-pair-interleaved layout and accumulate in float32 (an odd channel count >= 3, the RGB stem,
+gets a zero channel); their epilogues (bias, ReLU, residual add) are float32 arithmetic on the
+accumulators; the activations between them are stored as bf16, rounded once by the producer's
+epilogue; the model's outputs stay float32.
 
 A target without AVX512_BF16 (``-mcpu`` without ``avx512bf16``, ``-isa=avx2``/``scalar``)
 compiles the float32 model and says why in ``info["quantization"]``.

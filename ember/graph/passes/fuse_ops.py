@@ -221,8 +221,18 @@ def partition_groups(func: Function, max_depth: int = 256) -> list[int]:
             if group_size_with(k, sink) > max_depth:
                 continue
             if gp == OpPattern.OUT_ELEMWISE_FUSABLE:
-                if _cast_into_anchor(nodes, sink):
-                    continue  # the cast goes with the conv/gemm that reads it (stored narrow)
+                if _cast_into_anchor(nodes, sink) and not (
+                        bf16_compute() and _rounds_to_bf16(nodes[sink])):
+                    # the cast goes with the conv/gemm that reads it (stored narrow); under
+                    # bf16 compute a rounding cast read by a pooling stays with its producer,
+                    # which then stores bf16 (the stem's output before the max pool)
+                    continue
+                if bf16_compute() and _widens_bf16(nodes[sink]) and nodes[sink].outputs and \
+                        all(nodes[c].pattern <= OpPattern.BROADCAST for c, _ in nodes[sink].outputs):
+                    # a value stored as bf16 (its producer rounded it) and widened for an
+                    # elementwise op: the widening goes with that op (a downsampling conv's
+                    # output read by the residual add), the producer stores bf16
+                    continue
                 if phase == 0 and d.pattern == OpPattern.ELEMWISE and \
                         check_path(k, sink, lambda kind, is_sink: kind <= OpPattern.BROADCAST):
                     commit(k, sink)

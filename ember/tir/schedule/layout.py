@@ -60,6 +60,56 @@ class IndexMap:
         env = {id(v): g for v, g in zip(self.src, grids)}
         return [np.broadcast_to(_np_eval(d, env), np.broadcast(*grids).shape) for d in self.dst]
 
+    def _split_plan(self, shape: Sequence[int]):
+        """For a split/permute map -- every new index is a source index ``v``, ``v // c`` or
+        ``v % c`` (``c`` a positive constant), each source index used alone or as one
+        ``// c`` and one ``% c`` of the same ``c`` (an unused one has extent 1) -- the
+        ``(reshape, transpose)`` that carries it out on a ``shape`` array padded to the
+        split extents: ``(padded shape, reshaped shape, axis order)``; ``None`` for any other
+        map. Such a map is injective (``divmod`` recovers ``v``)."""
+        pos = {id(v): k for k, v in enumerate(self.src)}
+        uses: dict[int, dict] = {}
+        for j, d in enumerate(self.dst):
+            if isinstance(d, Var) and id(d) in pos:
+                kind, c, k = "id", None, pos[id(d)]
+            elif isinstance(d, BinOp) and d.op in ("floordiv", "floormod") \
+                    and isinstance(d.a, Var) and id(d.a) in pos and isinstance(d.b, Const) \
+                    and isinstance(d.b.value, (int, np.integer)) and int(d.b.value) > 0:
+                kind, c, k = d.op, int(d.b.value), pos[id(d.a)]
+            else:
+                return None
+            u = uses.setdefault(k, {})
+            if kind in u or ("id" in u) or (kind == "id" and u) or u.get("c", c) != c:
+                return None
+            u[kind], u["c"] = j, c
+        try:
+            new = self.new_shape(shape)
+        except ScheduleError:
+            return None
+        padded, reshaped, axis_of = [], [], {}
+        for k, n in enumerate(shape):
+            u = uses.get(k)
+            if u is None:
+                if n != 1:
+                    return None  # an index the map drops: not injective
+                padded.append(1)
+                continue
+            if "id" in u:
+                padded.append(n)
+                axis_of[u["id"]] = len(reshaped)
+                reshaped.append(n)
+                continue
+            if "floordiv" not in u or "floormod" not in u:
+                return None
+            dv, md = new[u["floordiv"]], new[u["floormod"]]
+            if dv * md < n or not (md == u["c"] or dv == 1):
+                return None
+            padded.append(dv * md)
+            axis_of[u["floordiv"]] = len(reshaped)
+            axis_of[u["floormod"]] = len(reshaped) + 1
+            reshaped += [dv, md]
+        return padded, reshaped, [axis_of[j] for j in range(len(self.dst))]
+
     def apply_numpy(self, arr: np.ndarray, pad_value=0, out: np.ndarray | None = None) -> np.ndarray:
         """``arr`` re-laid out: ``out[map(i)] = arr[i]``; positions no index maps to hold
         ``pad_value``. ``out``: the array to write (shape ``new_shape(arr.shape)``, e.g. a view
@@ -76,6 +126,15 @@ class IndexMap:
                              f"out array needs {tuple(shape)}")
         else:
             out[...] = pad_value
+        plan = self._split_plan(arr.shape)
+        if plan is not None:  # a split/permute (weight packing): a reshape and a transpose
+            padded, reshaped, order = plan
+            src = arr
+            if tuple(padded) != tuple(arr.shape):
+                src = np.full(padded, pad_value, dtype=arr.dtype)
+                src[tuple(slice(0, n) for n in arr.shape)] = arr
+            out[...] = src.reshape(reshaped).transpose(order)
+            return out
         grids = np.indices(arr.shape, sparse=True)
         new = self.eval_numpy(list(grids))
         out[tuple(new)] = arr
@@ -96,6 +155,8 @@ class IndexMap:
         shape = tuple(int(n) for n in shape)
         if len(shape) == 0:
             return True  # one element: one place
+        if self._split_plan(shape) is not None:
+            return True  # a split/permute: divmod recovers every index
         if 0 in shape:
             return True  # no element: nothing can collide (and the new shape may not exist)
         nshape = self.new_shape(shape)

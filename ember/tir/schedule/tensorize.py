@@ -124,6 +124,25 @@ def _widened_bf16(e: Expr) -> Expr:
     return e
 
 
+def coalesce_reduction_loops(red: list) -> list:
+    """Reduction loops ``[(extent, stride_a, stride_b), ...]`` (outermost first) with each
+    loop merged into the one around it where the outer one's strides are the inner one's
+    times its extent (one contiguous run in both operands: a convolution's kernel columns and
+    channels in NHWC, ``(kw, C, C*nr)`` and ``(C, 1, nr)`` -> ``(kw*C, 1, nr)``), so the
+    micro-kernel's innermost loop is longer. Used for the bf16 kernels (ResNet's 4-channel
+    stem: 7 taps x 2 channel pairs -> 14 pair steps in one loop), without ``pfnext`` (whose
+    prefetch distance is the innermost loop's whole extent)."""
+    out: list = []
+    for ext, sa, sb in red:
+        if out and all(isinstance(v, int) for v in (*out[-1], ext, sa, sb)):
+            e0, a0, b0 = out[-1]
+            if a0 == ext * sa and b0 == ext * sb:
+                out[-1] = (e0 * ext, sa, sb)
+                continue
+        out.append((ext, sa, sb))
+    return out
+
+
 def _bf16_pair_loop(red: list, where: str) -> list:
     """The reduction loops of a bf16 gemm call without the pair loop: ``vdpbf16ps`` consumes
     two adjacent reduction elements per step, so one reduction loop must have extent 2 and unit
@@ -328,6 +347,8 @@ def tensorize(sch, loop, intrin: str) -> None:
     red_args = [(c.extent, ca.get(id(c.var), 0), cb.get(id(c.var), 0)) for c in red]
     if dtype == "bfloat16":
         red_args = _bf16_pair_loop(red_args, where)
+        if "pfnext" not in intrin_options(intrin):
+            red_args = coalesce_reduction_loops(red_args)
     mr = ml.extent if ml is not None else 1
     nr = nl.extent
     accumulate = accumulate_flag(blk, chain, where)

@@ -107,8 +107,7 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         ScheduleError: the nest is not a depthwise-convolution block as described, the block
             has a predicate, or the register block is too large for ``isa``.
     """
-    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs, dtype_short,
-                            check_reduction_loops, replace_nest, tensorize_nest)
+    from .tensorize import ISAS, MAX_ACCUMULATORS, affine_coeffs, tensorize_nest
     f, path, chain, blk, where = tensorize_nest(sch, loop, f"dwconv.{isa}")
     st, lx, guard, lw = _split_update(blk, where)
     if not (st.buffer.dtype == lx.dtype == lw.dtype == dtype):
@@ -135,25 +134,57 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
         return [d for d in range(4) if cx[d].get(id(c.var), 0) != 0]
     lane = [c for c in live if moves(c) == [3]]
     pix = [c for c in live if c not in lane and cc.get(id(c.var), 0) != 0]
-    if len(lane) > 1 or len(pix) > 1:
-        raise ScheduleError(f"{where}: expected at most one channel (lanes) loop and one output "
-                            f"pixel loop, found {[c.var.name for c in lane]} and "
-                            f"{[c.var.name for c in pix]}")
+    if len(lane) > 1:
+        raise ScheduleError(f"{where}: expected at most one channel (lanes) loop, found "
+                            f"{[c.var.name for c in lane]}")
     nl = lane[0] if lane else None  # none: a one-channel block
     if nl is not None and not (cx[3][id(nl.var)] == 1 and cw.get(id(nl.var)) == 1
                                and cc.get(id(nl.var)) == 1):
         raise ScheduleError(f"{where}: the lanes loop {nl.var.name} must have unit stride in the "
                             f"output, the input's channels and the weights")
+    ml, sw, th, tw, kh, kw, dh, dw = _pixel_and_taps(
+        blk, live, pix, (nl,), cx, lambda c: cw.get(id(c.var), 0), where)
+    wr = ml.extent if ml is not None else 1
+    nr = nl.extent if nl is not None else 1
+    nv = -(-nr // ISAS[isa])
+    if wr * nv > MAX_ACCUMULATORS[isa]:
+        raise ScheduleError(f"{where}: register block {wr}x{nr} needs {wr * nv} accumulators; "
+                            f"{isa} has room for {MAX_ACCUMULATORS[isa]}")
+    _, H, W, Cx = lx.src.shape
+    params = (wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx,
+              cw.get(id(th.var), 0) if th else 0, cw.get(id(tw.var), 0) if tw else 0,
+              cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
+    _replace_by_call(sch, f, blk, chain, live, st, lx, lw, guard, norm, (cidx, xidx, widx),
+                     params, isa, dtype, where, "dwconv")
+
+
+def _pixel_and_taps(blk, live, pix, skip, cx, wstride, where):
+    """The output pixel loop and the tap loops of a depthwise or grouped block, shared by both
+    forms: ``pix`` (at most one loop) must move only the input's ``w`` index (stride ``sw``) and
+    not the weights (``wstride(c)``: the weights' element stride along ``c``); every other live
+    loop not in ``skip`` is a reduction over the taps moving exactly one of the input's ``h`` and
+    ``w`` indices. Returns ``(ml, sw, th, tw, kh, kw, dh, dw)`` (``None`` / extent 1 for absent
+    loops; ``dh``/``dw``: the dilations).
+
+    Raises:
+        ScheduleError: more than one pixel loop, or a loop of neither form."""
+    from .tensorize import check_reduction_loops
+    if len(pix) > 1:
+        raise ScheduleError(f"{where}: expected at most one output pixel loop, found "
+                            f"{[c.var.name for c in pix]}")
+
+    def moves(c):
+        return [d for d in range(4) if cx[d].get(id(c.var), 0) != 0]
     ml = pix[0] if pix else None
     sw = 1
     if ml is not None:
-        if moves(ml) != [2] or cw.get(id(ml.var), 0) != 0:
+        if moves(ml) != [2] or wstride(ml):
             raise ScheduleError(f"{where}: the pixel loop {ml.var.name} must move only the "
                                 f"input's w index and not the weights")
         sw = cx[2][id(ml.var)]
     taps = {}
     for c in live:
-        if c is nl or c is ml:
+        if c is ml or any(c is s for s in skip):
             continue
         check_reduction_loops(blk, [c], where)
         m = moves(c)
@@ -165,13 +196,20 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     kh, kw = (th.extent if th else 1), (tw.extent if tw else 1)
     dh = cx[1][id(th.var)] if th else 1
     dw = cx[2][id(tw.var)] if tw else 1
-    wr = ml.extent if ml is not None else 1
-    nr = nl.extent if nl is not None else 1
-    nv = -(-nr // ISAS[isa])
-    if wr * nv > MAX_ACCUMULATORS[isa]:
-        raise ScheduleError(f"{where}: register block {wr}x{nr} needs {wr * nv} accumulators; "
-                            f"{isa} has room for {MAX_ACCUMULATORS[isa]}")
-    _, H, W, Cx = lx.src.shape
+    return ml, sw, th, tw, kh, kw, dh, dw
+
+
+def _replace_by_call(sch, f, blk, chain, live, st, lx, lw, guard, norm, idx, params, isa, dtype,
+                     where, family) -> None:
+    """Replace the block's nest by the ``family`` (``dwconv`` or ``gconv``) micro-kernel call
+    with ``params``: the operands' addresses at loop iteration 0 (``idx``: the normalized
+    output, input and weight indices) and the input coordinates of tap (0, 0).
+
+    Raises:
+        ScheduleError: the guard does not bound the loaded pixel by the image, or the
+            accumulate flag cannot be derived (``accumulate_flag``)."""
+    from .tensorize import accumulate_flag, dtype_short, replace_nest
+    cidx, xidx, widx = idx
     if guard is not None:
         _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
     accumulate = accumulate_flag(blk, chain, where)
@@ -180,13 +218,10 @@ def tensorize_dwconv(sch, loop, isa: str, dtype: str) -> None:
     def at0(e):
         return simplify(substitute(e, zmap))
     z = Const(0, "int64")
-    params = (wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx,
-              cw.get(id(th.var), 0) if th else 0, cw.get(id(tw.var), 0) if tw else 0,
-              cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
     call = dwconv_kernel_call(isa, dtype, params, AddressOf(st.buffer, [at0(i) for i in cidx]),
                               AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
                               AddressOf(lw.src, [at0(i) for i in widx]),
-                              at0(xidx[1]), at0(xidx[2]), accumulate)
+                              at0(xidx[1]), at0(xidx[2]), accumulate, family=family)
     replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
 
 
@@ -208,8 +243,7 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
     channel inside a group; output stride 1, not the input), an optional ``gi`` (the groups of
     the block: stride ``cg`` in the output, the input's channel and the weights' lanes), the
     pixel loop and the taps as in the depthwise form."""
-    from .tensorize import (ISAS, MAX_ACCUMULATORS, accumulate_flag, affine_coeffs, dtype_short,
-                            check_reduction_loops, replace_nest)
+    from .tensorize import ISAS, MAX_ACCUMULATORS, affine_coeffs, check_reduction_loops
     from ..arith import collect
     from ..expr import Var
     ids = {id(c.var) for c in live}
@@ -255,30 +289,8 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
           and moves(c) == [3] and cx[3][id(c.var)] == cg and wstride(c) == cg]
     gi = gl[0] if gl else None
     pix = [c for c in live if c not in (kl, ml_c, gi) and cc.get(id(c.var), 0) != 0]
-    if len(pix) > 1:
-        raise ScheduleError(f"{where}: expected at most one output pixel loop, found "
-                            f"{[c.var.name for c in pix]}")
-    ml = pix[0] if pix else None
-    sw = 1
-    if ml is not None:
-        if moves(ml) != [2] or wstride(ml):
-            raise ScheduleError(f"{where}: the pixel loop {ml.var.name} must move only the "
-                                f"input's w index and not the weights")
-        sw = cx[2][id(ml.var)]
-    taps = {}
-    for c in live:
-        if c in (kl, ml_c, gi, ml):
-            continue
-        check_reduction_loops(blk, [c], where)
-        m = moves(c)
-        if len(m) != 1 or m[0] not in (1, 2) or m[0] in taps:
-            raise ScheduleError(f"{where}: reduction loop {c.var.name} must move exactly one of "
-                                f"the input's h and w indices (moves dims {m})")
-        taps[m[0]] = c
-    th, tw = taps.get(1), taps.get(2)
-    kh, kw = (th.extent if th else 1), (tw.extent if tw else 1)
-    dh = cx[1][id(th.var)] if th else 1
-    dw = cx[2][id(tw.var)] if tw else 1
+    ml, sw, th, tw, kh, kw, dh, dw = _pixel_and_taps(blk, live, pix, (kl, ml_c, gi), cx,
+                                                     wstride, where)
     wr = ml.extent if ml is not None else 1
     nr = cg * (gi.extent if gi is not None else 1)
     nv = -(-nr // ISAS[isa])
@@ -290,21 +302,10 @@ def _tensorize_grouped(sch, f, blk, chain, live, st, lx, guard, lw, cidx, xidx, 
                             f"{wr * nv * cg} accumulators; {isa} has room for "
                             f"{MAX_ACCUMULATORS[isa]}")
     _, H, W, Cx = lx.src.shape
-    if guard is not None:
-        _check_guard(norm(guard), xidx[1:3], lx.src.shape, where)
-    accumulate = accumulate_flag(blk, chain, where)
-    zmap = {c.var: Const(0, "int64") for c in live}
-
-    def at0(e):
-        return simplify(substitute(e, zmap))
-    z = Const(0, "int64")
     params = (cg, wr, nr, kh, kw, sw, dh, dw, H, W, W * Cx, Cx, wstride(th), wstride(tw),
               wst[rd], cc.get(id(ml.var), 0) if ml else 0, int(guard is not None))
-    call = dwconv_kernel_call(isa, dtype, params, AddressOf(st.buffer, [at0(i) for i in cidx]),
-                              AddressOf(lx.src, [at0(xidx[0]), z, z, at0(xidx[3])]),
-                              AddressOf(lw.src, [at0(i) for i in widx]),
-                              at0(xidx[1]), at0(xidx[2]), accumulate, family="gconv")
-    replace_nest(sch, f, blk, chain, call, f"dwconv.{isa}.{dtype_short(dtype)}")
+    _replace_by_call(sch, f, blk, chain, live, st, lx, lw, guard, norm, (cidx, xidx, widx),
+                     params, isa, dtype, where, "gconv")
 
 
 def dwconv_kernel_call(isa: str, dtype: str, params: tuple, c: AddressOf, x: AddressOf,

@@ -98,6 +98,57 @@ def test_asan_build_reports_an_overflow_of_a_kernel_workspace(tmp_path):
     assert r.returncode != 0 and "heap-buffer-overflow" in r.stderr
 
 
+def _has_vnni() -> bool:
+    from ember.tir.schedule.rules.qnn import qgemm_isa
+    import ember
+    return qgemm_isa(ember.Target("llvm")) == "avx512vnni"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_libasan() is None, reason="gcc's libasan.so is not installed")
+@pytest.mark.skipif(not _has_vnni(), reason="the int8 knobs are AVX-512 VNNI's")
+def test_int8_tuning_space_is_clean_under_asan(tmp_path):
+    # every register block / pixel tile of the channels-last int8 kernel (stack panels, the
+    # dense stem's input strip, pixel and channel tails), built with AddressSanitizer: no
+    # out-of-bounds access and bit-exact against the integer reference
+    r = _asan_run("""
+        import sys
+        sys.path.insert(0, "tests")
+        import numpy as np
+        from ember.graph.ir import Binding, Call, TensorType, Var
+        from ember.graph.lower import lower_binding
+        from ember.ops.qnn_conv import qconv_reference
+        from ember.runtime.kernel import compile_prim_func
+        from ember.tir.schedule.rules import rule_knobs, schedule_config
+        from test_qnn_channels_last import channels_last_case
+        T = "llvm -num-threads=2"
+        n = 0
+        for k, case in enumerate([
+                dict(n=1, c=3, h=21, w=17, cout=40, k=7, stride=2, pad=3, layout="nchw_nhwc",
+                     dense=True, in_dtype="int8"),
+                dict(n=1, c=20, h=9, w=11, cout=37, k=3, pad=1, relu=True),
+                dict(n=1, c=32, h=7, w=5, cout=48, k=1, skip="uint8", float_out=True)]):
+            ins, attrs, _, _ = channels_last_case(np.random.default_rng(k), **case)
+            args = tuple(Var(f"x{i}", TensorType(a.shape, str(a.dtype))) for i, a in enumerate(ins))
+            want = qconv_reference(*ins, attrs)
+            out = Var("y", TensorType(want.shape, str(want.dtype)))
+            f = lower_binding(Binding((out,), Call("qnn.conv2d", args, attrs)), "q")
+            found = rule_knobs(f, T)
+            if found is None:
+                continue
+            name, knobs = found
+            for tile in knobs["tile"]:
+                for px in knobs["pixels"]:
+                    g = schedule_config(f, T, name, {"tile": tile, "pixels": px})
+                    got = compile_prim_func(g, T).run(list(ins))[0]
+                    assert np.array_equal(got, want), (k, tile, px)
+                    n += 1
+        print("configs", n)
+    """, tmp_path)
+    assert r.returncode == 0 and "AddressSanitizer" not in r.stderr, r.stderr[-3000:]
+    assert int(r.stdout.split()[-1]) >= 10
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(_libasan() is None, reason="gcc's libasan.so is not installed")
 def test_gemm_rule_tuning_space_is_clean_under_asan(tmp_path):

@@ -16,7 +16,7 @@ import ember
 from ember.graph.builder import FunctionBuilder
 from ember.graph.ir import IRModule, TensorType
 from ember.ops.qnn import dequantize_ref, quantize_ref
-from ember.ops.qnn_conv import pack_weight_blocked, qconv_reference
+from ember.ops.qnn_conv import dense_k_weight, pack_weight_blocked, qconv_reference
 from ember.tir.schedule.rules.qnn import qconv_isa
 from op_cases_qnn import qconv_case
 
@@ -25,9 +25,11 @@ HAS_AVX2 = ember.Target("llvm").isa in ("avx512", "avx2")
 ISAS = ["scalar"] + (["avx2"] if HAS_AVX2 else []) + (["native"] if HAS_VNNI else [])
 
 
-def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, **kw):
+def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, dense=False, scales=None,
+                       float_out=False, **kw):
     """``(inputs, attrs, nchw_inputs, nchw_attrs)``: a ``qconv_case`` in the channels-last
-    form (and the same layer in the NCHW / tap form); ``skip``: the residual's dtype."""
+    form (and the same layer in the NCHW / tap form); ``skip``: the residual's dtype;
+    ``dense``: the stem's dense reduction order (``k_layout="dense"``)."""
     base = "rows" if layout == "rows" else "nchw"
     x, wq, bias, mult, attrs = qconv_case(rng, layout=base, **kw)
     if fixed:
@@ -37,7 +39,12 @@ def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, **kw):
     pad = lambda a: np.concatenate([a, np.zeros(coutp - cout, a.dtype)])  # noqa: E731
     a2 = dict(attrs, layout=layout, w_layout="blocked", cout=cout)
     xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if layout == "nhwc" else x
-    ins = [xl, pack_weight_blocked(wq), pad(bias), pad(mult)]
+    if dense:
+        a2["k_layout"] = "dense"
+        wq_cl = dense_k_weight(wq, kw["k"], kw["k"], kw["c"])
+    else:
+        wq_cl = wq
+    ins = [xl, pack_weight_blocked(wq_cl), pad(bias), pad(mult)]
     if skip is not None:
         nchw_out = qconv_reference(x, wq, bias, mult, attrs)
         shp = nchw_out.shape if layout == "rows" else tuple(np.array(nchw_out.shape)[[0, 2, 3, 1]])
@@ -48,6 +55,10 @@ def channels_last_case(rng, layout="nhwc", skip=None, fixed=False, **kw):
                   o_scale=float(rng.uniform(0.02, 0.06)), o_zp=int(rng.integers(0, 40)),
                   out_dtype="uint8")
         a2["o_lo"] = a2["o_zp"] if kw.get("relu") else 0
+        if scales is not None:  # (c_scale, s_scale, o_scale)
+            a2.update(c_scale=scales[0], s_scale=scales[1], o_scale=scales[2])
+        if float_out:  # the float sum, [relu], no requantization
+            a2.update(out_dtype="float32", o_relu=bool(kw.get("relu")))
     return ins, a2, (x, wq, bias, mult), attrs
 
 
@@ -78,6 +89,28 @@ CASES = [
     dict(n=1, c=32, h=7, w=7, cout=48, k=1, skip="uint8", relu=True),        # residual + ReLU
     dict(n=1, c=12, h=6, w=5, cout=21, k=3, pad=1, skip="int8"),             # residual, tails
     dict(n=1, c=40, h=3, w=1, cout=30, k=1, layout="rows", skip="uint8"),
+    # the stem's dense reduction order (k = (kh, kw, c), padded to 4 once): 7x7 stride 2 as
+    # ResNet's (two images), int8 input, dilation (per-tap copies), per-tensor, ReLU, a pixel
+    # tile over several rows, 1 and 2 channels, the integer requantization, a fused residual
+    dict(n=2, c=3, h=23, w=19, cout=40, k=7, stride=2, pad=3, layout="nchw_nhwc", dense=True),
+    dict(n=1, c=3, h=16, w=16, cout=64, k=7, stride=2, pad=3, layout="nchw_nhwc", dense=True,
+         in_dtype="int8"),
+    dict(n=1, c=3, h=14, w=13, cout=20, k=3, pad=2, dil=2, layout="nchw_nhwc", dense=True,
+         relu=True),
+    dict(n=1, c=3, h=40, w=9, cout=21, k=3, stride=1, pad=1, layout="nchw_nhwc", dense=True,
+         per_channel=False, out_dtype="int8"),
+    dict(n=1, c=1, h=12, w=11, cout=17, k=5, stride=1, pad=2, layout="nchw_nhwc", dense=True),
+    dict(n=1, c=2, h=9, w=10, cout=16, k=3, stride=2, pad=0, layout="nchw_nhwc", dense=True,
+         fixed=True, in_dtype="int8"),
+    dict(n=1, c=3, h=11, w=12, cout=33, k=3, pad=1, layout="nchw_nhwc", dense=True,
+         skip="uint8", relu=True),
+    # residual scales whose quotients (v - zp) / 2 + (s - zs) / 4 sit on and next to the
+    # halves: the AVX-512 epilogue's reciprocal must fall back to the division there
+    dict(n=1, c=32, h=9, w=9, cout=64, k=1, skip="uint8", scales=(0.02, 0.01, 0.04)),
+    dict(n=1, c=16, h=8, w=7, cout=48, k=1, skip="int8", scales=(0.3, 0.1, 0.6)),
+    # a residual read in float32 (ResNet's last add, before the global average pool)
+    dict(n=1, c=64, h=7, w=7, cout=80, k=1, skip="uint8", relu=True, float_out=True),
+    dict(n=1, c=12, h=5, w=6, cout=21, k=3, pad=1, skip="int8", float_out=True),
 ]
 
 
@@ -109,8 +142,9 @@ def test_channels_last_reference_matches_nchw(case):
         h = dequantize_ref(y, np.float32(attrs["c_scale"]), zc) + \
             dequantize_ref(ins[4], np.float32(attrs["s_scale"]), zs)
         if spec.get("relu"):
-            h = np.maximum(h, 0)
-        y = quantize_ref(h, np.float32(attrs["o_scale"]), np.array(attrs["o_zp"], np.uint8))
+            h = np.maximum(h, np.float32(0))
+        y = h if spec.get("float_out") else \
+            quantize_ref(h, np.float32(attrs["o_scale"]), np.array(attrs["o_zp"], np.uint8))
     np.testing.assert_array_equal(qconv_reference(*ins, attrs), y)
 
 

@@ -47,7 +47,7 @@ FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "
           "oh", "ow", "kp", "x_zp", "y_zp", "lo", "hi", "out_dtype", "pt_pixels", "cc", "mr",
           "nv", "requant", "rq_mult", "rq_shift")
 FMAX = 1e9  # float clamp before the float -> int32 conversion (both paths)
-CT = {"uint8": "uint8_t", "int8": "int8_t"}
+CT = {"uint8": "uint8_t", "int8": "int8_t", "float32": "float"}
 
 
 def _step(g: dict) -> int:

@@ -53,8 +53,15 @@ from .microkernel_qconv import CT, FMAX
 FIELDS = ("layout", "c", "h", "w", "cout", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
           "oh", "ow", "kp", "x_zp", "y_zp", "lo", "hi", "out_dtype", "pt_pixels", "cc", "mr",
           "nv", "requant", "rq_mult", "rq_shift", "w_layout", "skip", "c_scale", "s_scale",
-          "s_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct")
+          "s_zp", "o_scale", "o_zp", "o_lo", "o_hi", "direct", "kdense", "o_relu")
 ATTR = "__attribute__((noinline, optimize(\"fp-contract=off\")))"
+
+
+def _residual_bounded(g: dict) -> bool:
+    """Whether the fused residual's ``|h / o_scale|`` stays far below 2**31 for every input
+    (``|v - y_zp|, |s - s_zp| <= 255``), so its float clamp before the conversion is a no-op."""
+    bound = 255.0 * (abs(g["c_scale"]) + abs(g["s_scale"])) / max(abs(g["o_scale"]), 1e-38)
+    return bound * 1.01 < 2.0 ** 30
 
 
 def _f(v: float) -> str:
@@ -91,6 +98,8 @@ def _head(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
                   f" * {C};",
                   "  }"]
         return L
+    if g.get("kdense"):
+        return L + _dense_head(in_dtype, g, x_zp_u)
     xor = " ^ 0x80" if in_dtype == "int8" else ""
     L += [f"  uint8_t panel[{PT * KP}] __attribute__((aligned(64)));",
           "  for (int64_t q = 0; q < np_; ++q) {",
@@ -124,6 +133,57 @@ def _head(name: str, in_dtype: str, skip_dtype: str, g: dict) -> list[str]:
     return L
 
 
+def _dense_head(in_dtype: str, g: dict, x_zp_u: int) -> list[str]:
+    """The panel of the ``"dense"`` reduction order (``k = (kh * KW + kw) * C + c``, the NCHW
+    stem, ``ember.ops.qnn_conv.K_LAYOUTS``): the task's input rows are first transposed into
+    an NHWC strip with the padding columns and rows holding the zero point (int8 input ``^
+    0x80``), so a kernel row of ``KW`` taps is one contiguous run of ``KW * C`` bytes of the
+    strip (unit width dilation) and a pixel's row of ``A`` is ``KH`` copies, no bounds
+    checks."""
+    C, H, W, OW = g["c"], g["h"], g["w"], g["ow"]
+    P, PT, KP = g["oh"] * OW, g["pt_pixels"], g["kp"]
+    kh, kw, sh, sw, dh, dw = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"]
+    span = min(g["oh"], (PT + OW - 2) // OW + 1)  # output rows one tile can touch
+    rmax = (span - 1) * sh + (kh - 1) * dh + 1
+    ws = max(W + g["pl"], (OW - 1) * sw + (kw - 1) * dw + 1)  # strip columns: iw + pl
+    rs = ws * C
+    right = ws - g["pl"] - W
+    xor = " ^ 0x80" if in_dtype == "int8" else ""
+    L = [f"  uint8_t panel[{PT * KP}] __attribute__((aligned(64)));",
+         f"  uint8_t strip[{rmax * rs}] __attribute__((aligned(64)));",
+         f"  const int64_t oh0 = p0 / {OW}, oh1 = (p0 + np_ - 1) / {OW};",
+         f"  const int64_t nr = (oh1 - oh0) * {sh} + {(kh - 1) * dh + 1};",
+         "  for (int64_t rr = 0; rr < nr; ++rr) {",
+         f"    uint8_t* row = strip + rr * {rs};",
+         f"    const int64_t ih = oh0 * {sh} - {g['pt']} + rr;",
+         f"    if (ih < 0 || ih >= {H}) {{ __builtin_memset(row, {x_zp_u}, {rs}); continue; }}"]
+    if g["pl"]:
+        L.append(f"    __builtin_memset(row, {x_zp_u}, {g['pl'] * C});")
+    if right > 0:
+        L.append(f"    __builtin_memset(row + {(g['pl'] + W) * C}, {x_zp_u}, {right * C});")
+    L += [f"    const uint8_t* src = xq + b * {C * H * W} + ih * {W};",
+          f"    uint8_t* d = row + {g['pl'] * C};",
+          f"    for (int64_t iw = 0; iw < {W}; ++iw) {{"]
+    L += [f"      d[iw * {C} + {c}] = src[{c * H * W} + iw]{xor};" for c in range(C)]
+    L += ["    }",
+          "  }",
+          "  for (int64_t q = 0; q < np_; ++q) {",
+          f"    uint8_t* dst = panel + q * {KP};",
+          "    arow[q] = dst;",
+          f"    const int64_t p = p0 + q, oh = p / {OW}, ow = p % {OW};",
+          f"    const uint8_t* s0 = strip + (oh - oh0) * {sh * rs} + ow * {sw * C};"]
+    if dw == 1:
+        L += [f"    for (int64_t r = 0; r < {kh}; ++r) "
+              f"__builtin_memcpy(dst + r * {kw * C}, s0 + r * {dh * rs}, {kw * C});"]
+    else:
+        L += [f"    for (int64_t r = 0; r < {kh}; ++r) for (int64_t s = 0; s < {kw}; ++s) "
+              f"__builtin_memcpy(dst + (r * {kw} + s) * {C}, s0 + r * {dh * rs} + s * {dw * C}, "
+              f"{C});"]
+    L += [f"    for (int64_t k = {kh * kw * C}; k < {KP}; ++k) dst[k] = 0;",
+          "  }"]
+    return L
+
+
 def _out(g: dict, p: str, co: str) -> str:
     """Index of output (or residual) element at tile pixel ``p``, channel ``co``."""
     return f"(b * {g['oh'] * g['ow']} + p0 + {p}) * {g['cout']} + {co}"
@@ -149,8 +209,11 @@ def _scalar_epilogue(g: dict, q: str) -> list[str]:
         L += [f"    float h = ((float)v - {_f(g['y_zp'])}) * {_f(g['c_scale'])};",
               f"    const float hs = ((float)S[{_out(g, q, 'co')}] - {_f(g['s_zp'])}) * "
               f"{_f(g['s_scale'])};",
-              "    h = h + hs;",
-              f"    h = h / {_f(g['o_scale'])};",
+              "    h = h + hs;"]
+        if g["out_dtype"] == "float32":
+            return L + ([f"    Y[{_out(g, q, 'co')}] = h < 0.0f ? 0.0f : h;"] if g["o_relu"] else
+                        [f"    Y[{_out(g, q, 'co')}] = h;"])
+        L += [f"    h = h / {_f(g['o_scale'])};",
               f"    h = h < -{FMAX}f ? -{FMAX}f : (h > {FMAX}f ? {FMAX}f : h);",
               f"    v = (int32_t)nearbyintf(h) + {g['o_zp']};",
               f"    v = v < {g['o_lo']} ? {g['o_lo']} : (v > {g['o_hi']} ? {g['o_hi']} : v);"]
@@ -229,7 +292,7 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
     L += [f"      const uint8_t* const r{i} = arow[q + {i}];" for i in range(mr)]
     L += [f"      for (int64_t k4 = 0; k4 < {K4}; ++k4) {{"]
     for j in range(nv):
-        L.append(f"        const __m512i w{j} = _mm512_load_si512((const void*)(wb + {j * K4 * 64} "
+        L.append(f"        const __m512i w{j} = _mm512_loadu_si512((const void*)(wb + {j * K4 * 64} "
                  "+ k4 * 64));")
     for i in range(mr):
         L.append(f"        {{ const __m512i x = _mm512_set1_epi32(*(const qg_i32u*)(r{i} + k4 * 4));")
@@ -258,12 +321,39 @@ def _vnni_block(g: dict, mr: int, nv: int, sk_signed: bool) -> list[str]:
                              f"{s - 1}), _mm512_set1_epi32(1)), 1);")
                 L.append("      r = _mm512_add_epi32(r, vzp);")
             else:
+                # the clamp to [lo - y_zp, hi - y_zp] in float before the rounding conversion:
+                # rint(clamp(f, a, b)) = clamp(rint(f), a, b) for integer a, b (and it bounds
+                # the conversion), so no integer clamp; with a residual r stays v - y_zp
                 L += [f"      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32({a}, "
                       f"bi{j})), mu{j});",
-                      "      f = _mm512_min_ps(_mm512_max_ps(f, vfl), vfh);",
+                      "      f = _mm512_min_ps(_mm512_max_ps(f, vflz), vfhz);",
+                      "      __m512i r = _mm512_cvtps_epi32(f);" if g["skip"] else
                       "      __m512i r = _mm512_add_epi32(_mm512_cvtps_epi32(f), vzp);"]
-            L.append("      r = _mm512_min_epi32(_mm512_max_epi32(r, vlo), vhi);")
-            if g["skip"]:
+            if g["requant"] == "fixed":
+                L.append("      r = _mm512_min_epi32(_mm512_max_epi32(r, vlo), vhi);")
+            if g["skip"] and g["requant"] != "fixed":
+                # float32(v) - float32(y_zp) is float32(v - y_zp) exactly (both small integers),
+                # so the requantized value is kept as v - y_zp; the float clamp before the last
+                # conversion is dropped where |h / o_scale| is bounded far below 2**31
+                L += [f"      const __m512i sv = {cvt}(_mm_maskz_loadu_epi8(m{j}, (const void*)"
+                      f"(S + {_out(g, f'q + {i}', f'cb + {16 * j}')})));",
+                      "      __m512 h = _mm512_mul_ps(_mm512_cvtepi32_ps(r), vcs);",
+                      "      const __m512 hs = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(sv), "
+                      "vsz), vss);",
+                      "      h = _mm512_add_ps(h, hs);"]
+                if g["out_dtype"] == "float32":
+                    if g["o_relu"]:
+                        L.append("      h = _mm512_max_ps(h, _mm512_setzero_ps());")
+                    L += [f"      _mm512_mask_storeu_ps((void*)(Y + "
+                          f"{_out(g, f'q + {i}', f'cb + {16 * j}')}), m{j}, h);",
+                          "      }"]
+                    continue
+                L.append("      h = _mm512_div_ps(h, vos);")
+                if not _residual_bounded(g):
+                    L.append("      h = _mm512_min_ps(_mm512_max_ps(h, vfl), vfh);")
+                L += ["      r = _mm512_add_epi32(_mm512_cvtps_epi32(h), voz);",
+                      "      r = _mm512_min_epi32(_mm512_max_epi32(r, volo), vohi);"]
+            elif g["skip"]:
                 L += [f"      const __m512i sv = {cvt}(_mm_maskz_loadu_epi8(m{j}, (const void*)"
                       f"(S + {_out(g, f'q + {i}', f'cb + {16 * j}')})));",
                       "      __m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(r), vcz), vcs);",
@@ -285,13 +375,16 @@ def _vnni_consts(g: dict) -> list[str]:
          f"  const __m512i vzp = _mm512_set1_epi32({g['y_zp']}), vlo = _mm512_set1_epi32({g['lo']}),"
          f" vhi = _mm512_set1_epi32({g['hi']});",
          f"  const __m512i vmq = _mm512_set1_epi32({int(g['rq_mult'])});",
-         "  (void)vmq; (void)vfl; (void)vfh;"]
+         f"  const __m512 vflz = _mm512_set1_ps({_f(g['lo'] - g['y_zp'])}), vfhz = "
+         f"_mm512_set1_ps({_f(g['hi'] - g['y_zp'])});",
+         "  (void)vmq; (void)vfl; (void)vfh; (void)vflz; (void)vfhz; (void)vlo; (void)vhi;"]
     if g["skip"]:
         L += [f"  const __m512 vcz = _mm512_set1_ps({_f(g['y_zp'])}), vcs = _mm512_set1_ps("
               f"{_f(g['c_scale'])}), vsz = _mm512_set1_ps({_f(g['s_zp'])}), vss = _mm512_set1_ps("
               f"{_f(g['s_scale'])}), vos = _mm512_set1_ps({_f(g['o_scale'])});",
               f"  const __m512i voz = _mm512_set1_epi32({g['o_zp']}), volo = _mm512_set1_epi32("
-              f"{g['o_lo']}), vohi = _mm512_set1_epi32({g['o_hi']});"]
+              f"{g['o_lo']}), vohi = _mm512_set1_epi32({g['o_hi']});",
+              "  (void)vcz;"]
     return L
 
 

@@ -95,6 +95,8 @@ class QConvGeometry:
     o_lo: int = 0
     o_hi: int = 0
     direct: bool = False
+    kdense: bool = False
+    o_relu: bool = False
 
     @property
     def coutp(self) -> int:
@@ -107,6 +109,11 @@ class QConvGeometry:
 
 
 LAYOUTS = ("nchw", "rows", "nhwc", "nchw_nhwc")
+# the order of the reduction: "tap4" ``k = (kh * KW + kw) * C4 + c`` (the channels of a tap
+# padded to 4), "dense" ``k = (kh * KW + kw) * C + c`` padded to 4 only at the end (a stem
+# with C = 3: 37 instead of 49 four-byte groups per pixel for a 7x7 kernel; the NCHW stem
+# kernel packs it from an NHWC strip of the input rows, ``microkernel_qgemm``)
+K_LAYOUTS = ("tap4", "dense")
 CHANNELS_LAST = ("rows", "nhwc", "nchw_nhwc")
 
 
@@ -147,7 +154,14 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     pt, pl, pb, pr = attrs["pads"]
     dh, dw = attrs["dilations"]
     k = c * kh * kw
-    kp = kh * kw * (-(-c // 4) * 4)
+    k_layout = attrs.get("k_layout") or "tap4"
+    if k_layout not in K_LAYOUTS:
+        raise ShapeMismatchError(f"{OP}: k_layout must be one of {K_LAYOUTS}, got {k_layout!r}")
+    kdense = k_layout == "dense"
+    if kdense and (w_layout, layout) != ("blocked", "nchw_nhwc"):
+        raise ShapeMismatchError(f"{OP}: k_layout 'dense' needs layout 'nchw_nhwc' and "
+                                 f"w_layout 'blocked', got {layout!r}, {w_layout!r}")
+    kp = -(-k // 4) * 4 if kdense else kh * kw * (-(-c // 4) * 4)
     cout = int(attrs.get("cout") or 0) if w_layout == "blocked" else w.shape[0]
     coutp = -(-cout // 16) * 16 if w_layout == "blocked" else cout
     if w.ndim != 2 or tuple(w.shape) != (coutp, kp) or tuple(b.shape) != (coutp,) or \
@@ -166,8 +180,9 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     if oh < 1 or ow < 1:
         raise ShapeMismatchError(f"{OP}: the window does not fit {x.shape}")
     out = attrs["out_dtype"]
-    if out not in QDTYPES:
-        raise ShapeMismatchError(f"{OP}: out_dtype must be int8/uint8, got {out}")
+    if out not in QDTYPES and not (out == "float32" and skip is not None):
+        raise ShapeMismatchError(f"{OP}: out_dtype must be int8/uint8 (float32 only with a "
+                                 f"fused residual), got {out}")
     mid = attrs.get("mid_dtype") or out
     if mid not in QDTYPES:
         raise ShapeMismatchError(f"{OP}: mid_dtype must be int8/uint8, got {mid}")
@@ -180,25 +195,32 @@ def geometry(types, attrs) -> tuple[int, QConvGeometry]:
     if requant == "fixed" and not (abs(rq_mult) < 2**31 and 0 <= rq_shift <= 31):
         raise ShapeMismatchError(f"{OP}: fixed requantize needs |rq_mult| < 2**31 and rq_shift "
                                  f"in [0, 31], got {rq_mult}, {rq_shift}")
+    if out == "float32" and requant == "fixed":
+        raise ShapeMismatchError(f"{OP}: a float32 output needs requant='float'")
     extra = {}
     if skip is not None:
         oshape = (oh, cout) if layout == "rows" else (n, oh, ow, cout)
         if skip.dtype not in QDTYPES or tuple(skip.shape) != oshape:
             raise ShapeMismatchError(f"{OP}: the residual must be uint8/int8 of the output "
                                      f"shape {oshape}, got {skip.dtype} {skip.shape}")
-        olo, ohi = QDTYPES[out]
-        extra = dict(skip=True, c_scale=float(np.float32(attrs["c_scale"])),
-                     s_scale=float(np.float32(attrs["s_scale"])), s_zp=int(attrs["s_zp"]),
-                     o_scale=float(np.float32(attrs["o_scale"])), o_zp=int(attrs["o_zp"]),
-                     o_lo=max(olo, int(attrs.get("o_lo", olo))),
-                     o_hi=min(ohi, int(attrs.get("o_hi", ohi))))
+        if out == "float32":  # the float sum itself, [relu]: what feeds a float operator
+            extra = dict(skip=True, c_scale=float(np.float32(attrs["c_scale"])),
+                         s_scale=float(np.float32(attrs["s_scale"])), s_zp=int(attrs["s_zp"]),
+                         o_relu=bool(attrs.get("o_relu", False)))
+        else:
+            olo, ohi = QDTYPES[out]
+            extra = dict(skip=True, c_scale=float(np.float32(attrs["c_scale"])),
+                         s_scale=float(np.float32(attrs["s_scale"])), s_zp=int(attrs["s_zp"]),
+                         o_scale=float(np.float32(attrs["o_scale"])), o_zp=int(attrs["o_zp"]),
+                         o_lo=max(olo, int(attrs.get("o_lo", olo))),
+                         o_hi=min(ohi, int(attrs.get("o_hi", ohi))))
     direct = (w_layout == "blocked" and x.dtype == "uint8" and c % 4 == 0 and
               layout in ("nhwc", "rows") and (kh, kw) == (1, 1) and
               (pt, pl, pb, pr) == (0, 0, 0, 0))
     g = QConvGeometry(layout, c, h, wd, cout, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, kp,
                       int(attrs["x_zp"]), int(attrs["y_zp"]), lo, hi, out, requant=requant,
                       rq_mult=rq_mult, rq_shift=rq_shift, w_layout=w_layout, direct=direct,
-                      **extra)
+                      kdense=kdense, **extra)
     return n, (_tile_cl(g) if w_layout == "blocked" else _tile(g))
 
 
@@ -232,34 +254,115 @@ def unpack_weight_blocked(wb: np.ndarray, cout: int) -> np.ndarray:
                                 ).reshape(coutp, kp)[:cout]
 
 
+def dense_k_weight(wp: np.ndarray, kh: int, kw: int, c: int) -> np.ndarray:
+    """``pack_weight``'s tap-major ``(Cout, KH * KW * C4)`` weights in the ``"dense"``
+    reduction order ``(Cout, KPD)``: ``k = (kh * KW + kw) * C + c``, zero-padded to ``KPD``,
+    ``KH * KW * C`` rounded up to 4 (``K_LAYOUTS``)."""
+    cout = wp.shape[0]
+    w = wp.reshape(cout, kh * kw, -1)[:, :, :c].reshape(cout, -1)
+    out = np.zeros((cout, -(-w.shape[1] // 4) * 4), np.int8)
+    out[:, :w.shape[1]] = w
+    return out
+
+
+def use_dense_k(layout: str, c: int, attrs: dict) -> bool:
+    """Whether the channels-last kernel of ``layout`` with ``c`` input channels packs its
+    reduction densely (``K_LAYOUTS``): the NCHW stem with channels that do not fill the
+    four-byte groups and unit width dilation (each kernel row of taps is one contiguous run
+    of the input strip)."""
+    kh, kw = attrs["kernel"]
+    return layout == "nchw_nhwc" and c % 4 != 0 and tuple(attrs["dilations"])[1] == 1 and \
+        -(-c * kh * kw // 4) < kh * kw * -(-c // 4)
+
+
 def blocked_form(w: np.ndarray, bias: np.ndarray, mult: np.ndarray, attrs: dict,
-                 layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+                 layout: str, c: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """The constants and attributes of a ``w_layout="tap"`` ``qnn.conv2d`` (``w`` ``(Cout,
     KP)``, ``bias``/``mult`` ``(Cout,)``) as the channels-last kernel's ``layout`` (``nhwc``,
-    ``nchw_nhwc`` or ``rows``): blocked weights, bias and mult zero-padded to ``COUTP``."""
+    ``nchw_nhwc`` or ``rows``): blocked weights, bias and mult zero-padded to ``COUTP``. With
+    the input channels ``c`` given, a stem that gains from it (``use_dense_k``) gets the
+    ``"dense"`` reduction order (the zero-point correction in ``bias`` is unchanged: the same
+    weights, only reordered)."""
     cout = w.shape[0]
     coutp = -(-cout // 16) * 16
     pad = lambda a: np.concatenate([a, np.zeros(coutp - cout, a.dtype)])  # noqa: E731
+    extra = {}
+    if c is not None and use_dense_k(layout, c, attrs):
+        w = dense_k_weight(w, *attrs["kernel"], c)
+        extra = {"k_layout": "dense"}
     return (pack_weight_blocked(w), pad(np.asarray(bias)), pad(np.asarray(mult)),
-            {**attrs, "layout": layout, "w_layout": "blocked", "cout": cout})
+            {**attrs, "layout": layout, "w_layout": "blocked", "cout": cout, **extra})
 
 
 MR_CL, NV_CL, MAX_TILE_PIXELS_CL = 6, 4, 96
+DENSE_TILE_PIXELS = 256  # the dense-K stem's tile: as many whole output rows as fit
 
 
-def _tile_cl(g: QConvGeometry) -> QConvGeometry:
+def _tile_cl(g: QConvGeometry, mr: int = MR_CL, nv: int = NV_CL,
+             pt: int | None = None) -> QConvGeometry:
     """Tiles of the channels-last kernel: ``PT`` pixels (at most ``MAX_TILE_PIXELS_CL``, a
     packed panel within ``PANEL_BYTES``), channel chunks (multiples of 16) only as far as
-    needed for ``MIN_TASKS`` tasks per image."""
+    needed for ``MIN_TASKS`` tasks per image; ``mr x nv`` the register block. ``pt`` (a
+    tuning knob, ``qgemm_knobs``) overrides the pixel tile."""
     p = g.oh * g.ow
-    cap = MAX_TILE_PIXELS_CL if g.direct else max(
-        MR_CL, min(MAX_TILE_PIXELS_CL, (PANEL_BYTES // g.kp) // MR_CL * MR_CL))
-    pt = min(p, cap)
+    if pt is None:
+        cap = MAX_TILE_PIXELS_CL if g.direct else max(
+            MR_CL, min(MAX_TILE_PIXELS_CL, (PANEL_BYTES // g.kp) // MR_CL * MR_CL))
+        if g.kdense:  # whole output rows: each task transposes its input rows into a strip
+            cap = g.ow * max(1, min(g.oh, DENSE_TILE_PIXELS // g.ow,
+                                    PANEL_BYTES // (g.kp * g.ow)))
+        pt = min(p, cap)
     tiles = -(-p // pt)
     coutp = -(-g.cout // 16) * 16
     chunks = max(1, min(-(-MIN_TASKS // tiles), coutp // 16))
     cc = -(-(-(-coutp // chunks)) // 16) * 16
-    return replace(g, pt_pixels=pt, cc=cc, mr=MR_CL, nv=NV_CL)
+    return replace(g, pt_pixels=pt, cc=cc, mr=mr, nv=nv)
+
+
+MAX_ACC_CL = 24  # accumulators of a register block (zmm8..zmm31, microkernel_qgemm)
+BLOCK_KNOBS = ((6, 4), (8, 3), (4, 6), (12, 2), (4, 4), (3, 8), (24, 1))
+PIXEL_KNOBS = (24, 48, 96, 144, 192, 256)
+
+
+def qgemm_knobs(g: QConvGeometry) -> dict | None:
+    """The tuning knobs of a channels-last (``w_layout="blocked"``) kernel on AVX-512 VNNI,
+    ``{knob: [values]}`` with the default first (``ember.tir.schedule.rules.qnn``):
+    ``tile`` ``[mr, nv]``, the register block (``mr`` pixels x ``nv`` vectors of 16 channels,
+    ``mr * nv <= MAX_ACC_CL``), and ``pixels``, the pixel tile of one task (its packed panel
+    within ``PANEL_BYTES``); ``None`` for the NCHW ``qconv`` kernel."""
+    if g.w_layout != "blocked":
+        return None
+    p = g.oh * g.ow
+    nvecs = -(-g.cout // 16)
+    tiles = [[g.mr, g.nv]]
+    for mr, nv in BLOCK_KNOBS:
+        if [mr, nv] not in tiles and mr * nv <= MAX_ACC_CL and nv <= nvecs and mr <= p:
+            tiles.append([mr, nv])
+    pixels = [g.pt_pixels]
+    for pt in PIXEL_KNOBS:
+        if pt not in pixels and pt <= min(p, MAX_TILE_PIXELS) and \
+                (g.direct or pt * g.kp <= PANEL_BYTES):
+            pixels.append(pt)
+    return {"tile": tiles, "pixels": pixels}
+
+
+def retile(g: QConvGeometry, cfg: dict) -> QConvGeometry:
+    """``g`` with the register block and pixel tile of tuning configuration ``cfg``
+    (``qgemm_knobs``; a missing knob keeps its default). The results do not change: every
+    block shape and tile computes the same exact sums and epilogue.
+
+    Raises:
+        ValueError: a block of more than ``MAX_ACC_CL`` accumulators or a pixel tile out of
+            range."""
+    mr, nv = cfg.get("tile", (g.mr, g.nv))
+    pt = int(cfg.get("pixels", g.pt_pixels))
+    if not (1 <= mr and 1 <= nv and mr * nv <= MAX_ACC_CL):
+        raise ValueError(f"register block {mr}x{nv} needs 1..{MAX_ACC_CL} accumulators")
+    if not 1 <= pt <= MAX_TILE_PIXELS or (not g.direct and pt * g.kp > PANEL_BYTES):
+        raise ValueError(f"pixel tile {pt} out of range (1..{MAX_TILE_PIXELS}, panel of at "
+                         f"most {PANEL_BYTES} bytes)")
+    return _tile_cl(g, int(mr), int(nv), min(pt, g.oh * g.ow))
 
 
 def _tile(g: QConvGeometry) -> QConvGeometry:
@@ -344,13 +447,17 @@ def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.nda
     else:
         xp = np.pad(xu, ((0, 0), (0, 0), (g.pt, g.dh * (g.kh - 1) + g.sh * g.oh),
                          (g.pl, g.dw * (g.kw - 1) + g.sw * g.ow)), constant_values=zp)
-        cols = np.zeros((n, g.oh * g.ow, g.kh, g.kw, c4), np.int64)
+        cw = g.c if g.kdense else c4
+        cols = np.zeros((n, g.oh * g.ow, g.kh, g.kw, cw), np.int64)
         for r in range(g.kh):
             for s in range(g.kw):
                 win = xp[:, :, r * g.dh:r * g.dh + g.sh * g.oh:g.sh,
                          s * g.dw:s * g.dw + g.sw * g.ow:g.sw]  # (n, C, OH, OW)
                 cols[:, :, r, s, :g.c] = win.reshape(n, g.c, -1).transpose(0, 2, 1)
-        cols = cols.reshape(n, g.oh * g.ow, g.kp)
+        cols = cols.reshape(n, g.oh * g.ow, -1)
+        if cols.shape[2] < g.kp:  # "dense": the padding of the last group
+            cols = np.concatenate([cols, np.zeros(cols.shape[:2] + (g.kp - cols.shape[2],),
+                                                  np.int64)], axis=2)
     acc = cols @ w.astype(np.int64).T + bias.astype(np.int64)  # (n, P, Cout)
     if g.requant == "fixed":
         v = fixed_requantize(acc, g.rq_mult, g.rq_shift) + g.y_zp
@@ -362,8 +469,13 @@ def qconv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, mult: np.nda
         f32 = np.float32
         sk = skip.reshape(n, g.oh * g.ow, g.cout).astype(f32)
         h = (v.astype(f32) - f32(g.y_zp)) * f32(g.c_scale)
-        h = (h + (sk - f32(g.s_zp)) * f32(g.s_scale)) / f32(g.o_scale)
-        v = np.clip(np.rint(np.clip(h, -1e9, 1e9)).astype(np.int64) + g.o_zp, g.o_lo, g.o_hi)
+        h = h + (sk - f32(g.s_zp)) * f32(g.s_scale)
+        if g.out_dtype == "float32":
+            v = np.maximum(h, f32(0)) if g.o_relu else h
+        else:
+            h = h / f32(g.o_scale)
+            v = np.clip(np.rint(np.clip(h, -1e9, 1e9)).astype(np.int64) + g.o_zp, g.o_lo,
+                        g.o_hi)
     y = v.astype(g.out_dtype)
     if g.layout == "rows":
         return y[0]
@@ -419,6 +531,6 @@ register_op(OP, infer_type=_infer,
                    "out_dtype": "uint8", "requant": "float", "rq_mult": 0, "rq_shift": 0,
                    "w_layout": "tap", "cout": 0, "mid_dtype": None, "c_scale": 0.0,
                    "s_scale": 0.0, "s_zp": 0, "o_scale": 1.0, "o_zp": 0, "o_lo": -128,
-                   "o_hi": 255},
+                   "o_hi": 255, "k_layout": "tap4", "o_relu": False},
             doc="int8 convolution / dense layer u8|s8 x s8 -> s32 with the requantization "
                 "(bias, scale, round half even, ReLU, saturation) fused; see ember.ops.qnn_conv")

@@ -146,7 +146,7 @@ def convert_function(func: Function, stem_nchw: bool = True) -> Function:
             x0 = call.args[0]
             stem = stem_nchw and id(x0) not in cl and x0.type.shape[1] <= STEM_MAX_CHANNELS
             consts = blocked_form(*(c.data for c in call.args[1:4]), attrs,
-                                  "nchw_nhwc" if stem else "nhwc")
+                                  "nchw_nhwc" if stem else "nhwc", c=int(x0.type.shape[1]))
             args = [get_cf(x0) if stem else get_cl(x0)] + [Constant(c) for c in consts[:3]]
             cl[id(out)] = rw.emit(op, args, consts[3], name=out.name)
             continue

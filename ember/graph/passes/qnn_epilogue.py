@@ -6,6 +6,9 @@
   with ``s`` as its fifth input: the epilogue requantizes the sum itself
   (``ember.codegen.microkernel_qgemm``), so no float tensor and no elementwise Q/DQ kernel sits
   between the convolutions. Either operand of the add may be the convolution.
+- A residual add read in float32 (``[relu](add(dequantize(c), dequantize(s)))`` with no
+  quantize after it) becomes the convolution with a float32 output: its epilogue writes the
+  float sum.
 - ``quantize(max_pool(dequantize(x, s, z)), s, z)`` (the same scale and zero point, ``s > 0``)
   is ``max_pool(x)`` on the int8 data (dequantization is monotonic, the window's maximum
   commutes with it); the same holds for ``reshape`` / ``flatten`` / ``transpose`` between a
@@ -71,6 +74,55 @@ class ResidualCallback(PatternCallback):
         return None
 
 
+class FloatResidualCallback(PatternCallback):
+    """``[relu](add(dequantize(conv), dequantize(s)))`` read in float32 (no quantize after it:
+    the last residual add of a ResNet feeds the float global average pool) -> ``qnn.conv2d(...,
+    s)`` with ``out_dtype="float32"``: the epilogue writes the float sum (``o_relu``: its
+    ReLU) as the DequantizeLinear / Add / Relu arithmetic computes it. Runs after
+    ``ResidualCallback``, so only adds no quantize consumes are left."""
+
+    def __init__(self):
+        a, b = wildcard(), wildcard()
+        add = is_op("add")(_dq(a), _dq(b))
+        self.pattern = is_op("nn.relu")(add) | add
+
+    def callback(self, m):
+        P = m.producer
+        root = P(m.root)
+        relu = root.call.op == "nn.relu"
+        ab = P(root.call.args[0]) if relu else root
+        if not relu:  # an add read by one relu: the relu's match takes both
+            us = m._users.get(id(m.root), [])
+            if len(us) == 1 and us[0] is not None and us[0].call.op == "nn.relu":
+                return None
+        if m.root.type.dtype != "float32":
+            return None
+        for i in (0, 1):
+            dqc, dqs = P(ab.call.args[i]), P(ab.call.args[1 - i])
+            c, s = dqc.call.args[0], dqs.call.args[0]
+            cb = P(c)
+            if cb is None or cb.call.op != "qnn.conv2d" or len(cb.call.args) != 4:
+                continue
+            ca = cb.call.attrs
+            if ca.get("w_layout") != "blocked" or ca.get("requant", "float") != "float" or \
+                    ca.get("layout") not in ("nhwc", "rows", "nchw_nhwc"):
+                continue
+            if m.uses(c) != 1 or m.uses(ab.call.args[i]) != 1 or \
+                    (relu and m.uses(root.call.args[0]) != 1):
+                continue
+            sc, zc = _scalar(dqc.call.args[1]), _scalar(dqc.call.args[2])
+            ss, zs = _scalar(dqs.call.args[1]), _scalar(dqs.call.args[2])
+            if None in (sc, zc, ss, zs) or int(zc) != int(ca["y_zp"]) or \
+                    s.type.dtype not in QDTYPES or tuple(s.type.shape) != tuple(c.type.shape):
+                continue
+            attrs = {**ca, "mid_dtype": ca["out_dtype"], "out_dtype": "float32",
+                     "c_scale": float(sc), "s_scale": float(ss), "s_zp": int(zs),
+                     "o_relu": relu}
+            args = [m.rw.lookup(v) for v in cb.call.args] + [m.rw.lookup(s)]
+            return m.emit("qnn.conv2d", args, attrs)
+        return None
+
+
 class Int8LayoutCallback(PatternCallback):
     """``quantize(op(dequantize(x, s, z)), s, z)`` -> ``op(x)`` for max pooling and the
     layout operators (``LAYOUT_FREE``)."""
@@ -118,8 +170,9 @@ def qnn_epilogue_function(func):
     """``func`` with the rewrites of the module doc."""
     if not any(b.call.op == "qnn.conv2d" for b in func.bindings):
         return func
-    return rewrite_function([DenseBlockedCallback(), Int8LayoutCallback(), ResidualCallback()],
+    func = rewrite_function([DenseBlockedCallback(), Int8LayoutCallback(), ResidualCallback()],
                             func)
+    return rewrite_function([FloatResidualCallback()], func)
 
 
 @function_pass("QnnEpilogue", opt_level=2)

@@ -24,7 +24,7 @@ from .generic import generic_rule
 from .gpu import gpu_fallback_rule, gpu_gemm_rule, gpu_row_reduction_rule
 from .inverted_residual import inverted_residual_rule
 from .pooling import pooling_rule
-from .qnn import qnn_rule
+from .qnn import qnn_knobs, qnn_rule
 from .row_reduction import row_reduction_rule
 from .winograd import winograd_rule
 
@@ -64,7 +64,8 @@ def schedule_default(func: PrimFunc, target: "Target | str" = "llvm",
 
 # rules whose own decisions are tunable: rule name -> knobs(func, target) -> {knob: [values]}
 # with the rule's default decision first in every list (``gemm_rule`` documents the knobs)
-RULE_KNOBS: dict = {"gemm_rule": gemm_knobs, "cuda_tensorcore_rule": tensorcore_knobs}
+RULE_KNOBS: dict = {"gemm_rule": gemm_knobs, "cuda_tensorcore_rule": tensorcore_knobs,
+                    "qnn_rule": qnn_knobs}
 
 
 def rule_knobs(func: PrimFunc, target: "Target | str" = "llvm") -> "tuple[str, dict] | None":

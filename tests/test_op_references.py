@@ -258,6 +258,10 @@ ONNX_OPS["nn.rms_norm"] = ("RMSNormalization", 23, lambda xs, a: (
 NO_ONNX_EQUIVALENT["nn.inverted_residual"] = (
     "a chain of ONNX Conv/Clip/Add nodes, not one op: whole blocks and MobileNetV2 are checked "
     "against onnxruntime and the unfused compile in test_inverted_residual.py")
+NO_ONNX_EQUIVALENT["nn.shuffled_group_conv"] = (
+    "a channel shuffle (Reshape/Transpose/Reshape) folded into a grouped 1x1 Conv, not one op: "
+    "the op is checked against a NumPy reference and whole ShuffleNet units against onnxruntime "
+    "in tests/passes/test_pass_fold_channel_shuffle.py")
 
 
 def test_reference_table_covers_known_ops():

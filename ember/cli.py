@@ -210,7 +210,8 @@ def cmd_quantize(args) -> int:
     prints the layers quantized, those left in float32 and the weight sizes. Returns 0.
 
     Raises:
-        InputError: bad calibration data or ``-o`` naming the input model;
+        InputError: bad calibration data, ``-o`` naming the input model or a path that
+            cannot be written;
         QuantizationError: nothing to quantize."""
     import onnx
     from .quant.onnx_qdq import quantize_onnx
@@ -219,7 +220,11 @@ def cmd_quantize(args) -> int:
         raise InputError(f"-o {out!r} is the input model itself; choose another output path")
     proto, rep = quantize_onnx(args.model, args.calibration, args.calibrate,
                                not args.per_tensor, args.skip or (), args.target)
-    onnx.save(proto, out)
+    try:
+        onnx.save(proto, out)
+    except OSError as e:  # a missing or unwritable folder: a typed error, not a traceback
+        raise InputError(f"cannot write the quantized model to {out!r}: {e.strerror or e} "
+                         f"(check that its folder exists and is writable)") from None
     wb = rep["weight_bytes"]
     print(f"quantized {len(rep['layers'])} layer(s) on {rep['num_feeds']} calibration feed(s) "
           f"({rep['method']}); float32: {rep['float_ops'] or 'none'}; weights "

@@ -233,6 +233,19 @@ def test_cli_quantize_and_compile(tmp_path, capsys):
     assert "InputError" in capsys.readouterr().err
 
 
+def test_cli_quantize_unwritable_output_is_a_typed_error(tmp_path, capsys):
+    from ember.cli import main
+    src = tmp_path / "m.onnx"
+    onnx.save(small_cnn(), src)
+    np.savez(tmp_path / "cal.npz",
+             x=np.random.default_rng(0).normal(0, 1, (2,) + SHAPE).astype(np.float32))
+    out = tmp_path / "no" / "such" / "folder" / "m.int8.onnx"
+    assert main(["quantize", str(src), "--calibration", str(tmp_path / "cal.npz"),
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "InputError" in err and "cannot write the quantized model" in err
+
+
 def residual_cnn() -> onnx.ModelProto:
     """``small_cnn`` with a max pool after the first convolution and the residual add reading
     the pooled tensor and feeding a 1x1 convolution (a ResNet block) before the head."""

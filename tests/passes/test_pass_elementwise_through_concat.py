@@ -106,3 +106,29 @@ def test_shufflenet_stride2_unit_matches_onnxruntime_with_the_concat_in_place():
     got = cm.run({"x": x})[0]
     assert got.shape == want.shape == (1, 12, 5, 5)
     assert outputs_agree(got, want)
+
+
+def test_declines_a_random_op():
+    # a random op draws element i of its tensor from counter i (ember.ops.random): moved onto
+    # each input, every part would restart at counter 0 and repeat the first part's draws
+    text = BEFORE.replace("clip(%2, min=0.25, max=0.75)", "random.bernoulli(%2, key=7)")
+    mod = IRModule.from_text(text)
+    assert structural_equal(ElementwiseThroughConcat()(mod), mod)
+
+
+def test_bernoulli_of_a_concat_draws_each_element_once():
+    # Bernoulli(concat(p, p)) of two equal halves: the halves are independent draws (the
+    # generator's counters run over the whole tensor), so they are not the same
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])
+    nodes = [helper.make_node("Mul", ["x", "zero"], ["z"]),
+             helper.make_node("Sigmoid", ["z"], ["p1"]), helper.make_node("Sigmoid", ["z"], ["p2"]),
+             helper.make_node("Concat", ["p1", "p2"], ["cat"], axis=1),
+             helper.make_node("Bernoulli", ["cat"], ["y"], seed=3.0)]
+    g = helper.make_graph(nodes, "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.zeros(1, np.float32), "zero")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    y = ember.compile(m).run({"x": np.ones((1, 8, 8, 8), np.float32)})[0]
+    assert set(np.unique(y)) <= {0.0, 1.0}
+    assert not np.array_equal(y[:, :8], y[:, 8:])

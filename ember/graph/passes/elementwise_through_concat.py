@@ -4,7 +4,7 @@ to each input instead, so the concatenation can be written in place.
     f(concatenate(x1, ..., xn, axis))  =>  concatenate(f(x1), ..., f(xn), axis)
 
 for ``f`` a one-input elementwise operator (ReLU, clip, sigmoid...; ``ELEMWISE`` pattern, its
-attributes kept), when ``f`` is the concatenation's only reader and every ``xi`` is computed by
+attributes kept; not a ``random.*`` draw, whose values depend on the element's index), when ``f`` is the concatenation's only reader and every ``xi`` is computed by
 an operator call (not a parameter or a constant). Element by element the two sides compute the
 same ``f(x)``. The point is fusion: each ``f(xi)`` fuses into the epilogue of ``xi``'s producer
 (a convolution, a pooling), and the concatenation, now with kernel outputs for inputs, runs no
@@ -28,7 +28,10 @@ def _elementwise_unary(b) -> bool:
         pattern = get_op(b.call.op).pattern
     except Exception:  # noqa: BLE001 - an unknown op is simply not moved
         return False
-    return pattern == OpPattern.ELEMWISE and isinstance(b.call.args[0], Var)
+    # a random op draws element i from counter i of its own tensor (``ops.random``): on each
+    # input every part would restart at counter 0 and repeat the first part's draws
+    return pattern == OpPattern.ELEMWISE and isinstance(b.call.args[0], Var) \
+        and not b.call.op.startswith("random.")
 
 
 def through_concat_function(func):

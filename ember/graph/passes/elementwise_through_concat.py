@@ -5,12 +5,13 @@ to each input instead, so the concatenation can be written in place.
 
 for ``f`` a one-input elementwise operator (ReLU, clip, sigmoid...; ``ELEMWISE`` pattern, its
 attributes kept; not a ``random.*`` draw, whose values depend on the element's index), when
-``f`` is the concatenation's only reader and every ``xi`` is computed by an operator call
-(not a parameter or a constant). Element by element the two sides compute the same ``f(x)``. The point is fusion: each ``f(xi)`` fuses into the epilogue of ``xi``'s producer
-(a convolution, a pooling), and the concatenation, now with kernel outputs for inputs, runs no
-kernel (``driver.concat_in_place``: the producers store into their slices). Before, ``f``
-fused with the concatenation into one copy kernel over the whole tensor (ShuffleNet's stride-2
-units: ``relu(concat(gconv(..), avg_pool(..)))``).
+``f`` is the concatenation's only reader and every ``xi`` is computed by an operator call (not
+a parameter or a constant). Element by element the two sides compute the same ``f(x)``. The
+point is fusion: each ``f(xi)`` fuses into the epilogue of ``xi``'s producer (a convolution, a
+pooling), and the concatenation, now with kernel outputs for inputs, runs no kernel
+(``driver.concat_in_place``: the producers store into their slices). Before, ``f`` fused with
+the concatenation into one copy kernel over the whole tensor (ShuffleNet's stride-2 units:
+``relu(concat(gconv(..), avg_pool(..)))``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """The compiled-model cache: ``ember.compile`` of a model it has compiled before loads the saved
 artifact instead of running the passes, schedules and code generation again (warm compile).
 
-The key is a digest of the ONNX model (``proto_digest``: its weights' bytes and its structure), the target, the input ``shapes`` (which may name
-symbols), the ``dynamic=`` symbols and bounds of a symbolic compile, the current
-``PassContext`` (opt_level, disabled/required passes, config) and ember's own source code (so a
-changed compiler never serves a stale program). Entries are artifacts under
-``<kernel cache>/models/``; the folder is pruned to ``MAX_BYTES`` (oldest first). The cache is
-skipped when tuning records are being applied or pass instruments are set (their effects are
-not part of the key), and when ``EMBER_NO_MODEL_CACHE=1``.
+The key is a digest of the ONNX model (``proto_digest``: its weights' bytes and its structure),
+the target (with ``$CC``, ``$EMBER_CFLAGS`` and, for ``-mcpu=native``, the host CPU's flags),
+the input ``shapes`` (which may name symbols), the ``dynamic=`` symbols and bounds of a
+symbolic compile, the current ``PassContext`` (opt_level, disabled/required passes, config) and
+ember's own source code (so a changed compiler never serves a stale program). Entries are
+artifacts under ``<kernel cache>/models/``; the folder is pruned to ``MAX_BYTES`` (oldest
+first). The cache is skipped when tuning records are being applied or pass instruments are set
+(their effects are not part of the key), and when ``EMBER_NO_MODEL_CACHE=1``.
 """
 
 from __future__ import annotations
@@ -138,12 +139,42 @@ def cache_key(model_bytes, target, shapes, ctx, dynamic=None) -> str | None:
             "disabled": sorted(getattr(ctx, "disabled_pass", ()) or ()),
             "required": sorted(getattr(ctx, "required_pass", ()) or ()),
             "config": sorted((k, repr(v)) for k, v in (ctx.config or {}).items()),
+            "toolchain": _toolchain_desc(target),
             "ember": source_digest()}
     if dynamic is not None:
         desc["dynamic"] = _dynamic_desc(dynamic)
     h = hashlib.sha256(json.dumps(desc, sort_keys=True).encode())
     h.update(model_bytes() if callable(model_bytes) else hashlib.sha256(model_bytes).digest())
     return h.hexdigest()
+
+
+def _toolchain_desc(target) -> list:
+    """What the machine code depends on besides the target string: ``$CC``, ``$EMBER_CFLAGS``
+    (a ``-march`` there, for a portable artifact) and, for ``-mcpu=native``, the host CPU
+    (``host_cpu_flags``), which a cache folder shared between machines may not share."""
+    native = getattr(target, "is_gpu", False) is False and \
+        getattr(target, "mcpu", "native") == "native"
+    return [os.environ.get("CC", ""), os.environ.get("EMBER_CFLAGS", ""),
+            host_cpu_flags() if native else ""]
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu_flags() -> str:
+    """The host CPU's feature flags (``/proc/cpuinfo``; elsewhere the C compiler's
+    ``-march=native`` features), what ``-mcpu=native`` code is built for. Read once: a warm
+    compile asks no compiler."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):  # x86 / ARM
+                    return " ".join(sorted(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    try:
+        from .target import Target
+        return " ".join(sorted(Target("llvm").features))
+    except Exception:  # noqa: BLE001 - no compiler to ask: the build will say so
+        return ""
 
 
 def _dynamic_desc(dynamic):

@@ -183,3 +183,20 @@ def test_proto_digest_does_not_serialize_the_model(monkeypatch):
     raw = [n for tag, n in calls if tag == b"R" + (9).to_bytes(4, "little")]
     assert sorted(raw) == [24, 2400]  # TensorProto.raw_data (field 9) of both weights
     assert max(n for tag, n in calls if not tag.startswith(b"R")) < whole - 2400
+
+
+def test_changed_compile_flags_or_host_cpu_are_not_served_the_old_build(own_cache, monkeypatch):
+    # EMBER_CFLAGS (e.g. -march=x86-64-v2 for a portable artifact) and the host CPU that
+    # -mcpu=native resolves to change the machine code: a model compiled before under other
+    # flags or on another CPU (a shared cache folder) must be built again, not loaded
+    monkeypatch.delenv("EMBER_CFLAGS", raising=False)
+    assert not ember.compile(_model(B0)).info.get("cache_hit")
+    assert ember.compile(_model(B0)).info.get("cache_hit")
+    monkeypatch.setenv("EMBER_CFLAGS", "-DEMBER_CACHE_KEY_TEST=1")
+    c = ember.compile(_model(B0))
+    assert not c.info.get("cache_hit")
+    np.testing.assert_array_equal(c.run({"x": X})[0], X + B0)
+    assert ember.compile(_model(B0)).info.get("cache_hit")
+    from ember import compile_cache
+    monkeypatch.setattr(compile_cache, "host_cpu_flags", lambda: "fpu sse sse2")
+    assert not ember.compile(_model(B0)).info.get("cache_hit")

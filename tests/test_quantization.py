@@ -233,6 +233,12 @@ def test_cli_quantize_and_compile(tmp_path, capsys):
     assert "InputError" in capsys.readouterr().err
 
 
+def test_one_feed_dict_for_calibration_says_so():
+    f = feeds(1)[0]
+    with pytest.raises(InputError, match="one input dict"):
+        ember.compile(small_cnn(), quantize="int8", calibration=f)
+
+
 def test_cli_quantize_unwritable_output_is_a_typed_error(tmp_path, capsys):
     from ember.cli import main
     src = tmp_path / "m.onnx"

@@ -99,6 +99,9 @@ def select_layers(func: Function, params: Mapping[str, np.ndarray],
 
 
 def _check_feed(i: int, feed, inputs: dict) -> dict:
+    if isinstance(feed, str) and feed in inputs:  # calibration= was one dict: its keys
+        raise InputError(f"calibration= is one input dict (its keys were iterated as feeds); "
+                         f"give an iterable of input dicts, e.g. calibration=[feed]")
     if not isinstance(feed, Mapping):
         raise InputError(f"calibration feed {i} is a {type(feed).__name__}; each feed must be a "
                          f"dict of input name -> array (inputs: {sorted(inputs)})")

@@ -134,7 +134,8 @@ def cache_key(model_bytes, target, shapes, ctx, dynamic=None) -> str | None:
             return None
     except ImportError:  # pragma: no cover
         pass
-    desc = {"target": str(target), "shapes": {k: list(v) for k, v in (shapes or {}).items()},
+    desc = {"target": str(target),
+            "shapes": {k: [_dim(d) for d in v] for k, v in (shapes or {}).items()},
             "opt_level": ctx.opt_level,
             "disabled": sorted(getattr(ctx, "disabled_pass", ()) or ()),
             "required": sorted(getattr(ctx, "required_pass", ()) or ()),
@@ -146,6 +147,14 @@ def cache_key(model_bytes, target, shapes, ctx, dynamic=None) -> str | None:
     h = hashlib.sha256(json.dumps(desc, sort_keys=True).encode())
     h.update(model_bytes() if callable(model_bytes) else hashlib.sha256(model_bytes).digest())
     return h.hexdigest()
+
+
+def _dim(d):
+    """A ``shapes=`` dimension for the JSON key: a symbol name as it is, a NumPy integer as
+    the ``int`` it equals (the importer takes both)."""
+    if d is None or isinstance(d, str):
+        return d
+    return int(d) if hasattr(d, "__index__") else repr(d)
 
 
 def _toolchain_desc(target) -> list:

@@ -200,3 +200,18 @@ def test_changed_compile_flags_or_host_cpu_are_not_served_the_old_build(own_cach
     from ember import compile_cache
     monkeypatch.setattr(compile_cache, "host_cpu_flags", lambda: "fpu sse sse2")
     assert not ember.compile(_model(B0)).info.get("cache_hit")
+
+
+def test_shapes_given_as_numpy_integers_share_the_key_of_python_ints(own_cache):
+    # shapes= dimensions computed with NumPy (np.int64, an array) are valid for the importer;
+    # the key (JSON) raised "Object of type int64 is not JSON serializable"
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = -np.ones((4, 3), np.float32)
+    assert not ember.compile(m, shapes={"x": (4, 3)}).info.get("cache_hit")
+    for shp in ((np.int64(4), 3), np.array([4, 3]), [np.int32(4), np.int32(3)]):
+        c = ember.compile(m, shapes={"x": shp})
+        assert c.info.get("cache_hit")
+        np.testing.assert_array_equal(c.run({"x": x})[0], np.zeros((4, 3), np.float32))

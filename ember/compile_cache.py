@@ -192,7 +192,7 @@ def _dynamic_desc(dynamic):
     if isinstance(dynamic, bool):
         return dynamic
     if isinstance(dynamic, Mapping):
-        return sorted([str(k), *(list(v) if v is not None else [None, None])]
+        return sorted([str(k), *([_dim(d) for d in v] if v is not None else [None, None])]
                       for k, v in dynamic.items())
     return repr(dynamic)
 

@@ -215,3 +215,7 @@ def test_shapes_given_as_numpy_integers_share_the_key_of_python_ints(own_cache):
         c = ember.compile(m, shapes={"x": shp})
         assert c.info.get("cache_hit")
         np.testing.assert_array_equal(c.run({"x": x})[0], np.zeros((4, 3), np.float32))
+    assert not ember.compile(m, dynamic={"n": (1, 8)}).info.get("cache_hit")
+    c = ember.compile(m, dynamic={"n": (np.int64(1), np.int64(8))})  # bounds too
+    assert c.info.get("cache_hit")
+    np.testing.assert_array_equal(c.run({"x": x[:3]})[0], np.zeros((3, 3), np.float32))

@@ -184,3 +184,27 @@ def test_whole_group_tile_matches_onnxruntime(hw):
     want = ort.InferenceSession(m.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert outputs_agree(cm.run({"x": x})[0], want)
+
+
+@pytest.mark.parametrize("hw, c, cg, strides, dil", [
+    ((9, 13), 96, 4, (1, 1), 1),    # several channel tiles, stride 1: tiles innermost
+    ((9, 13), 96, 4, (2, 2), 1),    # stride 2: tiles outermost
+    ((8, 7), 168, 8, (1, 1), 1),    # 21 groups of 8: a masked tail in every pixel row
+    ((8, 7), 168, 8, (1, 2), 1),    # only the width strided
+    ((11, 10), 64, 4, (1, 1), 2),   # dilated: kept tiles-outermost
+])
+def test_grouped_conv_loop_orders_match_reference(hw, c, cg, strides, dil):
+    """Both parallel orders (channel tiles inside the pixels at stride 1, outside otherwise)
+    against the NumPy reference, batch 2, with several channel tiles."""
+    from ember.tir.schedule.rules.depthwise import _strided
+    from ember.tir.schedule.rules.gemm import analyze
+    shapes = [(2, hw[0], hw[1], c), (c, cg, 3, 3), (c,)]
+    attrs = {"strides": list(strides), "pads": [dil] * 4, "group": c // cg,
+             "dilations": [dil, dil], "data_layout": "NHWC"}
+    f, xs, ref = _op_kernel("nn.conv", shapes, attrs, CLIP6, np.random.default_rng(3))
+    g = analyze(f)
+    assert _strided(g, g["sp"][2].extent) == (strides[1] > 1 or dil > 1)
+    s = schedule_default(f, "llvm")
+    assert s.attrs["schedule_rule"] == "depthwise_rule"
+    out = compile_prim_func(s).run(_packed(s, xs))[0]
+    np.testing.assert_allclose(out, np.clip(ref, 0, 6), rtol=1e-4, atol=1e-5)

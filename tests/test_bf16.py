@@ -84,6 +84,8 @@ def @main(%x: Tensor[({n}, {h}, {w_}, {c}), bfloat16], %w: Tensor[({o}, {c}, {k}
     (9, 16, 40, 3, 1, 1),   # padded 3x3 (the pad stage stays bf16), tail of 8 lanes
     (11, 6, 32, 1, 0, 2),   # strided 1x1, 3 channel pairs
     (8, 64, 64, 3, 0, 1),   # unpadded 3x3
+    (7, 1024, 64, 1, 0, 1),  # a bf16 1x1 over 1024 channels: not K-blocked (KBLOCK_MIN_K x 2)
+    (7, 2048, 32, 1, 0, 1),  # over 2048: K-blocked (the whole image's accumulators)
 ])
 def test_bf16_conv_nhwc_matches_rounded_reference(h, c, o, k, pad, stride):
     rng = np.random.default_rng(h + c + o)
@@ -92,6 +94,10 @@ def test_bf16_conv_nhwc_matches_rounded_reference(h, c, o, k, pad, stride):
     w = rng.standard_normal((o, c, k, k)).astype(BF16)
     model = ember.build(mod, "llvm", {"w": w})
     assert UKR in model.source
+    if c * k * k >= 1024:  # K-blocked: one float32 buffer of the whole image per channel tile
+        blocked = any(int(v) >= oh * ow * 16 for v in
+                      re.findall(r"float acc\d+\[(\d+)\]", model.source))
+        assert blocked == (c * k * k >= 2048), c * k * k
     y, = model.run({"x": x})
     xp = np.pad(x.astype(np.float64), [(0, 0), (pad, pad), (pad, pad), (0, 0)])
     cols = np.stack([xp[0, i * stride:i * stride + k, j * stride:j * stride + k, :]

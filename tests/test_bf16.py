@@ -84,6 +84,8 @@ def @main(%x: Tensor[({n}, {h}, {w_}, {c}), bfloat16], %w: Tensor[({o}, {c}, {k}
     (9, 16, 40, 3, 1, 1),   # padded 3x3 (the pad stage stays bf16), tail of 8 lanes
     (11, 6, 32, 1, 0, 2),   # strided 1x1, 3 channel pairs
     (8, 64, 64, 3, 0, 1),   # unpadded 3x3
+    (7, 1024, 64, 1, 0, 1),  # a bf16 1x1 over 1024 channels: not K-blocked (KBLOCK_MIN_K x 2)
+    (7, 2048, 32, 1, 0, 1),  # over 2048: K-blocked (the whole image's accumulators)
 ])
 def test_bf16_conv_nhwc_matches_rounded_reference(h, c, o, k, pad, stride):
     rng = np.random.default_rng(h + c + o)
@@ -92,6 +94,10 @@ def test_bf16_conv_nhwc_matches_rounded_reference(h, c, o, k, pad, stride):
     w = rng.standard_normal((o, c, k, k)).astype(BF16)
     model = ember.build(mod, "llvm", {"w": w})
     assert UKR in model.source
+    if c * k * k >= 1024:  # K-blocked: one float32 buffer of the whole image per channel tile
+        blocked = any(int(v) >= oh * ow * 16 for v in
+                      re.findall(r"float acc\d+\[(\d+)\]", model.source))
+        assert blocked == (c * k * k >= 2048), c * k * k
     y, = model.run({"x": x})
     xp = np.pad(x.astype(np.float64), [(0, 0), (pad, pad), (pad, pad), (0, 0)])
     cols = np.stack([xp[0, i * stride:i * stride + k, j * stride:j * stride + k, :]
@@ -440,3 +446,27 @@ def test_quantize_bf16_stem_stores_bf16_before_the_max_pool():
     ref, bound = _conv_ref(p, _bf16_round(w2))
     # the stem's float32 sums may round to the neighbouring bf16 value (an ulp, 2^-8)
     np.testing.assert_array_less(np.abs(got - ref), 2 ** -7 * bound + 1e-30)
+
+
+@needs_bf16
+@pytest.mark.parametrize("c,hw", [(64, 20), (48, 9)])
+def test_bf16_max_pool_keeps_its_running_max_in_float32_and_matches_bit_for_bit(c, hw):
+    # a bf16 NHWC max pool (3x3, stride 2, pad 1: ResNet's): the running max lives in a float32
+    # tile (the pooling rule's float32 cache_write), rounded once on the way out; max of bf16
+    # values is a bf16 value, so the result equals NumPy's max over the padded windows exactly
+    oh = (hw + 2 - 3) // 2 + 1
+    mod = IRModule.from_text(f"""
+def @main(%x: Tensor[(1, {hw}, {hw}, {c}), bfloat16]) {{
+  %0 = nn.max_pool(%x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], dilations=null, ceil_mode=0, data_layout="NHWC") : Tensor[(1, {oh}, {oh}, {c}), bfloat16]
+  return %0
+}}""")
+    model = ember.build(mod, "llvm", {})
+    assert re.search(r"float acc\d+\[\d+\]", model.source), "no float32 running-max tile"
+    rng = np.random.default_rng(c + hw)
+    x = rng.standard_normal((1, hw, hw, c)).astype(BF16)
+    x[0, 0, 0, :4] = -np.inf
+    got = np.asarray(model.run({"x": x})[0])
+    xp = np.pad(x.astype(np.float32), [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=-np.inf)
+    ref = np.max([xp[:, i:i + 2 * oh:2, j:j + 2 * oh:2] for i in range(3) for j in range(3)],
+                 axis=0).astype(BF16)
+    assert got.dtype == ref.dtype and got.view(np.uint16).tolist() == ref.view(np.uint16).tolist()

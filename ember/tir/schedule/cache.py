@@ -107,7 +107,7 @@ def cache_read(sch, block: str, index: int, scope: str) -> str:
     return name
 
 
-def cache_write(sch, block: str, index: int, scope: str) -> str:
+def cache_write(sch, block: str, index: int, scope: str, dtype: str | None = None) -> str:
     """Implementation of ``Schedule.cache_write`` on ``sch`` (rewrites ``sch.body`` in place;
     ``Schedule.cache_write`` records it and restores the function if this raises).
     Returns the name of the inserted copy-out block.
@@ -129,7 +129,7 @@ def cache_write(sch, block: str, index: int, scope: str) -> str:
             raise ScheduleError(f"{prim}: block {b.name!r} also accesses {buf.name} inside the "
                                 f"same loop nest as {block!r}; it would see the stale original")
     name = _unique_name(sch, f"{buf.name}_{scope}")
-    nb = Buffer(f"{buf.name}_{scope}", buf.shape, buf.dtype, scope)
+    nb = Buffer(f"{buf.name}_{scope}", buf.shape, dtype or buf.dtype, scope)
 
     def fn(b, i):
         return (nb, i) if b is buf else (b, i)

@@ -186,12 +186,15 @@ class Schedule:
         return self._do(T.CacheRead(block, read_buffer_index, scope), cache_read, block,
                         read_buffer_index, scope)
 
-    def cache_write(self, block: str, write_buffer_index: int, scope: str = "local") -> str:
+    def cache_write(self, block: str, write_buffer_index: int, scope: str = "local",
+                    dtype: str | None = None) -> str:
         """Make ``block`` write a new ``scope`` buffer copied out to the original afterwards;
-        returns the copy block's name."""
+        returns the copy block's name. ``dtype``: the new buffer's element type (default the
+        original's; ``"float32"`` keeps a bfloat16 reduction's running value unrounded in
+        float32, rounded once by the copy-out)."""
         from .cache import cache_write
-        return self._do(T.CacheWrite(block, write_buffer_index, scope), cache_write, block,
-                        write_buffer_index, scope)
+        return self._do(T.CacheWrite(block, write_buffer_index, scope, dtype), cache_write,
+                        block, write_buffer_index, scope, dtype)
 
     def compute_at(self, block: str, loop: LoopRV) -> None:
         """Move producer ``block`` under ``loop`` of its consumers, computing only the region

@@ -90,6 +90,7 @@ class CacheWrite:
     block: str
     buffer_index: int
     scope: str
+    dtype: str | None = None  # the new buffer's element type (None: the original's)
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def apply_action(sch: "Schedule", a) -> None:
     elif isinstance(a, CacheRead):
         sch.cache_read(a.block, a.buffer_index, a.scope)
     elif isinstance(a, CacheWrite):
-        sch.cache_write(a.block, a.buffer_index, a.scope)
+        sch.cache_write(a.block, a.buffer_index, a.scope, a.dtype)
     elif isinstance(a, ComputeAt):
         sch.compute_at(a.block, _loop(sch, a.loop))
     elif isinstance(a, ReverseComputeAt):

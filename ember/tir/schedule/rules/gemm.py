@@ -610,6 +610,11 @@ def _spatial_loops(sch: Schedule, block: str, g) -> list | None:
 
 KBLOCK_TILE_BYTES = 40 * 1024  # the accumulators of one output-channel tile of a whole image
 KBLOCK_MIN_K = 1024
+# a bf16 GEMM's weights are half the bytes per reduction element: the reduction is blocked from
+# twice the length (the same weight-slice bytes). ResNet-50's 1x1 convolutions over 1024
+# channels (the stage-4 projection, 7x7 x 1024 -> 2048, and the 14x14 1024 -> 256/512 ones) run
+# unblocked: the projection 0.84-0.90x per kernel paired in-process on a loaded host
+KBLOCK_MIN_K_BF16_SCALE = 2
 PREFETCH_MIN_B_BYTES = 2 << 20
 KBLOCK_PREFETCH = 1  # K-blocked schedules' default (next kc x nr weight slice into L2)
 
@@ -859,7 +864,8 @@ def _kblock_plan(g, mr: int, nr: int, lanes: int, max_acc: int, kc: int | None =
     for iv in rd:
         k_total *= iv.extent
     inner = rd[-1]  # the contiguous reduction dim (input channels)
-    if kc is None and (k_total < KBLOCK_MIN_K or inner.extent < 64 or o_iv.extent < 2):
+    min_k = KBLOCK_MIN_K * (KBLOCK_MIN_K_BF16_SCALE if g["bf16"] else 1)
+    if kc is None and (k_total < min_k or inner.extent < 64 or o_iv.extent < 2):
         return None
     while nr > lanes and o_iv.extent * mr * nr * 4 > KBLOCK_TILE_BYTES:
         if nr % 2 or (nr // 2) % lanes or g["n"].extent % (nr // 2):

@@ -20,6 +20,11 @@ from .gemm import _lane_stride, _loop_of, _spatial_loops
 from .generic import finish_generic
 
 
+# a bfloat16 reduction result keeps its running value in a float32 tile (``pooling_rule``);
+# False: in the bf16 output itself (the A/B baseline)
+BF16_FLOAT32_TILE = True
+
+
 def _parts(func: PrimFunc):
     blocks = blocks_in(func.body)
     reds = [b for b in blocks if b.init is not None]
@@ -63,7 +68,14 @@ def pooling_rule(func: PrimFunc, target: Target) -> Schedule | None:
     if nt is None:
         return None
     sch = Schedule(func)
-    out_block = g["epi"].name if g["epi"] is not None else R.name
+    epi = g["epi"].name if g["epi"] is not None else None
+    if epi is None and BF16_FLOAT32_TILE and R.body.buffer.dtype == "bfloat16":
+        # a bfloat16 result (the bf16 max pool) keeps its running value in a float32 tile
+        # (registers once vectorized), rounded once by the copy-out, instead of a round trip
+        # through the bf16 output (a rounding and a widening) per reduction step; max of
+        # bf16 values is a bf16 value, so the one rounding is exact and the result unchanged
+        epi = sch.cache_write(R.name, 0, "local", "float32")
+    out_block = epi if epi is not None else R.name
     sp_loops = _spatial_loops(sch, out_block, {"sp": g["sp"]})
     if sp_loops is None or sp_loops[-1] is None:
         return None
@@ -75,7 +87,7 @@ def pooling_rule(func: PrimFunc, target: Target) -> Schedule | None:
     if not par_loops:
         return None
     par = sch.fuse(*par_loops) if len(par_loops) > 1 else par_loops[0]
-    if g["epi"] is not None:
+    if epi is not None:
         sch.compute_at(R.name, par)
     sp_n = _loop_of(sch, R.name, n_iv)
     rd_loops = [x for x in (_loop_of(sch, R.name, iv) for iv in g["rd"]) if x is not None]
@@ -85,9 +97,8 @@ def pooling_rule(func: PrimFunc, target: Target) -> Schedule | None:
     init = sch.decompose_reduction(R.name, rd_loops[0])
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sp_n)
-    if g["epi"] is not None:
-        sch.vectorize(sch.get_loops(g["epi"].name)[-1])
+    if epi is not None:
+        sch.vectorize(sch.get_loops(epi)[-1])
     sch.parallel(par)
-    finish_generic(sch, target, skip={R.name, init} | (
-        {g["epi"].name} if g["epi"] is not None else set()))
+    finish_generic(sch, target, skip={R.name, init} | ({epi} if epi is not None else set()))
     return sch

@@ -163,9 +163,9 @@ def cmd_compile(args) -> int:
     ctx, timing = _pass_context(args)
     t0 = time.perf_counter()
     with ctx, records_context(args.records) as tuned:
-        qkw = {} if not getattr(args, "quantize", None) else dict(
-            quantize=args.quantize, calibration=args.calibration, calibrate=args.calibrate,
-            executor="static")
+        qkw = {} if not (getattr(args, "quantize", None) or getattr(args, "calibration", None)) \
+            else dict(quantize=args.quantize, calibration=args.calibration,
+                      calibrate=args.calibrate, executor="static")
         model = ember.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
                               **qkw)
     dt = time.perf_counter() - t0

@@ -668,14 +668,19 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
     Raises:
         ModelLoadError, UnsupportedOpError, ShapeMismatchError, ToolchainError, CodegenError;
         ValueError for an unknown ``executor``; QuantizationError / InputError for
-        quantization (see ``ember.quantize``); ``TorchExportError`` when torch cannot capture
-        a module.
+        quantization (see ``ember.quantize``), and InputError for ``calibration`` without
+        ``quantize="int8"``; ``TorchExportError`` when torch cannot capture a module.
     """
     if _is_torch_module(model):
         from .frontend.torch import compile_module
         return compile_module(model, example_inputs, target, dynamic_shapes)
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if calibration is not None and quantize != "int8":
+        from .errors import InputError  # a calibration set would be silently ignored
+        raise InputError(f"calibration= is used only by quantize='int8' (got quantize="
+                         f"{quantize!r}): pass quantize='int8' to quantize with it, or drop "
+                         f"calibration= ({quantize or 'float32'} needs no calibration)")
     if quantize in MIXED_PRECISION:  # float16 / bfloat16 compute (ToMixedPrecision)
         tgt = Target(target)
         if MIXED_PRECISION[quantize] == "bfloat16" and not (tgt.is_gpu or tgt.is_npu):

@@ -384,3 +384,22 @@ def test_fused_qdq_elementwise_kernels_equal_onnxruntime(isa, dtype):
     got = ember.compile(model, target=f"llvm -isa={isa}").run(x)[0]
     want = qdq_reference(model.SerializeToString(), x)[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("quantize", [None, "bf16", "fp16"])
+def test_calibration_without_int8_is_an_input_error(quantize):
+    """A calibration set with no int8 quantization would be silently ignored: refused."""
+    with pytest.raises(InputError, match="used only by quantize='int8'"):
+        ember.compile(small_cnn(), quantize=quantize, calibration=feeds(2))
+
+
+def test_cli_compile_calibration_without_int8_exits_2(tmp_path, capsys):
+    from ember.cli import main
+    src = tmp_path / "m.onnx"
+    onnx.save(small_cnn(), src)
+    np.savez(tmp_path / "cal.npz",
+             x=np.random.default_rng(0).normal(0, 1, (2,) + SHAPE).astype(np.float32))
+    assert main(["compile", str(src), "--calibration", str(tmp_path / "cal.npz"),
+                 "-o", str(tmp_path / "m.ember")]) == 2
+    assert "used only by quantize='int8'" in capsys.readouterr().err
+    assert not (tmp_path / "m.ember").exists()

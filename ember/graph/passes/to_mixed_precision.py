@@ -86,19 +86,8 @@ def mixed_precision_function(func: Function, low: str, allow, deny) -> Function:
             res = [rw.emit("cast", args, b.call.attrs)]
         else:
             res = None
-        if res is None:
-            if any(x is not y for x, y in zip(args, b.call.args)):
-                res = list(_as_tuple(rw.emit(op, args, b.call.attrs)))
-            else:
-                rw.emit_binding(b)
-                continue
-        for o, r in zip(b.outputs, res):
-            rw.replace(o, r)
-    outs = []
-    for o in func.outputs:
-        v = rw.lookup(o)
-        outs.append(_cast(rw, v, o.type.dtype) if v.type.dtype != o.type.dtype else v)
-    return Function(list(func.params), rw.bindings, outs, func.name, dict(func.attrs))
+        _emit_rewritten(rw, b, op, args, res)
+    return _finish(rw, func)
 
 
 def bf16_gemm_eligible(op: str, args: list, attrs: dict) -> bool:
@@ -266,19 +255,8 @@ def bf16_compute_function(func: Function, allow, deny) -> Function:
                 res = list(_as_tuple(rw.emit(op, a16, b.call.attrs)))
             elif op == "cast" and args[0].type.dtype == low:
                 res = [rw.emit("cast", args, b.call.attrs)]
-        if res is None:
-            if any(x is not y for x, y in zip(args, b.call.args)):
-                res = list(_as_tuple(rw.emit(op, args, b.call.attrs)))
-            else:
-                rw.emit_binding(b)
-                continue
-        for o, r in zip(b.outputs, res):
-            rw.replace(o, r)
-    outs = []
-    for o in func.outputs:
-        v = rw.lookup(o)
-        outs.append(_cast(rw, v, o.type.dtype) if v.type.dtype != o.type.dtype else v)
-    return Function(list(func.params), rw.bindings, outs, func.name, dict(func.attrs))
+        _emit_rewritten(rw, b, op, args, res)
+    return _finish(rw, func)
 
 
 def _as_tuple(v):
@@ -330,3 +308,27 @@ def bf16_compute() -> bool:
 
 __all__ = ["ToMixedPrecision", "ALLOW", "DENY", "active_dtype", "bf16_gemm_eligible",
            "bf16_compute", "bf16_compute_function"]
+
+
+def _emit_rewritten(rw, b, op: str, args: list, res) -> None:
+    """Bind binding ``b``'s outputs to ``res`` (the rewritten values), or, with ``res`` None, to
+    ``op`` re-emitted over the rewritten ``args`` (the binding itself when no argument
+    changed)."""
+    if res is None:
+        if any(x is not y for x, y in zip(args, b.call.args)):
+            res = list(_as_tuple(rw.emit(op, args, b.call.attrs)))
+        else:
+            rw.emit_binding(b)
+            return
+    for o, r in zip(b.outputs, res):
+        rw.replace(o, r)
+
+
+def _finish(rw, func: Function) -> Function:
+    """The rewritten function, its outputs cast back to the original output dtypes (the model's
+    outputs keep their dtypes)."""
+    outs = []
+    for o in func.outputs:
+        v = rw.lookup(o)
+        outs.append(_cast(rw, v, o.type.dtype) if v.type.dtype != o.type.dtype else v)
+    return Function(list(func.params), rw.bindings, outs, func.name, dict(func.attrs))

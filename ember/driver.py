@@ -676,7 +676,7 @@ def compile(model, target: "str | Target" = "llvm",  # noqa: A001 - the public v
         return compile_module(model, example_inputs, target, dynamic_shapes)
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    if calibration is not None and quantize != "int8":
+    if calibration is not None and (quantize is None or quantize in MIXED_PRECISION):
         from .errors import InputError  # a calibration set would be silently ignored
         raise InputError(f"calibration= is used only by quantize='int8' (got quantize="
                          f"{quantize!r}): pass quantize='int8' to quantize with it, or drop "

@@ -11,7 +11,7 @@ from ember.benchmark import outputs_agree
 from ember.graph import IRModule, structural_equal
 from ember.graph.passes import ElementwiseThroughConcat
 
-from pass_helpers import check_pass_text
+from pass_helpers import check_pass_text, shuffle_unit_body
 
 BEFORE = """
 def @main(%x: Tensor[(1, 4, 5, 6), float32], %y: Tensor[(1, 4, 5, 3), float32]) {
@@ -52,37 +52,8 @@ def _shuffle_unit(c_in=20, c_mid=12, groups=4, hw=9, seed=0):
     """A ShuffleNet stride-2 unit on an odd image: grouped 1x1 conv + BN + ReLU, channel
     shuffle, depthwise 3x3 stride 2 + BN, grouped 1x1 conv + BN, beside a 3x3 stride-2 average
     pool of the input; concatenation + ReLU, read by a 1x1 convolution."""
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def w(name, shape, scale=0.3):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def bn(x, c, out):
-        s = w(out + "_s", (c,)), w(out + "_b", (c,)), w(out + "_m", (c,))
-        inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32),
-                                             out + "_v"))
-        nodes.append(helper.make_node("BatchNormalization", [x, *s, out + "_v"], [out]))
-        return out
-
-    nodes.append(helper.make_node("Conv", ["x", w("w1", (c_mid, c_in // groups, 1, 1))], ["c1"],
-                                  group=groups))
-    bn("c1", c_mid, "b1")
-    nodes.append(helper.make_node("Relu", ["b1"], ["r1"]))
-    inits.append(numpy_helper.from_array(
-        np.array([1, groups, c_mid // groups, hw, hw], np.int64), "s5"))
-    inits.append(numpy_helper.from_array(np.array([1, c_mid, hw, hw], np.int64), "s4"))
-    nodes.append(helper.make_node("Reshape", ["r1", "s5"], ["sh1"]))
-    nodes.append(helper.make_node("Transpose", ["sh1"], ["sh2"], perm=[0, 2, 1, 3, 4]))
-    nodes.append(helper.make_node("Reshape", ["sh2", "s4"], ["sh3"]))
-    nodes.append(helper.make_node("Conv", ["sh3", w("wd", (c_mid, 1, 3, 3))], ["d"],
-                                  group=c_mid, strides=[2, 2], pads=[1, 1, 1, 1]))
-    bn("d", c_mid, "bd")
-    nodes.append(helper.make_node("Conv", ["bd", w("w2", (c_mid, c_mid // groups, 1, 1))],
-                                  ["c2"], group=groups))
-    bn("c2", c_mid, "b2")
+    nodes, inits, w = shuffle_unit_body(c_in, c_mid, c_mid, groups, groups, groups, hw, 2,
+                                        seed)
     nodes.append(helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[3, 3],
                                   strides=[2, 2], pads=[1, 1, 1, 1]))
     nodes.append(helper.make_node("Concat", ["b2", "p"], ["cat"], axis=1))

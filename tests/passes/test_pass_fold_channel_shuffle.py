@@ -7,11 +7,12 @@ onnxruntime, with the shuffle gone from the compiled plan where the pass applies
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import ember
 from ember.benchmark import outputs_agree
 from ember.ops import get_op
+from pass_helpers import shuffle_unit_body
 
 
 def _onnx_shuffle_nchw(x, g):
@@ -39,37 +40,7 @@ def test_reference_is_shuffle_then_grouped_conv(C, M, gc, gs):
 def _unit(c_in, c_mid, c_out, g1, gs, g2, hw, stride, seed=0):
     """gconv(g1) + BN + ReLU -> channel shuffle (gs) -> depthwise 3x3 (stride) + BN ->
     gconv(g2) + BN, plus ReLU (the stride-1 units' residual add when the shapes allow)."""
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def w(name, shape, scale=0.3):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def bn(x, c, out):
-        s = w(out + "_s", (c,)), w(out + "_b", (c,)), w(out + "_m", (c,))
-        inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32),
-                                             out + "_v"))
-        nodes.append(helper.make_node("BatchNormalization", [x, *s, out + "_v"], [out]))
-        return out
-
-    nodes.append(helper.make_node("Conv", ["x", w("w1", (c_mid, c_in // g1, 1, 1))], ["c1"],
-                                  group=g1))
-    bn("c1", c_mid, "b1")
-    nodes.append(helper.make_node("Relu", ["b1"], ["r1"]))
-    inits.append(numpy_helper.from_array(
-        np.array([1, gs, c_mid // gs, hw, hw], np.int64), "s5"))
-    inits.append(numpy_helper.from_array(np.array([1, c_mid, hw, hw], np.int64), "s4"))
-    nodes.append(helper.make_node("Reshape", ["r1", "s5"], ["sh1"]))
-    nodes.append(helper.make_node("Transpose", ["sh1"], ["sh2"], perm=[0, 2, 1, 3, 4]))
-    nodes.append(helper.make_node("Reshape", ["sh2", "s4"], ["sh3"]))
-    nodes.append(helper.make_node("Conv", ["sh3", w("wd", (c_mid, 1, 3, 3))], ["d"],
-                                  group=c_mid, strides=[stride, stride], pads=[1, 1, 1, 1]))
-    bn("d", c_mid, "bd")
-    nodes.append(helper.make_node("Conv", ["bd", w("w2", (c_out, c_mid // g2, 1, 1))],
-                                  ["c2"], group=g2))
-    bn("c2", c_out, "b2")
+    nodes, inits, _ = shuffle_unit_body(c_in, c_mid, c_out, g1, gs, g2, hw, stride, seed)
     last = "b2"
     if stride == 1 and c_out == c_in:
         nodes.append(helper.make_node("Add", ["b2", "x"], ["sum"]))

@@ -41,36 +41,20 @@ class ResidualCallback(PatternCallback):
                                             is_constant())
 
     def callback(self, m):
-        P = m.producer
         qb, ab, relu = quantize_root(m)
         so, zo = _scalar(qb.call.args[1]), _scalar(qb.call.args[2])
         out_dtype = qb.call.attrs["out_dtype"]
         if so is None or zo is None or not so > 0:
             return None
         for i in (0, 1):
-            dqc, dqs = P(ab.call.args[i]), P(ab.call.args[1 - i])
-            c, s = dqc.call.args[0], dqs.call.args[0]
-            cb = P(c)
-            if cb is None or cb.call.op != "qnn.conv2d" or len(cb.call.args) != 4:
+            side = _conv_and_residual(m, ab, i)
+            if side is None:
                 continue
-            ca = cb.call.attrs
-            if ca.get("w_layout") != "blocked" or ca.get("layout") not in ("nhwc", "rows",
-                                                                          "nchw_nhwc"):
-                continue
-            if m.uses(c) != 1 or m.uses(ab.call.args[i]) != 1:
-                continue
-            sc, zc = _scalar(dqc.call.args[1]), _scalar(dqc.call.args[2])
-            ss, zs = _scalar(dqs.call.args[1]), _scalar(dqs.call.args[2])
-            if None in (sc, zc, ss, zs) or int(zc) != int(ca["y_zp"]) or \
-                    s.type.dtype not in QDTYPES or tuple(s.type.shape) != tuple(c.type.shape):
-                continue
+            args, attrs = side
             lo, hi = QDTYPES[out_dtype]
-            attrs = {**ca, "mid_dtype": ca["out_dtype"], "out_dtype": out_dtype,
-                     "c_scale": float(sc), "s_scale": float(ss), "s_zp": int(zs),
-                     "o_scale": float(so), "o_zp": int(zo),
-                     "o_lo": max(lo, int(zo)) if relu else lo, "o_hi": hi}
-            args = [m.rw.lookup(v) for v in cb.call.args] + [m.rw.lookup(s)]
-            return m.emit("qnn.conv2d", args, attrs)
+            return m.emit("qnn.conv2d", args, {
+                **attrs, "out_dtype": out_dtype, "o_scale": float(so), "o_zp": int(zo),
+                "o_lo": max(lo, int(zo)) if relu else lo, "o_hi": hi})
         return None
 
 
@@ -97,30 +81,46 @@ class FloatResidualCallback(PatternCallback):
                 return None
         if m.root.type.dtype != "float32":
             return None
+        if relu and m.uses(root.call.args[0]) != 1:
+            return None
         for i in (0, 1):
-            dqc, dqs = P(ab.call.args[i]), P(ab.call.args[1 - i])
-            c, s = dqc.call.args[0], dqs.call.args[0]
-            cb = P(c)
-            if cb is None or cb.call.op != "qnn.conv2d" or len(cb.call.args) != 4:
+            side = _conv_and_residual(m, ab, i, float_requant_only=True)
+            if side is None:
                 continue
-            ca = cb.call.attrs
-            if ca.get("w_layout") != "blocked" or ca.get("requant", "float") != "float" or \
-                    ca.get("layout") not in ("nhwc", "rows", "nchw_nhwc"):
-                continue
-            if m.uses(c) != 1 or m.uses(ab.call.args[i]) != 1 or \
-                    (relu and m.uses(root.call.args[0]) != 1):
-                continue
-            sc, zc = _scalar(dqc.call.args[1]), _scalar(dqc.call.args[2])
-            ss, zs = _scalar(dqs.call.args[1]), _scalar(dqs.call.args[2])
-            if None in (sc, zc, ss, zs) or int(zc) != int(ca["y_zp"]) or \
-                    s.type.dtype not in QDTYPES or tuple(s.type.shape) != tuple(c.type.shape):
-                continue
-            attrs = {**ca, "mid_dtype": ca["out_dtype"], "out_dtype": "float32",
-                     "c_scale": float(sc), "s_scale": float(ss), "s_zp": int(zs),
-                     "o_relu": relu}
-            args = [m.rw.lookup(v) for v in cb.call.args] + [m.rw.lookup(s)]
-            return m.emit("qnn.conv2d", args, attrs)
+            args, attrs = side
+            return m.emit("qnn.conv2d", args, {**attrs, "out_dtype": "float32", "o_relu": relu})
         return None
+
+
+def _conv_and_residual(m, ab, i: int, float_requant_only: bool = False):
+    """Side ``i`` of the residual ``add(dequantize(a), dequantize(b))`` ``ab`` as a fusable
+    pair: operand ``i`` the dequantized output of a blocked-weight channels-last
+    ``qnn.conv2d`` read only here, operand ``1 - i`` the dequantized residual ``s`` of the
+    conv's output shape. Returns ``(args, attrs)``: the conv's rewritten arguments plus ``s``,
+    and its attributes with the residual's (``mid_dtype``, ``c_scale``, ``s_scale``,
+    ``s_zp``); None when the side does not fit (``float_requant_only``: also when the conv
+    requantizes in integers)."""
+    P = m.producer
+    dqc, dqs = P(ab.call.args[i]), P(ab.call.args[1 - i])
+    c, s = dqc.call.args[0], dqs.call.args[0]
+    cb = P(c)
+    if cb is None or cb.call.op != "qnn.conv2d" or len(cb.call.args) != 4:
+        return None
+    ca = cb.call.attrs
+    if ca.get("w_layout") != "blocked" or ca.get("layout") not in ("nhwc", "rows", "nchw_nhwc"):
+        return None
+    if float_requant_only and ca.get("requant", "float") != "float":
+        return None
+    if m.uses(c) != 1 or m.uses(ab.call.args[i]) != 1:
+        return None
+    sc, zc = _scalar(dqc.call.args[1]), _scalar(dqc.call.args[2])
+    ss, zs = _scalar(dqs.call.args[1]), _scalar(dqs.call.args[2])
+    if None in (sc, zc, ss, zs) or int(zc) != int(ca["y_zp"]) or \
+            s.type.dtype not in QDTYPES or tuple(s.type.shape) != tuple(c.type.shape):
+        return None
+    attrs = {**ca, "mid_dtype": ca["out_dtype"], "c_scale": float(sc), "s_scale": float(ss),
+             "s_zp": int(zs)}
+    return [m.rw.lookup(v) for v in cb.call.args] + [m.rw.lookup(s)], attrs
 
 
 class Int8LayoutCallback(PatternCallback):

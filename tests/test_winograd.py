@@ -155,6 +155,8 @@ def test_strided_grouped_and_few_channel_convs_stay_direct():
     assert choose_tile(256, 256, 14, 14) == 2
     assert 49 < padded_rows(49, 256) <= 49 + 49 // 8   # 7x7 tiles: 7-row register blocks
     assert padded_rows(196, 64) == 196
+    # AVX2: 12 accumulators of 8 lanes take 6-row blocks, so 49 tiles pad to 9 blocks of 6
+    assert padded_rows(49, 256, 8, "avx2") == 54 and padded_rows(196, 64, 8, "avx2") % 6 == 0
     assert choose_tile(512, 512, 7, 7) is None      # 16 tiles: weight streaming dominates
     assert choose_tile(512, 512, 7, 7, batch=4) == 2
 

@@ -64,16 +64,21 @@ def choose_tile(c: int, k: int, oh: int, ow: int, batch: int = 1) -> int | None:
     return m
 
 
-def padded_rows(tiles: int, k: int, lanes: int = 16) -> int:
+def padded_rows(tiles: int, k: int, lanes: int = 16, isa: str = "avx512") -> int:
     """Rows of the batched GEMM for ``tiles`` tiles and ``k`` output channels: padded by up to
     1/8 with zero rows when that gives the micro-kernel a register block with more
     accumulators (49 tiles -- 7x7 -- only allow 7-row blocks: 7x32, 14 accumulators; 54 rows
-    take 6x64, 24), by the GEMM rule's own tile model (``lanes``: AVX-512)."""
+    take 6x64, 24), by the GEMM rule's own tile model for the target's ``isa`` and vector
+    ``lanes`` (float32 lanes: 16 on AVX-512, 8 on AVX2). An ISA without a register model
+    (scalar) keeps ``tiles``."""
     from ...tir.schedule.rules.gemm import choose_tile as gemm_tile
     from ...tir.schedule.tensorize import MAX_ACCUMULATORS
 
+    if isa not in MAX_ACCUMULATORS:
+        return tiles
+
     def acc(rows):
-        t = gemm_tile(rows, k, lanes, MAX_ACCUMULATORS["avx512"])
+        t = gemm_tile(rows, k, lanes, MAX_ACCUMULATORS[isa])
         return 0 if t is None else t[0] * -(-t[1] // lanes) * t[1] / (-(-t[1] // lanes) * lanes)
     best, best_score = tiles, acc(tiles)
     for rows in range(tiles + 1, tiles + tiles // 8 + 1):
@@ -81,6 +86,17 @@ def padded_rows(tiles: int, k: int, lanes: int = 16) -> int:
         if score > best_score * 1.1:
             best, best_score = rows, score
     return best
+
+
+def _target_lanes_isa() -> tuple[int, str]:
+    """``(float32 vector lanes, isa)`` of the build's target (``algorithm_scope``); AVX-512's
+    ``(16, "avx512")`` when no target is installed (a pass run outside ``ember.compile``)."""
+    name = _TARGET.get()
+    if not name:
+        return 16, "avx512"
+    from ...target import Target
+    t = Target(name)
+    return t.vector_lanes, t.isa
 
 
 _CHOOSER: contextvars.ContextVar = contextvars.ContextVar("ember_conv_algorithm", default=None)
@@ -174,7 +190,7 @@ def winograd_function(func, tile: int = 0):
             return None
         p = list(call.attrs.get("pads") or (0, 0, 0, 0))
         tiles = nb * num_tiles(oh, m) * num_tiles(ow, m)
-        rows = padded_rows(tiles, k)
+        rows = padded_rows(tiles, k, *_target_lanes_isa())
         v = rw.emit("nn.winograd_input", [x], {"tile": m, "pads": p, "num_tiles": rows},
                     name=f"{out.name}_wgi")
         hint = getattr(w, "name_hint", None)

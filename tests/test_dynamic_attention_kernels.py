@@ -23,6 +23,7 @@ from ember.runtime.kernel import compile_prim_func
 from ember.te.lower import create_prim_func
 from ember.tir.schedule.rules import schedule_default
 from ember.tir.symbolic import Symbol, normal_index
+from isa_marks import needs_avx512
 
 B, S = Symbol("batch"), Symbol("seq")
 SIZES = [(1, 1), (1, 7), (2, 16), (1, 17), (2, 33), (1, 64), (1, 100)]
@@ -72,8 +73,7 @@ def test_qk_transpose_with_symbolic_keys_tiles_and_matches_numpy():
     ("nn.log_softmax", [(B, S, S)], {"axis": -1}),
     ("nn.layer_norm", [(B, S, 64), (64,), (64,)], {"axis": -1, "epsilon": 1e-5}),
 ], ids=["softmax", "log_softmax", "layer_norm"])
-@pytest.mark.skipif("avx512f" not in __import__("ember").Target("llvm").features,
-                    reason="asserts the AVX-512 f32x16 vectors; this machine has no AVX-512")
+@needs_avx512("asserts the AVX-512 f32x16 vectors")
 def test_row_reduction_rule_on_symbolic_rows(op, shapes, attrs):
     g, attrs_n = _op_kernel(op, shapes, attrs)
     assert g.attrs.get("schedule_rule") == "row_reduction_rule", g.attrs.get("schedule_notes")
@@ -99,8 +99,7 @@ def test_row_reduction_rule_on_symbolic_rows(op, shapes, attrs):
     ((B, S, 64), (B, S, 4, 16), (0, 2, 1, 3)),     # split heads
     ((B, 4, S, 16), None, (0, 2, 1, 3)),           # merge heads (transpose then reshape)
 ])
-@pytest.mark.skipif("avx512f" not in __import__("ember").Target("llvm").features,
-                    reason="asserts the AVX-512 f32x16 vectors; this machine has no AVX-512")
+@needs_avx512("asserts the AVX-512 f32x16 vectors")
 def test_head_split_and_merge_are_plain_copies(src_shape, newshape, perm):
     x = te.placeholder(src_shape, "float32", "x")
     if newshape is not None:

@@ -19,6 +19,7 @@ from ember.te.lower import create_prim_func
 from ember.tir.schedule.rules import schedule_default
 from ember.tir.symbolic import Symbol
 from test_default_schedules import _packed
+from isa_marks import needs_avx512
 
 M = Symbol("m")
 B = Symbol("batch")
@@ -105,8 +106,7 @@ def test_tail_of_a_non_row_predicate_is_refused():
         sch.tensorize(ko, "gemm.avx512.f32")
 
 
-@pytest.mark.skipif("avx512f" not in __import__("ember").Target("llvm").features,
-                    reason="builds the AVX-512 micro-kernel; this machine has no AVX-512")
+@needs_avx512("builds the AVX-512 micro-kernel")
 def test_column_tail_of_a_lane_split():
     """A split of the lane loop that does not divide (24 columns in tiles of 16) is a column
     tail: the full-width call where the tile is in range, else calls of 8, 4, 2 and 1

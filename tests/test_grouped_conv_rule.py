@@ -20,6 +20,7 @@ from ember.tir.schedule.rules import schedule_default
 from ember.tir.schedule.rules.depthwise import choose_group_tile, depthwise_rule
 from test_default_schedules import _guarded, _op_kernel, _packed
 from test_depthwise_rule import CLIP6, _target
+from isa_marks import needs_avx512
 
 
 def _gconv_kernel(hw, c, cg, k=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), bias=True,
@@ -117,8 +118,7 @@ def test_gconv_tensorize_rejects_weights_that_are_not_rotated():
         Trace.from_json(json.dumps(steps)).apply_to(f)
 
 
-@pytest.mark.skipif("avx512f" not in __import__("ember").Target("llvm").features,
-                    reason="its guard-page check fails on AVX2 hosts: open, see the stop-18 closing note; needs AVX-512 here")
+@needs_avx512("its guard-page check fails on AVX2 hosts: open, see the stop-18 closing note")
 def test_grouped_padding_never_reads_outside_the_input():
     """The guarded path skips taps in the padding: an input that ends or starts at an
     inaccessible page must not fault (checked in one child process)."""
@@ -195,8 +195,7 @@ def test_whole_group_tile_matches_onnxruntime(hw):
     ((8, 7), 168, 8, (1, 2), 1),    # only the width strided
     ((11, 10), 64, 4, (1, 1), 2),   # dilated: kept tiles-outermost
 ])
-@pytest.mark.skipif("avx512f" not in __import__("ember").Target("llvm").features,
-                    reason="asserts the AVX-512 host's rule choice (depthwise_rule); on AVX2 these shapes take gemm_rule")
+@needs_avx512("asserts the AVX-512 host's rule choice (depthwise_rule); on AVX2 these shapes take gemm_rule")
 def test_grouped_conv_loop_orders_match_reference(hw, c, cg, strides, dil):
     """Both parallel orders (channel tiles inside the pixels at stride 1, outside otherwise)
     against the NumPy reference, batch 2, with several channel tiles."""

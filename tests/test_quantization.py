@@ -16,6 +16,7 @@ from ember.frontend.onnx import from_onnx
 from ember.quant import observers as O
 from ember.quant import quantize_with_report
 from ember.quant.onnx_qdq import quantize_onnx
+from isa_marks import needs_vnni
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -122,8 +123,7 @@ def test_unlowerable_qdq_chain_stays_float_and_correct(tmp_path):
 
 
 @pytest.mark.parametrize("method", O.METHODS)
-@pytest.mark.skipif("avx512vnni" not in __import__("ember").Target("llvm").features,
-                    reason="needs AVX-512 VNNI: onnxruntime's AVX2 u8s8 kernel is not an exact int8 reference there (open, stop-18 note)")
+@needs_vnni("onnxruntime's AVX2 u8s8 kernel is not an exact int8 reference there (open, stop-18 note)")
 def test_ember_quantize_is_close_to_float_and_onnxruntime_runs_its_qdq_model(tmp_path, method):
     model = small_cnn()
     mod, params = from_onnx(model)
@@ -281,8 +281,7 @@ def residual_cnn() -> onnx.ModelProto:
     return m
 
 
-@pytest.mark.skipif("avx512vnni" not in __import__("ember").Target("llvm").features,
-                    reason="needs AVX-512 VNNI: onnxruntime's AVX2 u8s8 kernel is not an exact int8 reference there (open, stop-18 note)")
+@needs_vnni("onnxruntime's AVX2 u8s8 kernel is not an exact int8 reference there (open, stop-18 note)")
 def test_residual_and_max_pool_stay_int8_and_match_onnxruntime(tmp_path):
     """onnxruntime's QDQ model of a residual block: the add (dequantize, add, relu, quantize)
     runs in the convolution's epilogue and the max pool on uint8, so no float tensor sits

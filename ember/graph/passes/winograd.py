@@ -69,13 +69,9 @@ def padded_rows(tiles: int, k: int, lanes: int = 16, isa: str = "avx512") -> int
     1/8 with zero rows when that gives the micro-kernel a register block with more
     accumulators (49 tiles -- 7x7 -- only allow 7-row blocks: 7x32, 14 accumulators; 54 rows
     take 6x64, 24), by the GEMM rule's own tile model for the target's ``isa`` and vector
-    ``lanes`` (float32 lanes: 16 on AVX-512, 8 on AVX2). An ISA without a register model
-    (scalar) keeps ``tiles``."""
+    ``lanes`` (float32 lanes: 16 on AVX-512, 8 on AVX2, 4 scalar)."""
     from ...tir.schedule.rules.gemm import choose_tile as gemm_tile
     from ...tir.schedule.tensorize import MAX_ACCUMULATORS
-
-    if isa not in MAX_ACCUMULATORS:
-        return tiles
 
     def acc(rows):
         t = gemm_tile(rows, k, lanes, MAX_ACCUMULATORS[isa])
